@@ -1,0 +1,15 @@
+"""Learned and hand-designed SGMCMC samplers with one blackjax-style interface."""
+from l2e.chains import ChainSchedule, make_chunk, run_chain
+from l2e.cyclical import CyclicalState, cyclical_schedule, cyclical_sghmc, is_sampling_step
+from l2e.l2e import L2EConfig, L2EState, build_kernel, l2e
+from l2e.meta_model import DECAYS, FEATURE_NAMES, MetaMLP, features, init_meta_params
+from l2e.sgld import SGLDState, sgld
+from l2e.sghmc import SGHMCState, sghmc
+from l2e.types import Posterior, SamplingAlgorithm
+
+__all__ = [
+    "ChainSchedule", "CyclicalState", "DECAYS", "FEATURE_NAMES", "L2EConfig", "L2EState", "MetaMLP",
+    "Posterior", "SGHMCState", "SGLDState", "SamplingAlgorithm", "build_kernel", "cyclical_schedule",
+    "cyclical_sghmc", "features", "init_meta_params", "is_sampling_step", "l2e", "make_chunk", "run_chain",
+    "sgld", "sghmc",
+]

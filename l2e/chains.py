@@ -1,0 +1,104 @@
+"""Running a sampler for many steps, keeping only thinned samples.
+
+The hot path.  On XLA:CPU a conv net's gradient inside `lax.scan`/`while_loop` runs several times
+slower than the same step as a standalone jitted call, while a jitted function that holds a few
+steps *unrolled in Python* runs at (or below) the standalone cost (measured in bench/inner_loop.py).
+So the inner loop is a Python loop over one compiled "chunk" of `chunk` unrolled steps; the state
+stays on device between calls, and only the states at the sample steps are kept (memory O(K·d),
+independent of the number of steps).
+
+Randomness: update t (0-based) uses fold_in(key, t), split into a minibatch key and a noise key, so
+a chain is a pure function of (key, initial state) whatever the chunk length.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from l2e.types import PyTree
+
+# kernel(key, state, minibatch, args) -> state
+Kernel = Callable[[jax.Array, Any, Any, Any], Any]
+# sample_batch(key, data, batch_size) -> minibatch
+BatchFn = Callable[[jax.Array, Any, int], Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainSchedule:
+    """num_steps updates; num_samples states kept, `thinning` updates apart, the last after the final update.
+
+    chunk: updates per compiled call (Python-unrolled); it must divide the sample steps.
+    """
+
+    num_steps: int
+    num_samples: int
+    thinning: int
+    batch_size: int = 128
+    chunk: int = 10
+
+    def __post_init__(self):
+        for name in ("num_steps", "num_samples", "thinning", "batch_size", "chunk"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if (self.num_samples - 1) * self.thinning >= self.num_steps:
+            raise ValueError(
+                f"{self.num_samples} samples {self.thinning} steps apart do not fit in {self.num_steps} steps"
+            )
+
+    @property
+    def sample_steps(self) -> tuple[int, ...]:
+        """Numbers of updates done when each sample is taken (1-based counts)."""
+        k = self.num_samples
+        return tuple(self.num_steps - (k - 1 - i) * self.thinning for i in range(k))
+
+    @property
+    def chunk_length(self) -> int:
+        """The largest length ≤ chunk that divides every sample step."""
+        g = math.gcd(*self.sample_steps) if self.num_samples > 1 else self.num_steps
+        g = math.gcd(g, self.num_steps)
+        return max(d for d in range(1, min(self.chunk, g) + 1) if g % d == 0)
+
+
+def make_chunk(kernel: Kernel, sample_batch: BatchFn, batch_size: int, length: int):
+    """chunk(state, key, start, data, args) -> state: `length` unrolled updates starting at update index `start`."""
+
+    def chunk(state, key, start, data, args):
+        for i in range(length):
+            k_batch, k_noise = jax.random.split(jax.random.fold_in(key, start + i))
+            batch = sample_batch(k_batch, data, batch_size)
+            state = kernel(k_noise, state, batch, args)
+        return state
+
+    return chunk
+
+
+def run_chain(
+    chunk_fn: Callable,
+    state: Any,
+    key: jax.Array,
+    data: Any,
+    args: Any,
+    schedule: ChainSchedule,
+    position_fn: Callable[[Any], PyTree] = lambda s: s.position,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[Any, PyTree]:
+    """Run `schedule.num_steps` updates with a compiled `chunk_fn` (from `make_chunk`, jitted, of length
+    `schedule.chunk_length`).  Returns (final state, samples) with samples' leaves stacked on a new
+    leading axis of size num_samples (after any batch axes of `position_fn(state)`'s leaves... i.e.
+    axis 0 is the sample index).
+    """
+    length = schedule.chunk_length
+    wanted = set(schedule.sample_steps)
+    samples = []
+    for start in range(0, schedule.num_steps, length):
+        state = chunk_fn(state, key, jnp.asarray(start, jnp.int32), data, args)
+        if start + length in wanted:
+            samples.append(position_fn(state))
+        if progress is not None:
+            progress(length)
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *samples)
+    return state, stacked

@@ -1,0 +1,107 @@
+"""L2E: the learned SGHMC-style step (Kim et al., 2024, eq. 6), as decided in spec §9.
+
+r' = r − ε[∇Ũ(θ) + α_φ(θ, r) + C·β_φ(θ, r)] + N(0, 2·C·ε·T)
+θ' = θ + ε·β_φ(θ, r')
+with ε = sqrt(lr/N), α = alpha_scale·out0, β = beta_scale·out1 and two meta-model passes per step
+(the second sees the new momentum, the same g and averages). α ≡ 0, β ≡ r gives SGHMC exactly.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from l2e.meta_model import DECAYS, apply_per_coordinate, features, update_averages
+from l2e.sgld import check_positive
+from l2e.sghmc import physical_step_size
+from l2e.types import Posterior, PyTree, SamplingAlgorithm, normal_like
+
+NOISE_MODES = ("sghmc", "reference")
+
+
+@dataclasses.dataclass(frozen=True)
+class L2EConfig:
+    """Hyperparameters of the L2E step.
+
+    learning_rate: lr = ε²·N (mean-loss units); friction: C; temperature: T.
+    alpha_scale / beta_scale: output multipliers of the meta-model (1e-3 in the released code).
+    noise: "sghmc" → N(0, 2CεT) (default); "reference" → the released code's N(0, 2·C·T) (no ε).
+    """
+
+    learning_rate: float = 0.5
+    friction: float = 0.1
+    temperature: float = 1.0
+    alpha_scale: float = 1e-3
+    beta_scale: float = 1e-3
+    noise: str = "sghmc"
+
+    def __post_init__(self):
+        check_positive(learning_rate=self.learning_rate, friction=self.friction, temperature=self.temperature)
+        if self.noise not in NOISE_MODES:
+            raise ValueError(f"noise must be one of {NOISE_MODES}, got {self.noise!r}")
+
+
+class L2EState(NamedTuple):
+    position: PyTree
+    momentum: PyTree
+    averages: PyTree  # leaves shaped (6, *param_shape), one slice per decay in DECAYS
+    step: jax.Array
+
+
+# meta_fn(meta_params, grad, position, momentum, averages) -> (α, β) pytrees, already scaled
+MetaFn = Callable[[PyTree, PyTree, PyTree, PyTree, PyTree], tuple[PyTree, PyTree]]
+
+
+def mlp_meta_fn(alpha_scale: float, beta_scale: float) -> MetaFn:
+    """The paper's meta-model: per-coordinate MLP on normalised features, outputs scaled."""
+
+    def meta_fn(meta_params, grad, position, momentum, averages):
+        out0, out1 = apply_per_coordinate(meta_params, features(grad, position, momentum, averages), position)
+        return (jax.tree.map(lambda a: alpha_scale * a, out0), jax.tree.map(lambda b: beta_scale * b, out1))
+
+    return meta_fn
+
+
+def init(position: PyTree) -> L2EState:
+    zeros = jax.tree.map(jnp.zeros_like, position)
+    avgs = jax.tree.map(lambda x: jnp.zeros((len(DECAYS),) + x.shape, x.dtype), position)
+    return L2EState(position, zeros, avgs, jnp.zeros((), jnp.int32))
+
+
+def build_kernel(posterior: Posterior, config: L2EConfig, meta_fn: MetaFn | None = None):
+    """kernel(key, state, minibatch, meta_params) -> state; meta_params are a traced argument (for ES)."""
+    eps = physical_step_size(config.learning_rate, posterior.data_size)
+    c = config.friction
+    if config.noise == "sghmc":
+        noise_std = jnp.sqrt(2.0 * c * eps * config.temperature)
+    else:
+        noise_std = jnp.sqrt(2.0 * c * config.temperature)
+    meta_fn = meta_fn or mlp_meta_fn(config.alpha_scale, config.beta_scale)
+
+    def kernel(key: jax.Array, state: L2EState, minibatch, meta_params: PyTree) -> L2EState:
+        g, grad_u = posterior.potential_grad(state.position, minibatch)
+        avgs = update_averages(state.averages, g)
+        alpha, beta_old = meta_fn(meta_params, g, state.position, state.momentum, avgs)
+        noise = normal_like(key, state.position)
+        mom = jax.tree.map(
+            lambda r, gu, a, b, z: r - eps * (gu + a + c * b) + noise_std * z,
+            state.momentum, grad_u, alpha, beta_old, noise,
+        )
+        _, beta_new = meta_fn(meta_params, g, state.position, mom, avgs)
+        pos = jax.tree.map(lambda x, b: x + eps * b, state.position, beta_new)
+        return L2EState(pos, mom, avgs, state.step + 1)
+
+    return kernel
+
+
+def l2e(posterior: Posterior, meta_params: PyTree, config: L2EConfig = L2EConfig(),
+        meta_fn: MetaFn | None = None) -> SamplingAlgorithm:
+    """A ready L2E sampler: `init(position)`, `step(key, state, minibatch)`."""
+    kernel = build_kernel(posterior, config, meta_fn)
+
+    def step(key, state, minibatch):
+        return kernel(key, state, minibatch, meta_params)
+
+    return SamplingAlgorithm(init, step)

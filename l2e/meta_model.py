@@ -1,0 +1,86 @@
+"""The L2E meta-model: one tiny MLP applied to every coordinate of every parameter tensor.
+
+Input features per coordinate, in the released code's order (so its checkpoint loads):
+    [g, θ, r, m_0.1, m_0.5, m_0.9, m_0.99, m_0.999, m_0.9999]
+with g the mean-minibatch NLL gradient (not ×N), r the raw momentum and m_d running averages of g.
+Each feature is normalised per tensor to unit RMS: x / sqrt(1e-5 + mean_tensor(x²)).
+MLP 9 → 32 → ReLU → 32 → ReLU → 2 (1,442 parameters); out0 → α, out1 → β.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from l2e.types import PyTree
+
+DECAYS = (0.1, 0.5, 0.9, 0.99, 0.999, 0.9999)
+FEATURE_NAMES = ("grad", "position", "momentum") + tuple(f"avg_{d}" for d in DECAYS)
+NUM_FEATURES = len(FEATURE_NAMES)
+NORM_EPS = 1e-5
+
+
+class MetaMLP(nn.Module):
+    """Per-coordinate MLP: (n, 9) → (n, 2), haiku-default init (truncated normal, std 1/sqrt(fan_in); zero bias)."""
+
+    hidden: Sequence[int] = (32, 32)
+    outputs: int = 2
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        init = nn.initializers.variance_scaling(1.0, "fan_in", "truncated_normal")
+        for width in self.hidden:
+            x = nn.relu(nn.Dense(width, kernel_init=init)(x))
+        return nn.Dense(self.outputs, kernel_init=init)(x)
+
+
+def init_meta_params(key: jax.Array, hidden: Sequence[int] = (32, 32)) -> PyTree:
+    """Fresh meta-parameters φ (a flax params dict)."""
+    return MetaMLP(tuple(hidden)).init(key, jnp.zeros((1, NUM_FEATURES)))["params"]
+
+
+def hidden_sizes(meta_params: PyTree) -> tuple[int, ...]:
+    """The hidden widths of a meta-parameter dict (for rebuilding the module from a checkpoint)."""
+    layers = sorted(meta_params, key=lambda k: int(k.split("_")[-1]))
+    return tuple(int(meta_params[k]["kernel"].shape[1]) for k in layers[:-1])
+
+
+def update_averages(averages: PyTree, grad: PyTree) -> PyTree:
+    """m_k ← d_k·m_k + (1 − d_k)·g for each decay (leaves of `averages` carry a leading axis of 6); no bias correction."""
+    d = jnp.asarray(DECAYS)
+
+    def upd(m, g):
+        dk = d.reshape((-1,) + (1,) * g.ndim).astype(m.dtype)
+        return dk * m + (1.0 - dk) * g[None]
+
+    return jax.tree.map(upd, averages, grad)
+
+
+def leaf_features(g: jax.Array, x: jax.Array, r: jax.Array, m: jax.Array) -> jax.Array:
+    """Normalised features of one tensor: (size, 9), columns in FEATURE_NAMES order, each unit RMS over the tensor."""
+    cols = jnp.concatenate([g.reshape(1, -1), x.reshape(1, -1), r.reshape(1, -1), m.reshape(len(DECAYS), -1)])
+    rms = jnp.sqrt(NORM_EPS + jnp.mean(jnp.square(cols), axis=1, keepdims=True))
+    return (cols / rms).T
+
+
+def features(grad: PyTree, position: PyTree, momentum: PyTree, averages: PyTree) -> jax.Array:
+    """All coordinates' normalised features stacked leaf after leaf (jax.tree order): (d, 9)."""
+    leaves = jax.tree.leaves(jax.tree.map(leaf_features, grad, position, momentum, averages))
+    return jnp.concatenate(leaves, axis=0)
+
+
+def apply_per_coordinate(meta_params: PyTree, feats: jax.Array, like: PyTree) -> tuple[PyTree, PyTree]:
+    """Run the MLP on (d, 9) features and split its two outputs into pytrees shaped like `like`: (out0, out1)."""
+    out = MetaMLP(hidden_sizes(meta_params)).apply({"params": meta_params}, feats)
+    leaves, treedef = jax.tree.flatten(like)
+    sizes = [x.size for x in leaves]
+    offsets = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
+    outs = []
+    for j in range(out.shape[1]):
+        col = out[:, j]
+        outs.append(jax.tree.unflatten(
+            treedef, [col[offsets[i]:offsets[i + 1]].reshape(x.shape).astype(x.dtype) for i, x in enumerate(leaves)]
+        ))
+    return outs[0], outs[1]

@@ -1,0 +1,177 @@
+"""Correctness of the samplers: L2E reduces to SGHMC, hand-designed kernels recover a Gaussian's moments."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import l2e
+from l2e.chains import ChainSchedule, make_chunk, run_chain
+from l2e.l2e import build_kernel
+from l2e.types import Posterior
+
+DIM, N = 10, 100
+MU = jnp.linspace(-2.0, 2.0, DIM)
+SD = jnp.linspace(0.5, 1.5, DIM)
+
+
+def gaussian_posterior(grad_noise: float = 0.5) -> Posterior:
+    """Target N(MU, diag(SD²)) written as N × mean NLL; the minibatch adds zero-mean gradient noise."""
+
+    def nll(theta, batch):
+        return (0.5 * jnp.sum((theta - MU) ** 2 / SD**2) + grad_noise * jnp.dot(batch, theta)) / N
+
+    return Posterior(nll, lambda theta: jnp.zeros(()), N)
+
+
+def noise_batch(key, data, batch_size):
+    return jax.random.normal(key, (DIM,))
+
+
+def run_many(sampler, num_chains=64, num_steps=3000, burn=1000):
+    """Moments pooled over independent chains and the post-burn-in steps."""
+
+    def chain(key):
+        def body(state, k):
+            kb, ks = jax.random.split(k)
+            state = sampler.step(ks, state, noise_batch(kb, None, 0))
+            return state, state.position
+
+        _, xs = jax.lax.scan(body, sampler.init(jnp.zeros(DIM)), jax.random.split(key, num_steps))
+        return xs[burn:]
+
+    xs = jax.jit(jax.vmap(chain))(jax.random.split(jax.random.PRNGKey(0), num_chains)).reshape(-1, DIM)
+    return np.asarray(xs.mean(0)), np.asarray(xs.var(0))
+
+
+def assert_moments(mean, var, mean_tol=0.1, var_rtol=0.15):
+    """Mean within mean_tol·SD of MU, variance within var_rtol (relative) of SD²."""
+    np.testing.assert_array_less(np.abs(mean - np.asarray(MU)) / np.asarray(SD), mean_tol)
+    np.testing.assert_array_less(np.abs(var / np.asarray(SD) ** 2 - 1.0), var_rtol)
+
+
+def test_sgld_recovers_gaussian_moments():
+    mean, var = run_many(l2e.sgld(gaussian_posterior(), learning_rate=1.0), num_steps=4000)  # ε = 0.01
+    assert_moments(mean, var)
+
+
+def test_sghmc_recovers_gaussian_moments():
+    # ε = sqrt(lr/N) = 0.05, C = 1
+    mean, var = run_many(l2e.sghmc(gaussian_posterior(), learning_rate=0.25, friction=1.0))
+    assert_moments(mean, var)
+
+
+def test_sghmc_wrong_temperature_is_detected():
+    """The moment check can fail: T = 2 doubles the variance."""
+    _, var = run_many(l2e.sghmc(gaussian_posterior(), learning_rate=0.25, friction=1.0, temperature=2.0))
+    assert np.all(var / np.asarray(SD) ** 2 > 1.6)
+
+
+def test_cyclical_sghmc_sampling_phase_has_noise_exploration_none():
+    post = gaussian_posterior(grad_noise=0.0)
+    s = l2e.cyclical_sghmc(post, learning_rate=0.5, num_steps=100, num_cycles=2, exploration_ratio=0.5,
+                           momentum_decay=0.5)
+    # exploration (no noise, no grad noise): deterministic, independent of the key
+    st = s.init(jnp.zeros(DIM))
+    a = s.step(jax.random.PRNGKey(1), st, jnp.zeros(DIM))
+    b = s.step(jax.random.PRNGKey(2), st, jnp.zeros(DIM))
+    np.testing.assert_array_equal(a.position, b.position)
+    # sampling phase (k = 30 of a 50-step cycle): the key matters
+    st = st._replace(step=jnp.asarray(30))
+    a = s.step(jax.random.PRNGKey(1), st, jnp.zeros(DIM))
+    b = s.step(jax.random.PRNGKey(2), st, jnp.zeros(DIM))
+    assert not np.allclose(a.position, b.position)
+    lr0, sampling0 = l2e.cyclical_schedule(0, 0.5, 100, 2, 0.5)
+    lr_end, sampling_end = l2e.cyclical_schedule(49, 0.5, 100, 2, 0.5)
+    assert float(lr0) == pytest.approx(0.5) and not bool(sampling0)
+    assert float(lr_end) < 0.01 and bool(sampling_end)
+
+
+def test_l2e_with_sghmc_meta_model_equals_sghmc_step():
+    """α ≡ 0, β(θ, r) = r substituted for the MLP: one L2E step is one SGHMC step."""
+    post = gaussian_posterior()
+    cfg = l2e.L2EConfig(learning_rate=0.25, friction=0.3, temperature=0.7)
+
+    def sghmc_meta_fn(meta_params, grad, position, momentum, averages):
+        return jax.tree.map(jnp.zeros_like, momentum), momentum
+
+    kernel = build_kernel(post, cfg, meta_fn=sghmc_meta_fn)
+    ref = l2e.sghmc(post, learning_rate=0.25, friction=0.3, temperature=0.7)
+    theta0 = jax.random.normal(jax.random.PRNGKey(3), (DIM,))
+    st_l2e = l2e.l2e(post, None).init(theta0)
+    st_ref = ref.init(theta0)
+    for i in range(5):  # several steps so the momentum is non-zero
+        key, batch = jax.random.PRNGKey(10 + i), jax.random.normal(jax.random.PRNGKey(20 + i), (DIM,))
+        st_l2e = kernel(key, st_l2e, batch, None)
+        st_ref = ref.step(key, st_ref, batch)
+        np.testing.assert_allclose(st_l2e.position, st_ref.position, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(st_l2e.momentum, st_ref.momentum, rtol=1e-6, atol=1e-6)
+
+
+def test_l2e_step_with_mlp_is_finite_and_updates_averages():
+    post = gaussian_posterior()
+    phi = l2e.init_meta_params(jax.random.PRNGKey(0))
+    s = l2e.l2e(post, phi, l2e.L2EConfig(learning_rate=0.25))
+    st = s.init({"w": jnp.ones((3, 4)), "b": jnp.zeros(4)})
+    assert st.averages["w"].shape == (6, 3, 4)
+    post2 = Posterior(lambda p, b: jnp.sum(p["w"] ** 2) + jnp.sum(p["b"]), lambda p: jnp.zeros(()), N)
+    s = l2e.l2e(post2, phi, l2e.L2EConfig(learning_rate=0.25))
+    st2 = jax.jit(s.step)(jax.random.PRNGKey(0), st, None)
+    g = 2.0 * jnp.ones((3, 4))
+    np.testing.assert_allclose(st2.averages["w"][:, 0, 0], (1 - np.asarray(l2e.DECAYS)) * 2.0, rtol=1e-3)
+    assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(st2))
+    assert not np.allclose(st2.position["w"], 1.0)
+    del g
+
+
+def test_features_order_shape_and_normalisation():
+    k = jax.random.split(jax.random.PRNGKey(0), 8)
+    shapes = {"a": (3, 4), "b": (5,)}
+    g = {n: jax.random.normal(k[0], s) for n, s in shapes.items()}
+    x = {n: 3.0 * jax.random.normal(k[1], s) for n, s in shapes.items()}
+    r = {n: 10.0 * jax.random.normal(k[2], s) for n, s in shapes.items()}
+    m = {n: jax.random.normal(k[3], (6,) + s) * jnp.arange(1, 7).reshape((6,) + (1,) * len(s))
+         for n, s in shapes.items()}
+    f = l2e.features(g, x, r, m)
+    assert f.shape == (17, 9)
+    assert l2e.FEATURE_NAMES[:3] == ("grad", "position", "momentum") and len(l2e.FEATURE_NAMES) == 9
+
+    def norm(v):
+        v = np.asarray(v).ravel()
+        return v / np.sqrt(1e-5 + np.mean(v**2))
+
+    for row0, name in ((0, "a"), (12, "b")):  # leaves in jax.tree order: "a" then "b"
+        n = int(np.prod(shapes[name]))
+        blk = np.asarray(f[row0:row0 + n])
+        np.testing.assert_allclose(blk[:, 0], norm(g[name]), rtol=1e-5)
+        np.testing.assert_allclose(blk[:, 1], norm(x[name]), rtol=1e-5)
+        np.testing.assert_allclose(blk[:, 2], norm(r[name]), rtol=1e-5)
+        for j in range(6):
+            np.testing.assert_allclose(blk[:, 3 + j], norm(m[name][j]), rtol=1e-5)
+        np.testing.assert_allclose(np.sqrt(np.mean(blk**2, axis=0)), 1.0, rtol=1e-4)
+
+
+def test_meta_model_has_1442_parameters():
+    phi = l2e.init_meta_params(jax.random.PRNGKey(0))
+    assert sum(x.size for x in jax.tree.leaves(phi)) == 1442
+
+
+def test_run_chain_keeps_only_thinned_samples_and_is_chunk_invariant():
+    post = gaussian_posterior()
+    s = l2e.sghmc(post, learning_rate=0.25, friction=1.0)
+    kern = lambda key, st, b, args: s.step(key, st, b)  # noqa: E731
+    outs = []
+    for chunk in (1, 5):
+        sched = ChainSchedule(num_steps=40, num_samples=3, thinning=10, batch_size=1, chunk=chunk)
+        fn = jax.jit(make_chunk(kern, noise_batch, 1, sched.chunk_length))
+        _, samples = run_chain(fn, s.init(jnp.zeros(DIM)), jax.random.PRNGKey(0), None, None, sched)
+        assert samples.shape == (3, DIM)
+        outs.append(np.asarray(samples))
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-6)
+    assert ChainSchedule(40, 3, 10).sample_steps == (20, 30, 40)
+
+
+@pytest.mark.parametrize("kw", [dict(learning_rate=0.0), dict(learning_rate=-1.0), dict(friction=0.0)])
+def test_bad_hyperparameters_raise(kw):
+    args = dict(learning_rate=0.1, friction=0.1) | kw
+    with pytest.raises(ValueError, match="must be a positive"):
+        l2e.sghmc(gaussian_posterior(), **args)
