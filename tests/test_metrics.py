@@ -1,0 +1,168 @@
+"""Tests for evaluate.metrics against hand-computed values."""
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from evaluate import metrics as M
+
+# Two samples x three points x two classes, written out by hand.
+P1 = np.array([[0.9, 0.1], [0.6, 0.4], [0.2, 0.8]])
+P2 = np.array([[0.7, 0.3], [0.2, 0.8], [0.4, 0.6]])
+LOGP = np.log(np.stack([P1, P2]))  # (2, 3, 2)
+LABELS = np.array([0, 0, 1])
+BMA = np.array([[0.8, 0.2], [0.4, 0.6], [0.3, 0.7]])  # (P1 + P2) / 2 by hand
+
+
+def test_bma_probs_hand():
+    np.testing.assert_allclose(M.bma_probs(LOGP), BMA, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(M.bma_log_probs(LOGP), np.log(BMA), atol=1e-12)
+
+
+def test_accuracy_nll_hand():
+    # predictions [0, 1, 1] vs labels [0, 0, 1]
+    assert M.accuracy(BMA, LABELS) == pytest.approx(2 / 3)
+    expected_nll = -(math.log(0.8) + math.log(0.4) + math.log(0.7)) / 3
+    assert M.nll(BMA, LABELS) == pytest.approx(expected_nll, rel=1e-12)
+    assert M.nll_from_log_probs(np.log(BMA), LABELS) == pytest.approx(expected_nll, rel=1e-12)
+
+
+def test_nll_clips_zero_probability():
+    val = M.nll(np.array([[1.0, 0.0]]), np.array([1]))
+    assert math.isfinite(val)
+    assert val == pytest.approx(-math.log(np.finfo(np.float64).tiny))
+
+
+def test_ece_hand_three_points():
+    # conf 0.8 (correct), 0.6 (wrong), 0.7 (correct), each alone in its 1/15 bin.
+    assert M.ece(BMA, LABELS) == pytest.approx((0.2 + 0.6 + 0.3) / 3, abs=1e-12)
+
+
+def test_ece_perfectly_calibrated_is_zero():
+    probs = np.tile([0.8, 0.2], (10, 1))
+    labels = np.array([0] * 8 + [1] * 2)  # 80 % correct at confidence 0.8
+    assert M.ece(probs, labels) == pytest.approx(0.0, abs=1e-12)
+    assert M.ece(np.eye(3), np.arange(3)) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_ece_miscalibrated_known():
+    probs = np.tile([0.9, 0.1], (10, 1))
+    labels = np.array([0] * 5 + [1] * 5)  # 50 % correct at confidence 0.9
+    assert M.ece(probs, labels) == pytest.approx(0.4, abs=1e-12)
+
+
+def test_ece_pools_within_a_bin():
+    # conf 0.70 and 0.72 share bin (10/15, 11/15]: acc 0.5, conf 0.71 -> ECE 0.21
+    probs = np.array([[0.70, 0.30], [0.72, 0.28]])
+    labels = np.array([0, 1])
+    assert M.ece(probs, labels) == pytest.approx(0.21, abs=1e-12)
+
+
+def test_ece_bins_are_left_open():
+    # conf 0.2 == 3/15 falls in (2/15, 3/15]; conf 0.21 in (3/15, 4/15] -> separate bins.
+    probs = np.array([[0.2] * 5, [0.21, 0.2, 0.2, 0.2, 0.19]])
+    labels = np.array([0, 1])  # first correct (argmax 0), second wrong
+    assert M.ece(probs, labels) == pytest.approx((0.8 + 0.21) / 2, abs=1e-12)
+
+
+def test_pairwise_kld_identical_is_zero():
+    same = np.stack([P1, P1, P1])
+    assert M.pairwise_kld(same) == pytest.approx(0.0, abs=1e-12)
+    assert M.pairwise_kld_from_log_probs(np.log(same)) == pytest.approx(0.0, abs=1e-12)
+    assert M.pairwise_kld(P1[None]) == 0.0
+
+
+def test_pairwise_kld_two_samples_hand():
+    # K=2: mean over ordered pairs = (KL(p||q) + KL(q||p)) / 2 = J / 2,
+    # J = sum_c (p_c - q_c)(log p_c - log q_c), written out per point.
+    j1 = 0.2 * math.log(0.9 / 0.7) + (-0.2) * math.log(0.1 / 0.3)
+    j2 = 0.4 * math.log(0.6 / 0.2) + (-0.4) * math.log(0.4 / 0.8)
+    j3 = (-0.2) * math.log(0.2 / 0.4) + 0.2 * math.log(0.8 / 0.6)
+    expected = (j1 + j2 + j3) / 3 / 2
+    assert M.pairwise_kld(np.stack([P1, P2])) == pytest.approx(expected, rel=1e-12)
+    assert M.pairwise_kld_from_log_probs(LOGP) == pytest.approx(expected, rel=1e-12)
+
+
+def test_pairwise_kld_three_samples_brute_force():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(3, 4, 5))
+    lp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    p = np.exp(lp)
+    total = 0.0
+    for j in range(3):
+        for k in range(3):
+            if j != k:
+                total += np.mean(np.sum(p[j] * (lp[j] - lp[k]), axis=-1))
+    assert M.pairwise_kld_from_log_probs(lp) == pytest.approx(total / 6, rel=1e-10)
+
+
+def test_agreement_tv_self_and_hand():
+    assert M.agreement(BMA, BMA) == 1.0
+    assert M.total_variation(BMA, BMA) == 0.0
+    ref = np.array([[0.6, 0.4], [0.55, 0.45], [0.1, 0.9]])
+    # argmax BMA [0,1,1], ref [0,0,1] -> 2/3; TV per point 0.2, 0.15, 0.2
+    assert M.agreement(BMA, ref) == pytest.approx(2 / 3)
+    assert M.total_variation(BMA, ref) == pytest.approx((0.2 + 0.15 + 0.2) / 3, abs=1e-12)
+
+
+def test_bma_curve_matches_full_and_single():
+    rng = np.random.default_rng(1)
+    logits = rng.normal(size=(4, 20, 3)) * 2
+    lp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    labels = rng.integers(0, 3, size=20)
+    curve = M.bma_curve(lp, labels)
+    full = M.classification_metrics(lp, labels)
+    assert curve["num_samples"] == [1, 2, 3, 4]
+    assert len(curve["acc"]) == len(curve["nll"]) == 4
+    assert curve["acc"][-1] == pytest.approx(full["acc"])
+    assert curve["nll"][-1] == pytest.approx(full["nll"], rel=1e-12)
+    assert curve["ece"][-1] == pytest.approx(full["ece"], rel=1e-12)
+    assert curve["nll"][0] == pytest.approx(M.nll(np.exp(lp[0]), labels), rel=1e-12)
+    two = M.classification_metrics(lp[:2], labels)
+    assert curve["nll"][1] == pytest.approx(two["nll"], rel=1e-12)
+
+
+def test_classification_metrics_hand():
+    out = M.classification_metrics(LOGP, LABELS)
+    assert set(out) == {"acc", "nll", "ece", "pairwise_kld"}
+    assert out["acc"] == pytest.approx(2 / 3)
+    assert out["nll"] == pytest.approx(-(math.log(0.8) + math.log(0.4) + math.log(0.7)) / 3)
+    assert out["ece"] == pytest.approx(1.1 / 3)
+
+
+def test_stability_with_very_negative_log_probs():
+    # exp(-1000) underflows; everything must stay finite and exact in log space.
+    lp = np.array([[[0.0, -1000.0]], [[-1000.0, 0.0]]])  # (2, 1, 2)
+    np.testing.assert_allclose(M.bma_probs(lp), [[0.5, 0.5]], atol=1e-15)
+    both = np.array([[[0.0, -1000.0]], [[0.0, -1000.0]]])
+    out = M.classification_metrics(both, np.array([1]))
+    assert out["nll"] == pytest.approx(1000.0, rel=1e-12)  # not inf, not clipped at 708
+    assert out["pairwise_kld"] == pytest.approx(0.0, abs=1e-12)
+    # KL([1,0] || [0,1]) in log space = 0 - (-1000) = 1000, both directions
+    assert M.pairwise_kld_from_log_probs(lp) == pytest.approx(1000.0, rel=1e-12)
+    # uniformly shifted log-probs: BMA log-probs keep the shift exactly
+    shifted = np.log(np.stack([P1, P2])) - 1000.0
+    np.testing.assert_allclose(M.bma_log_probs(shifted), np.log(BMA) - 1000.0, rtol=1e-12)
+    assert M.nll_from_log_probs(M.bma_log_probs(shifted), LABELS) == pytest.approx(
+        1000.0 - (math.log(0.8) + math.log(0.4) + math.log(0.7)) / 3, rel=1e-12)
+
+
+def test_accepts_jax_arrays():
+    out = M.classification_metrics(jnp.asarray(LOGP, dtype=jnp.float32), jnp.asarray(LABELS))
+    assert out["acc"] == pytest.approx(2 / 3)
+    assert out["nll"] == pytest.approx(-(math.log(0.8) + math.log(0.4) + math.log(0.7)) / 3,
+                                       rel=1e-5)
+
+
+def test_entropy_decomposition_and_auroc():
+    assert M.predictive_entropy(np.array([[0.5, 0.5], [1.0, 0.0]])) == pytest.approx(
+        math.log(2) / 2)
+    with np.errstate(divide="ignore"):
+        lp = np.log(np.array([[[1.0, 0.0]], [[0.0, 1.0]]]))  # contains -inf
+    dec = M.uncertainty_decomposition(lp)
+    assert dec["total"] == pytest.approx(math.log(2))
+    assert dec["aleatoric"] == pytest.approx(0.0)
+    assert dec["epistemic"] == pytest.approx(math.log(2))
+    # pairs: 0.9>both, 0.8>both, 0.5 > 0.3 and ties 0.5 -> (2 + 2 + 1.5) / 6
+    assert M.auroc([0.9, 0.8, 0.5], [0.5, 0.3]) == pytest.approx(5.5 / 6)
