@@ -13,3 +13,6 @@ __all__ = [
     "cyclical_sghmc", "features", "init_meta_params", "is_sampling_step", "l2e", "make_chunk", "run_chain",
     "sgld", "sghmc",
 ]
+from l2e.checkpoint import CheckpointError, load_meta_params, load_sampler  # noqa: E402
+
+__all__ += ["CheckpointError", "load_meta_params", "load_sampler"]

@@ -84,3 +84,36 @@ def apply_per_coordinate(meta_params: PyTree, feats: jax.Array, like: PyTree) ->
             treedef, [col[offsets[i]:offsets[i + 1]].reshape(x.shape).astype(x.dtype) for i, x in enumerate(leaves)]
         ))
     return outs[0], outs[1]
+
+
+def sghmc_like_meta_params(key: jax.Array, hidden: Sequence[int] = (32, 32), steps: int = 500,
+                           num_points: int = 4096) -> PyTree:
+    """Meta-parameters fitted so that out0 ≈ 0 and out1 ≈ the normalised momentum feature.
+
+    With these, L2E moves θ along its (per-tensor normalised) momentum: an SGHMC-like start for
+    meta-training, instead of a random MLP whose β points anywhere (often up the loss).  A short
+    deterministic least-squares fit with Adam on N(0, I) feature vectors.
+    """
+    import optax
+
+    k_init, k_data = jax.random.split(key)
+    params = init_meta_params(k_init, hidden)
+    x = jax.random.normal(k_data, (num_points, NUM_FEATURES))
+    target = jnp.stack([jnp.zeros(num_points), x[:, FEATURE_NAMES.index("momentum")]], axis=1)
+    module = MetaMLP(tuple(hidden))
+    opt = optax.adam(1e-2)
+
+    def loss(p):
+        return jnp.mean(jnp.square(module.apply({"params": p}, x) - target))
+
+    @jax.jit
+    def fit(p):
+        def body(carry, _):
+            p, s = carry
+            g = jax.grad(loss)(p)
+            u, s = opt.update(g, s)
+            return (optax.apply_updates(p, u), s), None
+
+        return jax.lax.scan(body, (p, opt.init(p)), None, length=steps)[0][0]
+
+    return fit(params)

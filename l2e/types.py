@@ -40,9 +40,16 @@ class SamplingAlgorithm(NamedTuple):
 
 
 def normal_like(key: jax.Array, tree: PyTree) -> PyTree:
-    """Independent N(0, 1) draws with the structure, shapes and dtypes of `tree`."""
+    """Independent N(0, 1) draws with the structure, shapes and dtypes of `tree`.
+
+    One draw of the total size, split into leaves: a single RNG call compiles and runs much faster
+    on XLA:CPU than one call per leaf.
+    """
     leaves, treedef = jax.tree.flatten(tree)
-    keys = jax.random.split(key, len(leaves))
-    return jax.tree.unflatten(
-        treedef, [jax.random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)]
-    )
+    sizes = [x.size for x in leaves]
+    flat = jax.random.normal(key, (sum(sizes),), leaves[0].dtype)
+    out, start = [], 0
+    for x, n in zip(leaves, sizes):
+        out.append(flat[start:start + n].reshape(x.shape).astype(x.dtype))
+        start += n
+    return jax.tree.unflatten(treedef, out)

@@ -1,0 +1,1 @@
+"""Meta-trained L2E samplers shipped with the package (see checkpoints/default/PROVENANCE.md)."""

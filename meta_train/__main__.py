@@ -1,0 +1,53 @@
+"""python -m meta_train --preset default --output runs/meta_train [--set key=value ...] [--resume|--overwrite]"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+
+
+def main(argv: list[str] | None = None) -> int:
+    from meta_train.config import PRESETS, ConfigError, apply_overrides
+
+    parser = argparse.ArgumentParser(prog="python -m meta_train", description=__doc__)
+    parser.add_argument("--preset", default="default", help=f"one of: {', '.join(PRESETS)}")
+    parser.add_argument("--output", default="runs/meta_train", help="run directory (config, log, checkpoints)")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--num-outer", type=int, default=None, help="outer (ES) iterations")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config field, e.g. inner.num_steps=500, es.sigma=0.02, "
+                             "tasks.datasets=digits,synthetic_images (repeatable)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --output from its latest checkpoint")
+    parser.add_argument("--overwrite", action="store_true", help="replace the run in --output")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+
+    from l2e.checkpoint import CheckpointError
+    from meta_train.train import RunDirError, meta_train
+    from tasks.datasets import DatasetError
+
+    try:
+        if args.preset not in PRESETS:
+            raise ConfigError(f"unknown preset {args.preset!r} (known: {', '.join(PRESETS)})")
+        if args.resume and args.overwrite:
+            raise ConfigError("--resume and --overwrite exclude each other")
+        config = PRESETS[args.preset]
+        if args.seed is not None:
+            config = dataclasses.replace(config, seed=args.seed)
+        if args.num_outer is not None:
+            config = apply_overrides(config, [f"num_outer={args.num_outer}"])
+        config = apply_overrides(config, args.overrides)
+        t0 = time.perf_counter()
+        summary = meta_train(config, args.output, resume=args.resume, overwrite=args.overwrite,
+                             progress=not args.no_progress)
+    except (ConfigError, RunDirError, CheckpointError, DatasetError, ValueError) as e:
+        print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+        return 2
+    print(f"meta-training done: {summary['iterations']} outer iterations in {time.perf_counter() - t0:.1f} s, "
+          f"last meta-loss {summary['final_meta_loss']}; checkpoints in {args.output}/checkpoints")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
