@@ -83,7 +83,7 @@ PRESETS: dict[str, MetaTrainConfig] = {
     ),
     # the embedded default: offline data (sklearn digits + generated images), ≤ 10 minutes on 2 CPU cores
     "default": MetaTrainConfig(
-        num_outer=150, meta_loss_examples=256, checkpoint_every=25,
+        num_outer=300, meta_loss_examples=256, checkpoint_every=25,
         sampler=L2EConfig(learning_rate=0.5, alpha_scale=0.1, beta_scale=0.1),
         inner=ChainSchedule(num_steps=300, num_samples=10, thinning=10, batch_size=64, chunk=2),
         tasks=TaskDistribution(datasets=("digits", "synthetic_images"), channels=(4, 8), depths=(1, 2),

@@ -50,7 +50,7 @@ def assert_moments(mean, var, mean_tol=0.1, var_rtol=0.15):
 
 
 def test_sgld_recovers_gaussian_moments():
-    mean, var = run_many(l2e.sgld(gaussian_posterior(), learning_rate=1.0), num_steps=4000)  # ε = 0.01
+    mean, var = run_many(l2e.sgld(gaussian_posterior(), learning_rate=2.0), num_steps=5000)  # ε = 0.02
     assert_moments(mean, var)
 
 

@@ -1,0 +1,63 @@
+"""Checkpoint loading: the shipped sampler, and clear errors for missing / corrupt / mis-shaped checkpoints."""
+import shutil
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import l2e
+from l2e.checkpoint import CheckpointError, check_meta_params, shipped_checkpoint
+
+
+def test_shipped_checkpoint_loads_and_steps():
+    if not shipped_checkpoint().exists():
+        pytest.fail(f"no shipped checkpoint at {shipped_checkpoint()}")
+    params, config, meta = l2e.load_meta_params()
+    assert sum(x.size for x in jax.tree.leaves(params)) == 1442
+    assert meta["iteration"] == meta["config"]["num_outer"]
+    assert config.learning_rate > 0
+    post = l2e.Posterior(lambda p, b: 0.5 * jax.numpy.sum((p - b) ** 2), lambda p: 0.0 * p.sum(), 100)
+    s = l2e.load_sampler(posterior=post, learning_rate=0.1)
+    st = s.step(jax.random.PRNGKey(0), s.init(jax.numpy.ones(5)), jax.numpy.zeros(5))
+    assert np.all(np.isfinite(st.position))
+
+
+def test_missing_checkpoint(tmp_path):
+    with pytest.raises(CheckpointError, match="not found"):
+        l2e.load_meta_params(tmp_path / "nope")
+    with pytest.raises(CheckpointError, match="no complete checkpoint"):
+        l2e.load_meta_params(tmp_path)
+
+
+def test_corrupt_checkpoint(tmp_path):
+    step = tmp_path / "7"
+    shutil.copytree(l2e.checkpoint.resolve_step_dir(shipped_checkpoint()), step)
+    (step / "meta" / "metadata").write_text("{not json")
+    with pytest.raises(CheckpointError, match="corrupt checkpoint metadata"):
+        l2e.load_meta_params(step)
+    shutil.rmtree(step)
+    shutil.copytree(l2e.checkpoint.resolve_step_dir(shipped_checkpoint()), step)
+    for f in (step / "meta_params").rglob("*"):
+        if f.is_file() and f.name != "_METADATA":
+            f.write_bytes(b"\0" * 7)
+    with pytest.raises(CheckpointError, match="corrupt checkpoint"):
+        l2e.load_meta_params(step)
+
+
+def test_meta_model_of_another_shape_is_refused():
+    good = l2e.init_meta_params(jax.random.PRNGKey(0))
+    check_meta_params(good, "x")
+    wide_in = l2e.meta_model.MetaMLP().init(jax.random.PRNGKey(0), np.zeros((1, 7)))["params"]
+    with pytest.raises(CheckpointError, match="another shape"):
+        check_meta_params(wide_in, "ckpt")
+    three_out = l2e.meta_model.MetaMLP(outputs=3).init(jax.random.PRNGKey(0), np.zeros((1, 9)))["params"]
+    with pytest.raises(CheckpointError, match="3 outputs"):
+        check_meta_params(three_out, "ckpt")
+    with pytest.raises(CheckpointError, match="not an L2E"):
+        check_meta_params({"w": np.zeros(3)}, "ckpt")
+
+
+def test_shipped_checkpoint_is_package_data():
+    assert Path(shipped_checkpoint()).name == "default"
+    assert (shipped_checkpoint() / "PROVENANCE.md").is_file()

@@ -1,0 +1,163 @@
+"""End-to-end tests of `python -m evaluate` (smoke preset) with a freshly written test checkpoint."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import pytest
+
+import l2e
+from evaluate.config import METHODS, ConfigError, EvalConfig, MethodGrid, PRESETS, apply_overrides, get_preset
+from evaluate.run import evaluate, load_l2e
+
+REPO = Path(__file__).resolve().parents[1]
+TEST_SAMPLER = l2e.L2EConfig(learning_rate=0.5, alpha_scale=1.0, beta_scale=1.0)
+
+
+def write_test_checkpoint(path, meta_params, sampler_config: l2e.L2EConfig, step: int = 0) -> Path:
+    """Write a checkpoint the way meta_train does: an orbax CheckpointManager step under path/checkpoints
+    with items "meta_params" (StandardSave of the flax params) and "meta" (JSON with the sampler config)."""
+    import orbax.checkpoint as ocp
+
+    root = Path(path).resolve() / "checkpoints"
+    mngr = ocp.CheckpointManager(root, item_names=("meta_params", "meta"))
+    mngr.save(step, args=ocp.args.Composite(
+        meta_params=ocp.args.StandardSave(meta_params),
+        meta=ocp.args.JsonSave({"sampler": dataclasses.asdict(sampler_config), "outer_step": step}),
+    ))
+    mngr.wait_until_finished()
+    mngr.close()
+    return Path(path)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return write_test_checkpoint(tmp_path_factory.mktemp("ckpt"), l2e.init_meta_params(jax.random.PRNGKey(0)),
+                                 TEST_SAMPLER)
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory, checkpoint):
+    out = tmp_path_factory.mktemp("smoke")
+    return out, evaluate(get_preset("smoke"), out, sampler_path=checkpoint, progress=False)
+
+
+def numbers(results: dict) -> dict:
+    """Every reported number except timings."""
+    return {(t, m): {k: v for k, v in entry.items() if k != "seconds"}
+            for t, task in results["tasks"].items() for m, entry in task["methods"].items()}
+
+
+def test_checkpoint_helper_roundtrip(checkpoint):
+    params, config, meta = l2e.load_meta_params(checkpoint)
+    assert config == TEST_SAMPLER and meta["outer_step"] == 0
+    assert jax.tree.structure(params) == jax.tree.structure(l2e.init_meta_params(jax.random.PRNGKey(0)))
+
+
+def test_smoke_report(smoke):
+    out, results = smoke
+    for name in ("report.json", "report.md", "bma_curves.png"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0
+    report = json.loads((out / "report.json").read_text())
+    assert report["config"]["num_steps"] == 60 and report["config"]["sampler_config"]["alpha_scale"] == 1.0
+    (task,) = report["tasks"].values()
+    assert task["held_out"]
+    assert set(task["methods"]) == set(METHODS)
+    grad_evals = {m["grad_evals"] for m in task["methods"].values()}
+    assert grad_evals == {60}
+    for name, m in task["methods"].items():
+        for key in ("acc", "nll", "ece", "pairwise_kld", "seconds"):
+            assert math.isfinite(m[key]), (name, key, m[key])
+        assert 0.0 <= m["acc"] <= 1.0 and m["nll"] > 0 and m["seconds"] > 0
+        assert m["num_samples"] == 3 and m["divergent_chains"] == 0
+        assert m["curve"]["num_samples"] == [1, 2, 3] and len(m["curve"]["nll"]) == 3
+        hp = m["hyperparameters"]
+        assert hp["tuned"] and hp["learning_rate"] in PRESETS["smoke"].grid.lrs(name)
+        points = PRESETS["smoke"].grid.points(name)
+        assert len(hp["grid"]) == len(points) and all(k.startswith("lr=") for k in hp["grid"])
+    assert "| sghmc |" in (out / "report.md").read_text()
+
+
+def test_same_seed_same_numbers_other_seed_differs(smoke, checkpoint, tmp_path):
+    _, first = smoke
+    again = evaluate(get_preset("smoke"), None, sampler_path=checkpoint, progress=False)
+    assert numbers(again) == numbers(first)
+    other = evaluate(apply_overrides(get_preset("smoke"), ["seed=1"]), None, sampler_path=checkpoint, progress=False)
+    a, b = numbers(first), numbers(other)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert a[key]["nll"] != b[key]["nll"], key
+
+
+def test_divergent_method_is_excluded_and_counted(checkpoint):
+    cfg = apply_overrides(get_preset("smoke"), ["tune=false", "methods=sghmc,deep_ensemble",
+                                                "grid.sghmc_lrs=1e6", "grid.de_lrs=1e6"])
+    results = evaluate(cfg, None, progress=False)
+    (task,) = results["tasks"].values()
+    for name, m in task["methods"].items():
+        assert m["divergent_chains"] > 0, name
+        assert m["num_samples"] < m["num_samples_requested"], name
+        assert m["grad_evals"] == 60
+        # excluded, never averaged in: either no metrics at all or metrics of the finite samples only
+        assert m["nll"] is None or math.isfinite(m["nll"])
+        assert m["hyperparameters"]["learning_rate"] == 1e6
+
+
+def test_config_validation():
+    cfg = get_preset("smoke")
+    with pytest.raises(ConfigError, match="unknown config key"):
+        apply_overrides(cfg, ["nope=1"])
+    with pytest.raises(ConfigError, match="multiple"):
+        apply_overrides(cfg, ["num_steps=61"])
+    with pytest.raises(ConfigError, match="unknown method"):
+        apply_overrides(cfg, ["methods=l2e,sgld"])
+    with pytest.raises(ConfigError):
+        apply_overrides(cfg, ["grid.sghmc_lrs=-1"])
+    assert apply_overrides(cfg, ["grid.sghmc_lrs=0.1,0.2"]).grid.sghmc_lrs == (0.1, 0.2)
+    with pytest.raises(ConfigError):
+        EvalConfig(tasks=())
+    default = get_preset("default")
+    assert len(default.tasks) >= 2 and all(default.held_out)
+    assert default.schedule("sghmc").sample_steps[0] > default.num_steps // 2
+    assert isinstance(default.grid, MethodGrid)
+
+
+def _cli(*args, cwd=REPO):
+    return subprocess.run([sys.executable, "-m", "evaluate", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300)
+
+
+def _one_line_error(proc) -> str:
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    assert lines and lines[-1].startswith("error: "), proc.stderr
+    assert "Traceback" not in proc.stderr
+    return lines[-1]
+
+
+def test_cli_unknown_preset(tmp_path):
+    line = _one_line_error(_cli("--preset", "nope", "--output", str(tmp_path / "o")))
+    assert "unknown preset" in line
+
+
+def test_cli_missing_checkpoint(tmp_path):
+    line = _one_line_error(_cli("--preset", "smoke", "--output", str(tmp_path / "o"),
+                                "--sampler", str(tmp_path / "missing")))
+    assert "checkpoint not found" in line
+
+
+def test_cli_unknown_key_and_existing_report(tmp_path, smoke):
+    assert "unknown config key" in _one_line_error(_cli("--preset", "smoke", "--set", "bogus=1",
+                                                        "--output", str(tmp_path / "o")))
+    out, _ = smoke
+    assert "--overwrite" in _one_line_error(_cli("--preset", "smoke", "--output", str(out)))
+
+
+def test_load_l2e_keeps_checkpoint_config(checkpoint):
+    sampler = load_l2e(checkpoint)
+    assert sampler["sampler"] == TEST_SAMPLER
