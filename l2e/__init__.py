@@ -16,3 +16,15 @@ __all__ = [
 from l2e.checkpoint import CheckpointError, load_meta_params, load_sampler  # noqa: E402
 
 __all__ += ["CheckpointError", "load_meta_params", "load_sampler"]
+from l2e.fsgmcmc import (  # noqa: E402
+    FSGHMCState, FSGLDState, FunctionalPosterior, FunctionalSampler, PriorInfo, fsghmc, fsgld,
+    functional_posterior, per_class_kernel, rbf_kernel,
+)
+from l2e.mclmc import MCLMCSampler, MILEInfo, ess_geyer, mclmc_sampler, mile  # noqa: E402
+from l2e.psgld import PSGLDState, psgld  # noqa: E402
+
+__all__ += [
+    "FSGHMCState", "FSGLDState", "FunctionalPosterior", "FunctionalSampler", "PriorInfo", "fsghmc", "fsgld",
+    "functional_posterior", "per_class_kernel", "rbf_kernel", "MCLMCSampler", "MILEInfo", "ess_geyer",
+    "mclmc_sampler", "mile", "PSGLDState", "psgld",
+]

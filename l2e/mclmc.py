@@ -1,0 +1,184 @@
+"""MCLMC (Robnik et al.) and the MILE recipe (Sommer et al., ICLR 2025) — full-batch (BASELINES §6).
+
+Interface difference from the SG samplers: MCLMC needs the *full-batch* unnormalised log posterior
+ℓ(θ) = log p(θ | D) (not a mean minibatch NLL), `init(position, key)` needs a key (random unit velocity), and
+`step(key, state) -> (state, info)` takes no minibatch.  Each step is blackjax's `isokinetic_mclachlan` with
+Maruyama partial refreshes (2 gradient evaluations per step); blackjax reverts a step whose position, logdensity
+or energy change is non-finite (`info.nonans` False).
+
+MILE = deep-ensemble warm start θ₀ and ε₀ (= the DE learning rate), L₀ = max(√d, 15), then
+  phase I  (n₁ steps): adapt ε so that EEVPD = ΔE²/d tracks target(t) = a − (a − b)·min(t/(n₁ + n₂ + 1), 1)
+           (a, b = 0.5, 0.1), with the decaying-average estimator (N_eff = 100, trust 1.5) and the NaN guard
+           (on a reverted step: ε_max = 0.8ε, ΔE = 0);
+  phase II (n₂ steps): ε keeps adapting; ε-weighted running means of θ, θ² give L = sqrt(Σ_i Var θ_i);
+  phase III(n₃ steps): fixed (ε, L); store ≤ `max_ess_coords` random coordinates, thinned to ≤ `max_ess_samples`
+           draws; L = l_factor·ε·mean_i(n₃/ESS_i) with single-chain Geyer ESS;
+then `num_samples·thinning` sampling steps keeping every `thinning`-th position.
+Everything is one jittable function of (init_position, key, step_size0); vmap it over chains.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from blackjax.mcmc import integrators
+from blackjax.mcmc import mclmc as bj_mclmc
+from jax.flatten_util import ravel_pytree
+
+from l2e.types import PyTree
+
+
+class MCLMCSampler(NamedTuple):
+    """init(position, key) -> IntegratorState; step(key, state) -> (IntegratorState, MCLMCInfo)."""
+
+    init: Callable
+    step: Callable
+
+
+def mclmc_sampler(logdensity_fn: Callable, L: float, step_size: float) -> MCLMCSampler:
+    """Unadjusted MCLMC at fixed (L, ε), no preconditioning; `logdensity_fn`: params -> scalar ℓ(θ) (full batch)."""
+    kernel = bj_mclmc.build_kernel(integrator=integrators.isokinetic_mclachlan)
+
+    def init(position: PyTree, key: jax.Array):
+        return bj_mclmc.init(position, logdensity_fn, key)
+
+    def step(key: jax.Array, state):
+        return kernel(key, state, logdensity_fn, 1.0, L, step_size)
+
+    return MCLMCSampler(init, step)
+
+
+def ess_geyer(x: jax.Array) -> jax.Array:
+    """Single-chain ESS per column of x (n, k): FFT autocovariance, Geyer initial monotone sequence (jnp).
+
+    τ = −1 + 2 Σ_{k≤k*} P_k (P_k = ρ_{2k} + ρ_{2k+1}, truncated at the first negative pair, made monotone),
+    ESS = n/τ with τ ≥ 1/log10(n) (Stan's cap).  Constant columns give ESS = n.  Returns (k,).
+    """
+    n = x.shape[0]
+    xc = x - x.mean(0)
+    m = 2 * n
+    spec = jnp.fft.rfft(xc, n=m, axis=0)
+    acov = jnp.fft.irfft(spec * jnp.conj(spec), n=m, axis=0)[:n] / n
+    var0 = acov[0]
+    rho = acov / jnp.where(var0 > 0, var0, 1.0)
+    rho = jnp.where(var0 > 0, rho, jnp.zeros_like(rho).at[0].set(1.0))
+    k = n // 2
+    pairs = rho[0:2 * k:2] + rho[1:2 * k:2]
+    keep = jnp.cumprod(pairs >= 0, axis=0).astype(bool)
+    pairs = jax.lax.cummin(jnp.where(keep, pairs, jnp.inf), axis=0)
+    tau = -1.0 + 2.0 * jnp.sum(jnp.where(keep, pairs, 0.0), axis=0)
+    tau = jnp.maximum(tau, 1.0 / math.log10(max(n, 2)))
+    return n / tau
+
+
+class MILEInfo(NamedTuple):
+    L: jax.Array  # final decoherence length
+    step_size: jax.Array  # final ε
+    L_phase2: jax.Array  # L after phase II (from the position variance)
+    step_size_max: jax.Array  # ε_max after the warm-up (inf if the NaN guard never fired)
+    num_nan_warmup: jax.Array  # reverted (non-finite) steps in phases I–III
+    num_nan_sampling: jax.Array  # reverted steps in the sampling phase
+    eevpd_sampling: jax.Array  # mean ΔE²/d over the sampling phase
+    num_grad_evals: jax.Array  # 2 per step, warm-up + sampling
+    final_state: object  # blackjax IntegratorState after sampling
+
+
+def mile(
+    logdensity_fn: Callable,
+    init_position: PyTree,
+    key: jax.Array,
+    step_size0: float,
+    num_steps: tuple[int, int, int] = (40_000, 5_000, 5_000),
+    num_samples: int = 1000,
+    thinning: int = 10,
+    L0: float | None = None,
+    target_eevpd: tuple[float, float] = (0.5, 0.1),
+    num_effective_samples: float = 100.0,
+    trust_in_estimate: float = 1.5,
+    l_factor: float = 0.4,
+    max_ess_coords: int = 2000,
+    max_ess_samples: int = 10_000,
+) -> tuple[PyTree, MILEInfo]:
+    """MILE warm-up from (init_position, step_size0) then sampling.
+
+    Returns (samples, info): samples has the structure of init_position with a leading axis of num_samples.
+    num_steps = (n₁, n₂, n₃) are Python ints (static).  L0 defaults to max(√d, 15).
+    """
+    n1, n2, n3 = (int(s) for s in num_steps)
+    flat0, unravel = ravel_pytree(init_position)
+    d = flat0.shape[0]
+    if L0 is None:
+        L0 = max(math.sqrt(d), 15.0)
+    kernel = bj_mclmc.build_kernel(integrator=integrators.isokinetic_mclachlan)
+    decay = (num_effective_samples - 1.0) / (num_effective_samples + 1.0)
+    t_hi, t_lo = target_eevpd
+    k_init, k1, k3, k_sub, k_s = jax.random.split(key, 5)
+    state = bj_mclmc.init(init_position, logdensity_fn, k_init)
+    dtype = flat0.dtype
+
+    # ---------------- phases I + II: ε adaptation; phase II also accumulates ε-weighted moments
+    def adapt_step(carry, inp):
+        state, eps, eps_max, x_avg, w_sum, L, mom, nans = carry
+        t, k, in_phase2 = inp
+        new, info = kernel(k, state, logdensity_fn, 1.0, L, eps)
+        ok = info.nonans
+        eps_max = jnp.where(ok, eps_max, 0.8 * eps)
+        de = jnp.where(ok, info.energy_change, 0.0)
+        target = t_hi - (t_hi - t_lo) * jnp.minimum(t / (n1 + n2 + 1.0), 1.0)
+        xi = de**2 / (d * target) + 1e-8
+        w = jnp.exp(-0.5 * (jnp.log(xi) / (6.0 * trust_in_estimate)) ** 2)
+        x_avg = decay * x_avg + w * xi / eps**6
+        w_sum = decay * w_sum + w
+        eps_new = jnp.minimum((x_avg / w_sum) ** (-1.0 / 6.0), eps_max)
+        # phase II moments, weight ε (of the step just taken) · success
+        wt = jnp.where(in_phase2 & ok, eps, 0.0)
+        x = ravel_pytree(new.position)[0]
+        mw, m1, m2 = mom
+        mw_n = mw + wt
+        frac = jnp.where(mw_n > 0, wt / jnp.where(mw_n > 0, mw_n, 1.0), 0.0)
+        mom = (mw_n, m1 + frac * (x - m1), m2 + frac * (x * x - m2))
+        return (new, eps_new, eps_max, x_avg, w_sum, L, mom, nans + (~ok)), None
+
+    zeros = jnp.zeros((d,), dtype)
+    carry = (state, jnp.asarray(step_size0, dtype), jnp.asarray(jnp.inf, dtype), jnp.zeros((), dtype),
+             jnp.zeros((), dtype), jnp.asarray(L0, dtype), (jnp.zeros((), dtype), zeros, zeros), jnp.zeros((), jnp.int32))
+    ts = jnp.arange(n1 + n2, dtype=dtype)
+    carry, _ = jax.lax.scan(adapt_step, carry, (ts, jax.random.split(k1, n1 + n2), jnp.arange(n1 + n2) >= n1))
+    state, eps, eps_max, _, _, L, (_, m1, m2), nans = carry
+    if n2 > 0:
+        L = jnp.sqrt(jnp.sum(jnp.maximum(m2 - m1**2, 0.0)))
+    L2 = L
+
+    # ---------------- phase III: fixed (ε, L); ESS on ≤ max_ess_coords coordinates, ≤ max_ess_samples draws
+    if n3 > 1:
+        n_coords = min(d, max_ess_coords)
+        coords = jnp.arange(d) if n_coords == d else jax.random.choice(k_sub, d, (n_coords,), replace=False)
+        thin3 = max(1, math.ceil(n3 / max_ess_samples))
+
+        def run3(carry, k):
+            st, nans = carry
+            st, info = kernel(k, st, logdensity_fn, 1.0, L, eps)
+            return (st, nans + (~info.nonans)), ravel_pytree(st.position)[0][coords]
+
+        (state, nans), xs = jax.lax.scan(run3, (state, nans), jax.random.split(k3, n3))
+        xs = xs[thin3 - 1::thin3]
+        ess = ess_geyer(xs)
+        L = l_factor * eps * jnp.mean(n3 / ess)
+
+    # ---------------- sampling
+    def sample_chunk(carry, k):
+        def one(c, kk):
+            st, nans, e2 = c
+            st, info = kernel(kk, st, logdensity_fn, 1.0, L, eps)
+            return (st, nans + (~info.nonans), e2 + info.energy_change**2 / d), None
+
+        carry, _ = jax.lax.scan(one, carry, jax.random.split(k, thinning))
+        return carry, carry[0].position
+
+    (state, nans_s, e2), samples = jax.lax.scan(
+        sample_chunk, (state, jnp.zeros((), jnp.int32), jnp.zeros((), dtype)), jax.random.split(k_s, num_samples))
+    info = MILEInfo(L, eps, L2, eps_max, nans, nans_s, e2 / (num_samples * thinning),
+                    jnp.asarray(2 * (n1 + n2 + n3 + num_samples * thinning)), state)
+    return samples, info
