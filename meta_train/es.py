@@ -5,11 +5,20 @@ One outer iteration (all randomness from fold_in(seed key, iteration)):
   every member runs the same inner chain (same θ₀, minibatches and Langevin noise: common random
   numbers), keeping only the thinned samples;  fitness = BMA NLL of its samples on held-out
   outer-validation examples;  ES.tell with identity fitness shaping → ĝ = z(L⁺ − L⁻)/(2σ), optax update.
+
+Scale-out: the population axis is sharded over a 1-D mesh ("pop") of the devices (`population_mesh`): each
+device runs population/n members' chains; data, keys and θ₀ are replicated; every member sees the same
+keys whatever the device count. On XLA:CPU the numbers agree to float32 rounding, not bit for bit: merely
+forcing 4 host devices (XLA_FLAGS=--xla_force_host_platform_device_count=4) changes the last bits even
+without sharding; ES then amplifies them over iterations (tests/test_paper_scale.py bounds both). Multi-host: set L2E_DISTRIBUTED=1 (plus, where JAX cannot
+auto-detect the cluster, JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID) and this module calls
+`jax.distributed.initialize()` on import, before any computation; jax.devices() is then global.
 """
 from __future__ import annotations
 
 import functools
 import math
+import os
 import time
 from typing import NamedTuple
 
@@ -18,11 +27,89 @@ import jax
 import jax.numpy as jnp
 import optax
 from evosax.core.fitness_shaping import identity_fitness_shaping_fn
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from l2e.chains import ChainSchedule, make_chunk, run_chain
 from l2e.l2e import L2EConfig, build_kernel, init as l2e_init
 from meta_train.config import ESConfig
 from tasks.task import Task, TaskSpec, build_task
+
+
+def initialize_distributed() -> bool:
+    """Call `jax.distributed.initialize()` once if $L2E_DISTRIBUTED is 1/true (multi-host meta-training).
+
+    Arguments come from $JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES, $JAX_PROCESS_ID when set, otherwise JAX
+    auto-detects the cluster (Cloud TPU, SLURM, Open MPI, …). Returns whether it initialised. Not testable on a
+    single machine; every process must run the same command with the same config and seed.
+    """
+    if os.environ.get("L2E_DISTRIBUTED", "").lower() not in ("1", "true", "yes"):
+        return False
+    if getattr(initialize_distributed, "_done", False):
+        return True
+    kw = {}
+    if addr := os.environ.get("JAX_COORDINATOR_ADDRESS"):
+        kw["coordinator_address"] = addr
+    if n := os.environ.get("JAX_NUM_PROCESSES"):
+        kw["num_processes"] = int(n)
+    if pid := os.environ.get("JAX_PROCESS_ID"):
+        kw["process_id"] = int(pid)
+    jax.distributed.initialize(**kw)
+    initialize_distributed._done = True
+    return True
+
+
+initialize_distributed()
+
+
+@functools.lru_cache(maxsize=None)
+def population_mesh(population: int) -> Mesh:
+    """A 1-D Mesh ("pop",) over the largest number of devices (≤ all of them) that divides `population`
+    (all devices when population is a multiple of the device count). $L2E_NO_SHARDING=1: one device."""
+    devices = jax.devices()
+    if os.environ.get("L2E_NO_SHARDING", "").lower() in ("1", "true", "yes"):
+        devices = devices[:1]
+    n = max(d for d in range(1, min(population, len(devices)) + 1) if population % d == 0)
+    return Mesh(np.array(devices[:n]), ("pop",))
+
+
+def _put(tree, sharding: NamedSharding):
+    """Place `tree` with `sharding`; multi-host safe (every process holds the same host values)."""
+    if jax.process_count() == 1:
+        return jax.device_put(tree, sharding)
+
+    def one(x):
+        host = np.asarray(x)
+        return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+
+    return jax.tree.map(one, tree)
+
+
+def shard_population(tree, mesh: Mesh):
+    """Shard axis 0 of every leaf over mesh axis "pop"."""
+    return _put(tree, NamedSharding(mesh, PartitionSpec("pop")))
+
+
+def replicate(tree, mesh: Mesh):
+    """Replicate every leaf on all devices of `mesh`."""
+    return _put(tree, NamedSharding(mesh, PartitionSpec()))
+
+
+def per_member(fn, mesh: Mesh, member_args: tuple[bool, ...], out_replicated: bool = False):
+    """jit(shard_map) of `fn` over the population: arguments flagged in `member_args` have the population on
+    axis 0 (sharded over "pop"), the others are shared (replicated). Each device runs `fn` vmapped over its
+    local members. (A per-member Python loop instead of vmap was tried: it was ~2× slower on one CPU device
+    and did not make XLA:CPU results bit-identical across device counts either; see the module docstring.)
+    """
+    pop, rep = PartitionSpec("pop"), PartitionSpec()
+
+    local = jax.vmap(fn, in_axes=tuple(0 if b else None for b in member_args))
+
+    mapped = jax.shard_map(local, mesh=mesh, in_specs=tuple(pop if b else rep for b in member_args),
+                           out_specs=pop)
+    if not out_replicated:
+        return jax.jit(mapped)
+    return jax.jit(mapped, out_shardings=NamedSharding(mesh, rep))
 
 
 def outer_optimizer(es: ESConfig) -> optax.GradientTransformation:
@@ -42,18 +129,18 @@ def make_strategy(es: ESConfig, meta_params) -> Open_ES:
 
 
 @functools.lru_cache(maxsize=None)
-def population_chunk(spec: TaskSpec, sampler: L2EConfig, schedule: ChainSchedule):
-    """Jitted chunk over the population: states and meta-params batched on axis 0, key and data shared."""
+def population_chunk(spec: TaskSpec, sampler: L2EConfig, schedule: ChainSchedule, mesh: Mesh | None = None):
+    """Jitted chunk over the population: states and meta-params have the population on axis 0 (sharded over
+    `mesh`, default: population_mesh of one device), key, start and data are shared."""
     task = build_task(spec)
     kernel = build_kernel(task.posterior, sampler)
     chunk = make_chunk(kernel, Task.sample_batch, schedule.batch_size, schedule.chunk_length)
-    return jax.jit(jax.vmap(chunk, in_axes=(0, None, None, None, 0)))
+    mesh = mesh if mesh is not None else Mesh(np.array(jax.devices()[:1]), ("pop",))
+    return per_member(chunk, mesh, (True, False, False, False, True))
 
 
-@functools.lru_cache(maxsize=None)
-def population_meta_loss(spec: TaskSpec):
-    """Jitted BMA NLL per member: samples leaves (P, K, ...), x (B, ...), y (B,) → (P,)."""
-    task = build_task(spec)
+def bma_nll_fn(task: Task):
+    """BMA NLL of samples (leaves (K, ...)) on x (B, ...), y (B,): −mean_b log mean_k p_k(y_b | x_b)."""
 
     def bma_nll(samples, x, y):
         logp = jax.vmap(lambda p: jax.nn.log_softmax(task.logits(p, x)))(samples)  # (K, B, C)
@@ -61,7 +148,21 @@ def population_meta_loss(spec: TaskSpec):
         k = ll.shape[0]
         return -jnp.mean(jax.nn.logsumexp(ll, axis=0) - math.log(k))
 
-    return jax.jit(jax.vmap(bma_nll, in_axes=(0, None, None)))
+    return bma_nll
+
+
+@functools.lru_cache(maxsize=None)
+def population_meta_loss(spec: TaskSpec, mesh: Mesh | None = None):
+    """Jitted BMA NLL per member: samples leaves (P, K, ...), x (B, ...), y (B,) → (P,), replicated over
+    `mesh` (so every host can read it)."""
+    mesh = mesh if mesh is not None else Mesh(np.array(jax.devices()[:1]), ("pop",))
+    return per_member(bma_nll_fn(build_task(spec)), mesh, (True, False, False), out_replicated=True)
+
+
+@functools.lru_cache(maxsize=8)
+def _replicated_data(spec: TaskSpec, mesh: Mesh):
+    task = build_task(spec)
+    return replicate(task.train_data, mesh), replicate(task.splits.outer_valid, mesh)
 
 
 class OuterKeys(NamedTuple):
@@ -78,18 +179,25 @@ def outer_keys(seed: int, iteration: int) -> OuterKeys:
 
 def evaluate_population(spec: TaskSpec, population, keys: OuterKeys, sampler: L2EConfig,
                         schedule: ChainSchedule, meta_loss_examples: int, progress=None):
-    """Fitness (P,) of a batch of meta-parameters on one task, and seconds spent in the inner loop."""
+    """Fitness (P,) of a batch of meta-parameters on one task, and seconds spent in the inner loop.
+
+    The population axis is sharded over `population_mesh(P)` (see the module docstring); the fitness comes
+    back as an array on the default device.
+    """
     task = build_task(spec)
     p = jax.tree.leaves(population)[0].shape[0]
+    mesh = population_mesh(p)
     theta0 = task.init_params(keys.init)
     state = jax.tree.map(lambda x: jnp.broadcast_to(x, (p,) + x.shape), l2e_init(theta0))
+    state, members = shard_population(state, mesh), shard_population(population, mesh)
+    train_data, (x, y) = _replicated_data(spec, mesh)
     t0 = time.perf_counter()
-    _, samples = run_chain(population_chunk(spec, sampler, schedule), state, keys.chain, task.train_data,
-                           population, schedule, progress=progress)
-    samples = jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), samples)  # (P, K, ...)
-    x, y = task.splits.outer_valid
+    _, samples = run_chain(population_chunk(spec, sampler, schedule, mesh), state, replicate(keys.chain, mesh),
+                           train_data, members, schedule, progress=progress)
+    samples = jax.tree.map(lambda s: jnp.swapaxes(s, 0, 1), samples)  # (P, K, ...)
     n = x.shape[0]
     idx = jax.random.choice(keys.loss, n, (min(meta_loss_examples, n),), replace=False)
-    fitness = population_meta_loss(spec)(samples, x[idx], y[idx])
-    fitness = jax.block_until_ready(fitness)
+    batch = replicate((jnp.take(x, idx, axis=0), jnp.take(y, idx, axis=0)), mesh)
+    fitness = population_meta_loss(spec, mesh)(samples, *batch)
+    fitness = jnp.asarray(np.asarray(jax.block_until_ready(fitness)))
     return fitness, time.perf_counter() - t0

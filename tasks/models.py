@@ -5,11 +5,21 @@ from dataclasses import dataclass
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
+
+MODEL_KINDS = ("cnn", "mlp", "fmnist_1conv", "resnet20_frn")
+IMAGE_KINDS = frozenset({"cnn", "fmnist_1conv", "resnet20_frn"})
+"""Model kinds that need (H, W, C) image inputs."""
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Architecture. kind "cnn" uses channels/depth/residual; kind "mlp" uses hidden (widths of hidden layers)."""
+    """Architecture. kind "cnn" uses channels/depth/residual; kind "mlp" uses hidden (widths of hidden layers).
+
+    Evaluation models of the paper (other fields ignored): "fmnist_1conv" (Fashion-MNIST: 3×3 conv 32 → ReLU →
+    max-pool → Dense 20 → Dense classes) and "resnet20_frn" (CIFAR: ResNet-20 with filter response
+    normalisation + TLU and Swish, no batch norm; Izmailov et al. 2021).
+    """
 
     kind: str = "cnn"
     channels: int = 8
@@ -19,8 +29,8 @@ class ModelSpec:
 
     def __post_init__(self):
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
-        if self.kind not in ("cnn", "mlp"):
-            raise ValueError(f"ModelSpec.kind must be 'cnn' or 'mlp', got {self.kind!r}")
+        if self.kind not in MODEL_KINDS:
+            raise ValueError(f"ModelSpec.kind must be one of {', '.join(MODEL_KINDS)}, got {self.kind!r}")
         if self.channels < 1 or self.depth < 1 or any(h < 1 for h in self.hidden):
             raise ValueError(
                 f"ModelSpec sizes must be positive: channels={self.channels}, depth={self.depth}, hidden={self.hidden}"
@@ -31,6 +41,8 @@ class ModelSpec:
         """E.g. "cnn-c8-d2", "cnn-c8-d2-res", "mlp-32x32", "mlp-linear"."""
         if self.kind == "mlp":
             return "mlp-" + ("x".join(map(str, self.hidden)) or "linear")
+        if self.kind != "cnn":
+            return self.kind.replace("_", "-")
         return f"cnn-c{self.channels}-d{self.depth}" + ("-res" if self.residual else "")
 
 
@@ -75,8 +87,65 @@ class MLP(nn.Module):
         return nn.Dense(self.num_classes, name="head")(h)
 
 
+class FilterResponseNorm(nn.Module):
+    """FRN + TLU (Singh & Krishnan, 2020): x / sqrt(mean_HW(x²) + eps), then max(γx + β, τ); per channel."""
+
+    eps: float = 1e-6
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        c = x.shape[-1]
+        gamma = self.param("scale", nn.initializers.ones, (c,))
+        beta = self.param("bias", nn.initializers.zeros, (c,))
+        tau = self.param("tau", nn.initializers.zeros, (c,))
+        nu2 = jnp.mean(jnp.square(x), axis=(-3, -2), keepdims=True)
+        x = x * jax.lax.rsqrt(nu2 + self.eps)
+        return jnp.maximum(gamma * x + beta, tau)
+
+
+class ResNetFRN(nn.Module):
+    """ResNet-(6n+2) for 32×32 images (He et al. 2016 CIFAR variant) with FRN/TLU instead of batch norm and
+    Swish activations, as the HMC reference of Izmailov et al. (2021): stem conv 16 → 3 stages (16, 32, 64
+    filters) of n basic blocks, stride 2 at the first block of stages 2 and 3 with a 1×1 conv (+FRN) shortcut
+    → global average pool → Dense(num_classes). depth 20 → n = 3 (≈ 0.27 M parameters for 10 classes)."""
+
+    num_classes: int
+    depth: int = 20
+    width: int = 16
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        if (self.depth - 2) % 6:
+            raise ValueError(f"ResNetFRN depth must be 6n+2, got {self.depth}")
+        n = (self.depth - 2) // 6
+        act = nn.swish
+
+        def layer(h, filters, kernel=3, strides=1, activation=True):
+            h = nn.Conv(filters, (kernel, kernel), strides=(strides, strides), padding="SAME")(h)
+            h = FilterResponseNorm()(h)
+            return act(h) if activation else h
+
+        filters = self.width
+        h = layer(x, filters)
+        for stage in range(3):
+            for block in range(n):
+                strides = 2 if stage > 0 and block == 0 else 1
+                y = layer(h, filters, strides=strides)
+                y = layer(y, filters, activation=False)
+                if stage > 0 and block == 0:
+                    h = layer(h, filters, kernel=1, strides=strides, activation=False)
+                h = act(h + y)
+            filters *= 2
+        h = jnp.mean(h, axis=(1, 2))
+        return nn.Dense(self.num_classes, name="head")(h)
+
+
 def build_model(spec: ModelSpec, num_classes: int) -> nn.Module:
     """The flax module described by `spec` with `num_classes` outputs."""
     if spec.kind == "mlp":
         return MLP(num_classes, spec.hidden)
+    if spec.kind == "fmnist_1conv":  # the paper's Fashion-MNIST evaluation net (spec §6)
+        return CNN(num_classes, channels=32, depth=1, residual=False)
+    if spec.kind == "resnet20_frn":
+        return ResNetFRN(num_classes, depth=20)
     return CNN(num_classes, spec.channels, spec.depth, spec.residual)

@@ -23,7 +23,17 @@ class Splits:
 
 def make_splits(ds: Dataset, train_frac: float = 0.8, inner_frac: float = 0.1) -> Splits:
     """Cut the official train split in order: [0, train_frac) train, [train_frac, train_frac+inner_frac) inner
-    validation, the rest outer validation; test is the official test split."""
+    validation, the rest outer validation; test is the official test split.
+
+    A dataset with an official validation split (Dataset.x_valid, e.g. MedMNIST's BloodMNIST) keeps its whole
+    training split for training and uses the official validation split for both validation roles (spec §5.5).
+    """
+    if ds.x_valid is not None:
+        if len(ds.x_train) == 0 or len(ds.x_valid) == 0:
+            raise ValueError(f"{ds.name}: empty train ({len(ds.x_train)}) or validation ({len(ds.x_valid)}) split")
+        valid = (jnp.asarray(ds.x_valid), jnp.asarray(ds.y_valid))
+        return Splits((jnp.asarray(ds.x_train), jnp.asarray(ds.y_train)), valid, valid,
+                      (jnp.asarray(ds.x_test), jnp.asarray(ds.y_test)))
     n = len(ds.x_train)
     a, b = round(n * train_frac), round(n * (train_frac + inner_frac))
     if not (0 < a < b < n):

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from l2e.types import Posterior
 from tasks.datasets import check_dataset_name, load_dataset
-from tasks.models import ModelSpec, build_model
+from tasks.models import IMAGE_KINDS, ModelSpec, build_model
 from tasks.splits import Data, Splits, make_splits
 
 
@@ -52,7 +52,7 @@ class Task:
         self.model = build_model(spec.model, self.num_classes)
         self.data_size: int = int(self.splits.train[0].shape[0])
         self.input_shape: tuple[int, ...] = tuple(self.splits.train[0].shape[1:])
-        if spec.model.kind == "cnn" and len(self.input_shape) != 3:
+        if spec.model.kind in IMAGE_KINDS and len(self.input_shape) != 3:
             raise ValueError(f"{spec.name}: a CNN needs (H, W, C) images, got inputs of shape {self.input_shape}")
 
     def __repr__(self) -> str:
