@@ -9,3 +9,8 @@ __all__ = [
     "DATASETS", "Dataset", "DatasetError", "load_dataset", "read_idx", "read_npz_images",
     "Splits", "make_splits", "ModelSpec", "build_model", "TaskSpec", "Task", "build_task", "TaskDistribution",
 ]
+from tasks.regression import (  # noqa: E402
+    RegressionData, RegressionSpec, RegressionTask, build_regression_task, load_uci, synthetic_1d,
+)
+
+__all__ += ["RegressionData", "RegressionSpec", "RegressionTask", "build_regression_task", "load_uci", "synthetic_1d"]

@@ -46,6 +46,8 @@ def _splits(dataset: str, data_dir: str | None, max_train: int | None) -> tuple[
 class Task:
     """A built task. All methods are pure and jittable; data always comes in as arguments (batches)."""
 
+    kind = "classification"
+
     def __init__(self, spec: TaskSpec):
         self.spec = spec
         self.splits, self.num_classes = _splits(spec.dataset, spec.data_dir, spec.max_train)
