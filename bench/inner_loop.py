@@ -1,17 +1,28 @@
-"""Inner-loop cost: one L2E step inside the compiled loop vs one standalone jitted step (and vs lax.scan).
+"""B1 / B2: the inner-loop cost of one L2E step.
 
-Usage: python -m bench.inner_loop [--dataset digits] [--channels 8] [--depth 2] [--steps 200] [--repeats 5]
+Usage: python -m bench.inner_loop [--dataset digits] [--channels 8] [--depth 2] [--steps 200] [--repeats 7]
+                                  [--breakdown] [--data-dir DIR]
 
-Prints median per-step milliseconds of
-  standalone : jit(one step) called from Python once per step (the reference cost),
-  chunked    : l2e.chains.run_chain, the project's inner loop (a Python loop over a jitted chunk of
-               `chunk` unrolled steps),
-  scan       : the same steps inside one jitted lax.scan (the known XLA:CPU hazard),
-and the ratios to standalone, plus L2E ÷ SGHMC per step on the same model and batch.
+All variants are compiled first, then timed *interleaved* (repeat r runs every variant once, in turn), so
+machine-load drifts hit all of them alike; figures are medians over repeats of per-repeat ratios.
+
+Variants (per-step milliseconds):
+  l2e/sghmc standalone : jit(one step) called from Python once per step (the reference cost),
+  l2e/sghmc chunked    : l2e.chains.run_chain, the project's inner loop (a Python loop over a jitted chunk of
+                         `chunk` unrolled steps),
+  l2e scan             : the same steps inside one jitted lax.scan (the known XLA:CPU hazard),
+  with --breakdown also
+  l2e nomlp            : L2E step with the meta-model replaced by α = 0, β = r (gradient + averages + noise),
+  l2e feats            : features + per-tensor normalisation, then a linear 9→2 head instead of the MLP,
+  l2e fused            : bench/l2e_fused.py (shared first layer, feature-major MLP; same mathematics).
+
+B1 = l2e chunked ÷ sghmc chunked;  B2 = l2e chunked ÷ l2e standalone.
 """
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import statistics
 import time
 
@@ -20,52 +31,165 @@ import jax.numpy as jnp
 
 from l2e.chains import ChainSchedule, make_chunk, run_chain
 from l2e.l2e import L2EConfig, build_kernel, init as l2e_init
-from l2e.meta_model import sghmc_like_meta_params
+from l2e.meta_model import features, sghmc_like_meta_params
 from l2e.sghmc import sghmc
 from tasks import ModelSpec, Task, TaskSpec, build_task
 
+MNIST_DIR = "/work/shared/data/mnist"
 
-def per_step_ms(fn, steps: int, repeats: int) -> float:
-    fn()  # compile / warm up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
+
+@functools.lru_cache(maxsize=None)
+def default_meta_params():
+    """SGHMC-like meta-parameters (a 500-step jitted fit: computed once per process)."""
+    return sghmc_like_meta_params(jax.random.PRNGKey(0))
+
+
+def interleaved(fns: dict, steps: int, repeats: int) -> dict[str, list[float]]:
+    """Per-step ms of each zero-argument callable (which runs `steps` steps), timed round-robin."""
+    for fn in fns.values():  # compile / warm up
         jax.block_until_ready(fn())
-        times.append((time.perf_counter() - t0) / steps * 1e3)
-    return statistics.median(times)
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn())
+            times[name].append((time.perf_counter() - t0) / steps * 1e3)
+    return times
 
 
-def measure(task: Task, kernel, state0, args, steps: int, chunk: int, batch_size: int, repeats: int) -> dict:
+def median_ratio(times: dict, num: str, den: str) -> float:
+    """Median over repeats of the per-repeat ratio num/den (both measured in the same round)."""
+    return statistics.median(a / b for a, b in zip(times[num], times[den]))
+
+
+def chain_runners(task: Task, kernel, state0, args, steps: int, chunk: int, batch_size: int,
+                  standalone: bool = True, scan: bool = False) -> dict:
+    """Zero-argument callables running `steps` steps of `kernel`: chunked (+ standalone, scan)."""
     key = jax.random.PRNGKey(0)
     data = task.train_data
-    one = jax.jit(make_chunk(kernel, Task.sample_batch, batch_size, 1))
-
-    def standalone():
-        s = state0
-        for i in range(steps):
-            s = one(s, key, jnp.asarray(i, jnp.int32), data, args)
-        return s
-
+    out = {}
     sched = ChainSchedule(num_steps=steps, num_samples=1, thinning=1, batch_size=batch_size, chunk=chunk)
     chunk_fn = jax.jit(make_chunk(kernel, Task.sample_batch, batch_size, sched.chunk_length))
+    out["chunked"] = lambda: run_chain(chunk_fn, state0, key, data, args, sched)[0]
+    if standalone:
+        one = jax.jit(make_chunk(kernel, Task.sample_batch, batch_size, 1))
 
-    def chunked():
-        return run_chain(chunk_fn, state0, key, data, args, sched)[0]
+        def run_standalone():
+            s = state0
+            for i in range(steps):
+                s = one(s, key, jnp.asarray(i, jnp.int32), data, args)
+            return s
 
-    body_chunk = make_chunk(kernel, Task.sample_batch, batch_size, 1)
+        out["standalone"] = run_standalone
+    if scan:
+        body_chunk = make_chunk(kernel, Task.sample_batch, batch_size, 1)
 
-    @jax.jit
-    def scanned(s, data, args):
-        def body(s, i):
-            return body_chunk(s, key, i, data, args), None
+        @jax.jit
+        def scanned(s, data, args):
+            def body(s, i):
+                return body_chunk(s, key, i, data, args), None
 
-        return jax.lax.scan(body, s, jnp.arange(steps, dtype=jnp.int32))[0]
+            return jax.lax.scan(body, s, jnp.arange(steps, dtype=jnp.int32))[0]
 
-    return {
-        "standalone": per_step_ms(standalone, steps, repeats),
-        "chunked": per_step_ms(chunked, steps, repeats),
-        "scan": per_step_ms(lambda: scanned(state0, data, args), steps, repeats),
+        out["scan"] = lambda: scanned(state0, data, args)
+    return out
+
+
+def _nomlp_meta_fn(meta_params, grad, position, momentum, averages):
+    return jax.tree.map(jnp.zeros_like, momentum), momentum
+
+
+def _feats_meta_fn(meta_params, grad, position, momentum, averages):
+    """Features + normalisation, then a linear 9→2 head (the first layer's first two columns)."""
+    from l2e.meta_model import apply_per_coordinate  # noqa: F401  (same splitting as the reference)
+    w = meta_params["Dense_0"]["kernel"][:, :2]
+    out = features(grad, position, momentum, averages) @ w
+    leaves, treedef = jax.tree.flatten(position)
+    offs = [0]
+    for x in leaves:
+        offs.append(offs[-1] + x.size)
+    split = lambda col: jax.tree.unflatten(
+        treedef, [col[offs[i]:offs[i + 1]].reshape(x.shape) for i, x in enumerate(leaves)])
+    return split(0.1 * out[:, 0]), split(0.1 * out[:, 1])
+
+
+def make_task(dataset: str, channels: int, depth: int, residual: bool = False, data_dir: str | None = None,
+              max_train: int = 2000) -> Task:
+    if dataset == "mnist" and data_dir is None:
+        data_dir = MNIST_DIR
+    return build_task(TaskSpec(dataset, ModelSpec("cnn", channels=channels, depth=depth, residual=residual),
+                               data_dir=data_dir, max_train=max_train))
+
+
+def step_costs(task: Task, steps: int = 200, repeats: int = 7, chunk: int = 2, batch_size: int = 64,
+               scan: bool = True, breakdown: bool = False, meta_params=None, variants: tuple[str, ...] = ()) -> dict:
+    """Per-step ms of every variant (medians) and the B1 / B2 ratios (medians of per-round ratios)."""
+    from bench.l2e_fused import build_fused_kernel
+
+    theta = task.init_params(jax.random.PRNGKey(1))
+    phi = meta_params if meta_params is not None else default_meta_params()
+    cfg = L2EConfig(alpha_scale=0.1, beta_scale=0.1)
+    sg = sghmc(task.posterior, learning_rate=0.05, friction=15.0)
+    s_l2e = l2e_init(theta)
+    fns = {}
+    for k, f in chain_runners(task, build_kernel(task.posterior, cfg), s_l2e, phi, steps, chunk, batch_size,
+                              scan=scan).items():
+        fns[f"l2e {k}"] = f
+    for k, f in chain_runners(task, lambda key, s, b, _: sg.step(key, s, b), sg.init(theta), None, steps, chunk,
+                              batch_size).items():
+        fns[f"sghmc {k}"] = f
+    all_variants = {
+        "nomlp": lambda: build_kernel(task.posterior, cfg, _nomlp_meta_fn),
+        "feats": lambda: build_kernel(task.posterior, cfg, _feats_meta_fn),
+        "fused": lambda: build_fused_kernel(task.posterior, cfg, "feature"),
+        "fused-coord": lambda: build_fused_kernel(task.posterior, cfg, "coord"),
     }
+    variants = tuple(all_variants) if breakdown else tuple(variants)
+    if variants:
+        for name in variants:
+            kern = all_variants[name]()
+            fns[f"l2e {name}"] = chain_runners(task, kern, s_l2e, phi, steps, chunk, batch_size,
+                                               standalone=False)["chunked"]
+    times = interleaved(fns, steps, repeats)
+    res = {
+        "task": task.spec.name,
+        "d": sum(x.size for x in jax.tree.leaves(theta)),
+        "batch_size": batch_size,
+        "ms": {k: statistics.median(v) for k, v in times.items()},
+        "B1": median_ratio(times, "l2e chunked", "sghmc chunked"),
+        "B2": median_ratio(times, "l2e chunked", "l2e standalone"),
+        "sghmc chunked/standalone": median_ratio(times, "sghmc chunked", "sghmc standalone"),
+    }
+    if scan:
+        res["scan/standalone"] = median_ratio(times, "l2e scan", "l2e standalone")
+    if variants:
+        for name in variants:
+            res[f"{name}/sghmc"] = median_ratio(times, f"l2e {name}", "sghmc chunked")
+    return res
+
+
+def check_fused(task: Task, steps: int = 5) -> float:
+    """Max |Δ| between the reference L2E step and the fused prototype after `steps` identical steps."""
+    from bench.l2e_fused import build_fused_kernel
+
+    cfg = L2EConfig(alpha_scale=0.1, beta_scale=0.1)
+    phi = default_meta_params()
+    s_ref = s_fus = l2e_init(task.init_params(jax.random.PRNGKey(1)))
+    ref = jax.jit(make_chunk(build_kernel(task.posterior, cfg), Task.sample_batch, 64, 1))
+    fus = jax.jit(make_chunk(build_fused_kernel(task.posterior, cfg), Task.sample_batch, 64, 1))
+    key = jax.random.PRNGKey(3)
+    for i in range(steps):
+        s_ref = ref(s_ref, key, jnp.asarray(i, jnp.int32), task.train_data, phi)
+        s_fus = fus(s_fus, key, jnp.asarray(i, jnp.int32), task.train_data, phi)
+    diffs = jax.tree.leaves(jax.tree.map(lambda a, b: jnp.max(jnp.abs(a - b)), (s_ref.position, s_ref.momentum),
+                                         (s_fus.position, s_fus.momentum)))
+    return float(max(diffs))
+
+
+def report(res: dict) -> None:
+    print(f"task {res['task']}  d={res['d']}  batch {res['batch_size']}  backend {jax.default_backend()}")
+    print("  per-step ms: " + "  ".join(f"{k} {v:.3f}" for k, v in res["ms"].items()))
+    print("  " + "  ".join(f"{k} {v:.2f}" for k, v in res.items() if isinstance(v, float)))
 
 
 def main(argv=None) -> dict:
@@ -73,30 +197,20 @@ def main(argv=None) -> dict:
     p.add_argument("--dataset", default="digits")
     p.add_argument("--channels", type=int, default=8)
     p.add_argument("--depth", type=int, default=2)
+    p.add_argument("--residual", action="store_true")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--chunk", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--breakdown", action="store_true")
+    p.add_argument("--check", action="store_true", help="also check the fused prototype against the reference")
     p.add_argument("--data-dir", default=None)
     a = p.parse_args(argv)
-    task = build_task(TaskSpec(a.dataset, ModelSpec("cnn", channels=a.channels, depth=a.depth), data_dir=a.data_dir,
-                               max_train=2000))
-    theta = task.init_params(jax.random.PRNGKey(1))
-    phi = sghmc_like_meta_params(jax.random.PRNGKey(0))
-    l2e_kernel = build_kernel(task.posterior, L2EConfig(alpha_scale=0.1, beta_scale=0.1))
-    sg = sghmc(task.posterior, learning_rate=0.05, friction=15.0)
-    res = {
-        "l2e": measure(task, l2e_kernel, l2e_init(theta), phi, a.steps, a.chunk, a.batch_size, a.repeats),
-        "sghmc": measure(task, lambda k, s, b, _: sg.step(k, s, b), sg.init(theta), None, a.steps, a.chunk,
-                         a.batch_size, a.repeats),
-    }
-    print(f"task {task.spec.name}  N={task.data_size}  batch {a.batch_size}  steps {a.steps}  chunk {a.chunk}  "
-          f"backend {jax.default_backend()}")
-    for name, r in res.items():
-        print(f"{name:6s} per-step ms: standalone {r['standalone']:.3f}  chunked {r['chunked']:.3f}  "
-              f"scan {r['scan']:.3f}  | chunked/standalone {r['chunked'] / r['standalone']:.2f}  "
-              f"scan/standalone {r['scan'] / r['standalone']:.2f}")
-    print(f"L2E/SGHMC per step (chunked): {res['l2e']['chunked'] / res['sghmc']['chunked']:.2f}")
+    task = make_task(a.dataset, a.channels, a.depth, a.residual, a.data_dir)
+    if a.check:
+        print(f"fused vs reference, max |Δ| after 5 steps: {check_fused(task):.3g}")
+    res = step_costs(task, a.steps, a.repeats, a.chunk, a.batch_size, breakdown=a.breakdown)
+    report(res)
     return res
 
 

@@ -1,0 +1,126 @@
+"""python -m bench [--quick] [--skip B4,B6] — run benchmarks B1–B6, one line per figure.
+
+B1 L2E step ÷ SGHMC step (CPU CNN; goal ≤ 1.25)        bench/inner_loop.py
+B2 step in the compiled inner loop ÷ standalone step (≤ 1.1) bench/inner_loop.py
+B3 ES population throughput ÷ (P × single chain) (≥ 0.9)   bench/es_throughput.py
+B4 peak RSS of meta-training, inner 3000 ÷ 500 (≤ 1.1)     bench/memory.py
+B5 ESS/s of L2E ÷ cyclical SGHMC, held-out task (≥ 1.5)    bench/ess.py
+B6 wall time of `python -m meta_train --preset default` (≤ 600 s)
+Every ratio is measured side by side in one process (medians of per-round ratios); B6 is absolute.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+GOALS = {  # name: (description, goal, "le"/"ge")
+    "B1": ("l2e/sghmc step ratio", 1.25, "le"),
+    "B2": ("chunked/standalone step ratio", 1.10, "le"),
+    "B3": ("ES population throughput ratio", 0.90, "ge"),
+    "B4": ("peak RSS ratio inner 3000/500", 1.10, "le"),
+    "B5": ("ESS/s ratio l2e/csghmc", 1.50, "ge"),
+    "B6": ("meta_train --preset default wall s", 600.0, "le"),
+}
+
+
+def line(fig: str, value: float, extra: str = "", label: str | None = None) -> str:
+    desc, goal, op = GOALS[fig]
+    ok = value <= goal if op == "le" else value >= goal
+    sym = "≤" if op == "le" else "≥"
+    return (f"{fig} {label or desc}: {value:.2f} (goal {sym} {goal:g}) {'PASS' if ok else 'MISS'}"
+            + (f"  [{extra}]" if extra else ""))
+
+
+def run_b6(quick: bool) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "meta_train", "--preset", "smoke" if quick else "default", "--output",
+               f"{tmp}/run", "--overwrite", "--no-progress"]
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True)
+        return time.perf_counter() - t0
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="tiny repeats / budgets (harness check, not the figures)")
+    ap.add_argument("--skip", default="", help="comma-separated figures to skip, e.g. B4,B6")
+    ap.add_argument("--json", default=None, help="also write all raw results to this JSON file")
+    a = ap.parse_args(argv)
+    skip = {s.strip().upper() for s in a.skip.split(",") if s.strip()}
+    q = a.quick
+    results, lines = {}, []
+    t_all = time.perf_counter()
+
+    def emit(s):
+        lines.append(s)
+        print(s, flush=True)
+
+    if not {"B1", "B2"} <= skip:
+        from bench.inner_loop import make_task, step_costs
+
+        cases = [("digits", 8, 2, 64, 20 if q else 100), ("mnist", 8, 2, 128, 10 if q else 50)]
+        for ds, ch, dep, bs, steps in cases:
+            if ds == "mnist" and (q or not os.path.isdir("/work/shared/data/mnist")):
+                continue
+            t0 = time.perf_counter()
+            r = step_costs(make_task(ds, ch, dep), steps=steps, repeats=2 if q else 5, batch_size=bs, scan=False,
+                           variants=("fused-coord",))
+            results[f"B1B2 {r['task']}"] = r
+            tag = f"{r['task']} d={r['d']} batch {bs}"
+            if "B1" not in skip:
+                emit(line("B1", r["B1"], f"{tag}; fused prototype l2e/sghmc {r['fused-coord/sghmc']:.2f}; "
+                                         f"{time.perf_counter() - t0:.0f} s"))
+            if "B2" not in skip:
+                emit(line("B2", r["B2"], f"{tag}; sghmc {r['sghmc chunked/standalone']:.2f}"))
+        if "B1" not in skip:
+            emit("B1 ResNet20-FRN/GPU (goal ≤ 1.10): not measured — no GPU lent to this task")
+    if "B3" not in skip:
+        from bench.es_throughput import es_throughput
+
+        t0 = time.perf_counter()
+        r = es_throughput((2,) if q else (2, 4, 8), steps=10 if q else 100, repeats=2 if q else 3, unrolled=False)
+        results["B3"] = r
+        for k, v in r.items():
+            if k.startswith("B3 "):
+                emit(line("B3", v, f"{r['task']}, {k[3:]}; {time.perf_counter() - t0:.0f} s",
+                          label=f"ES population throughput ratio {k[3:]}"))
+    if "B4" not in skip:
+        from bench.memory import memory_ratio
+
+        r = memory_ratio(300 if q else 3000, 50 if q else 500, num_outer=1 if q else 2)
+        results["B4"] = r
+        emit(line("B4", r["B4"], f"{r['rss_long_mib']:.0f} / {r['rss_short_mib']:.0f} MiB, "
+                                 f"inner {r['long']}/{r['short']}; {r['seconds']:.0f} s",
+                  label=f"peak RSS ratio inner {r['long']}/{r['short']}"))
+    if "B5" not in skip:
+        from bench.ess import ess_per_second
+
+        t0 = time.perf_counter()
+        r = ess_per_second(chains=2 if q else 3, steps=100 if q else 1000)
+        results["B5"] = r
+        emit(line("B5", r["B5"], f"{r['task']}, {r['chains']} chains × {r['steps']} steps; ESS "
+                                 f"{r['l2e']['ess']:.1f} in {r['l2e']['seconds']:.1f} s vs {r['csghmc']['ess']:.1f} "
+                                 f"in {r['csghmc']['seconds']:.1f} s; {time.perf_counter() - t0:.0f} s"))
+    if "B6" not in skip:
+        s = run_b6(q)
+        results["B6"] = s
+        emit(line("B6", s, "smoke preset (--quick)" if q else "default preset",
+                  label="meta_train --preset " + ("smoke" if q else "default") + " wall s"))
+    total = time.perf_counter() - t_all
+    emit(f"total {total:.0f} s")
+    results["total_seconds"] = total
+    results["lines"] = lines
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1, default=str)
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""Smoke test of the benchmark harness (bench/): tiny configurations, finite positive ratios (not the goals)."""
+import math
+
+import jax
+import pytest
+
+from tasks import ModelSpec, TaskSpec
+
+
+def _ok(x):
+    return isinstance(x, float) and math.isfinite(x) and x > 0
+
+
+@pytest.fixture(scope="module")
+def tiny_task():
+    from bench.inner_loop import make_task
+
+    return make_task("digits", channels=4, depth=1, max_train=200)
+
+
+def test_b1_b2_step_costs(tiny_task):
+    from bench.inner_loop import step_costs
+
+    r = step_costs(tiny_task, steps=4, repeats=1, batch_size=16, scan=False)
+    for k in ("B1", "B2", "sghmc chunked/standalone"):
+        assert _ok(r[k]), (k, r[k])
+    assert all(_ok(v) for v in r["ms"].values())
+
+
+def test_fused_prototype_matches_reference(tiny_task):
+    from bench.inner_loop import check_fused
+
+    assert check_fused(tiny_task, steps=1) < 1e-4
+
+
+def test_b3_es_throughput():
+    from bench.es_throughput import es_throughput
+
+    r = es_throughput((2,), steps=10, repeats=1, spec=TaskSpec("digits", ModelSpec("cnn", channels=4, depth=1)),
+                      unrolled=False)
+    assert _ok(r["B3 P=2"])
+
+
+def test_goal_lines():
+    from bench.__main__ import line
+
+    assert line("B1", 1.2).endswith("PASS")
+    assert "MISS" in line("B3", 0.5)
