@@ -10,6 +10,11 @@ Protocol per task (index t) and method:
     Without tuning the first grid value is used.
   * final run with the chosen lr, scored on the full `test` split: BMA ACC / NLL / ECE, pairwise KLD,
     and the BMA curve over the first k = 1..K samples.  Divergent samples are excluded and counted.
+  * divergence: a chain (ensemble member) with a non-finite sample or prediction is divergent; its samples
+    are excluded from the BMA and every metric, and `divergent_chains` counts them per method (the report
+    says so).
+  * reference (optional, per task): predictive probabilities of a reference posterior (e.g. HMC), one row per
+    test example (evaluate.reference); every method's BMA gets `agreement` and `total_variation` against it.
 """
 from __future__ import annotations
 
@@ -23,11 +28,16 @@ from tqdm.auto import tqdm
 import l2e
 from evaluate.config import EvalConfig
 from evaluate.methods import MethodResult, run_method, split_data
-from evaluate.metrics import bma_curve, bma_log_probs, classification_metrics, nll_from_log_probs
+from evaluate.metrics import (agreement, bma_curve, bma_log_probs, bma_probs, classification_metrics,
+                              nll_from_log_probs, total_variation)
+from evaluate.reference import ReferenceDataError, check_alignment, load_reference_probs
 from evaluate.report import write_report
 from tasks.task import build_task
 
-__all__ = ["evaluate", "format_table", "load_l2e", "run_task_method"]
+__all__ = ["DIVERGENCE_NOTE", "evaluate", "format_table", "load_l2e", "load_references", "run_task_method"]
+
+DIVERGENCE_NOTE = ("a chain (ensemble member) with a non-finite sample or prediction is divergent: it is "
+                   "counted per method (divergent_chains) and its samples are excluded from the BMA and all metrics")
 
 
 def load_l2e(sampler_path=None) -> dict:
@@ -55,8 +65,11 @@ def _hp_label(point: dict) -> str:
     return ",".join(f"{names.get(k, k)}={v:g}" for k, v in point.items())
 
 
-def run_task_method(task, task_key, method: str, cfg: EvalConfig, sampler: dict | None, bar=None) -> dict:
-    """Tune (optionally) and run one method on one task; return its report entry."""
+def run_task_method(task, task_key, method: str, cfg: EvalConfig, sampler: dict | None, bar=None,
+                    reference: np.ndarray | None = None) -> dict:
+    """Tune (optionally) and run one method on one task; return its report entry.
+
+    reference: (n_test, C) reference predictive probabilities; adds "agreement" and "total_variation"."""
     extra = {} if method != "l2e" else {"meta_params": sampler["meta_params"], "sampler": sampler["sampler"]}
     points = cfg.grid.points(method)
     grid_scores: dict[str, float | None] = {}
@@ -104,12 +117,20 @@ def run_task_method(task, task_key, method: str, cfg: EvalConfig, sampler: dict 
         entry["curve"] = curve
     else:  # every sample diverged: nothing to average
         entry.update({"acc": None, "nll": None, "ece": None, "pairwise_kld": None, "curve": None})
+    if reference is not None:
+        if len(res.samples_log_probs):
+            probs = bma_probs(res.samples_log_probs)
+            entry["agreement"] = agreement(probs, reference)
+            entry["total_variation"] = total_variation(probs, reference)
+        else:
+            entry["agreement"] = entry["total_variation"] = None
     return entry
 
 
 def _config_record(cfg: EvalConfig, sampler: dict | None) -> dict:
     record = cfg.to_dict()
     record["tasks"] = [dataclasses.asdict(t) | {"name": t.name} for t in cfg.tasks]
+    record["divergent_chains"] = DIVERGENCE_NOTE
     record["thinning_used"] = cfg.sample_thinning
     record["csghmc_cycles_used"] = cfg.cycles
     record["seconds_measure"] = (
@@ -130,12 +151,36 @@ def _task_names(cfg: EvalConfig) -> list[str]:
     return names
 
 
-def evaluate(cfg: EvalConfig, out_dir=None, sampler_path=None, progress: bool = True, sampler: dict | None = None) -> dict:
+def load_references(references: dict | None, names: list[str], tasks: list) -> dict[str, dict]:
+    """{task name: {"path", "probs", "accuracy"}} from {task name or None: path}; None stands for the
+    only task.  Every file is checked (shape against the task's test split, probabilities, row order)."""
+    out = {}
+    for name, path in (references or {}).items():
+        if name is None:
+            if len(names) != 1:
+                raise ReferenceDataError(f"--reference {path}: the configuration has {len(names)} tasks; "
+                                         f"name one as TASK=PATH (tasks: {', '.join(names)})")
+            name = names[0]
+        if name not in names:
+            raise ReferenceDataError(f"--reference for unknown task {name!r}; tasks: {', '.join(names)}")
+        task = tasks[names.index(name)]
+        _, y_test = task.splits.test
+        probs = load_reference_probs(path, int(y_test.shape[0]), task.num_classes)
+        acc = check_alignment(probs, np.asarray(y_test), f"reference probabilities {path}")
+        out[name] = {"path": str(path), "probs": probs, "accuracy": acc}
+    return out
+
+
+def evaluate(cfg: EvalConfig, out_dir=None, sampler_path=None, progress: bool = True, sampler: dict | None = None,
+             references: dict | None = None) -> dict:
     """Run the evaluation described by `cfg`; write report.json / report.md / bma_curves.png into out_dir
-    (if given).  `sampler` (from `load_l2e`) overrides `sampler_path`.  Returns the results dict."""
+    (if given).  `sampler` (from `load_l2e`) overrides `sampler_path`.  `references`: {task name (or None
+    for the only task): path of reference predictive probabilities} (see `load_references`); every input is
+    checked before anything is computed.  Returns the results dict."""
     if "l2e" in cfg.methods and sampler is None:
         sampler = load_l2e(sampler_path)  # fail fast, before any compilation
     tasks = [build_task(spec) for spec in cfg.tasks]  # dataset errors surface here
+    refs = load_references(references, _task_names(cfg), tasks)
     total = sum((len(cfg.grid.points(m)) if cfg.tune else 0) + 1 for m in cfg.methods) * len(tasks)
     results = {"config": _config_record(cfg, sampler if "l2e" in cfg.methods else None), "tasks": {}}
     root = jax.random.PRNGKey(cfg.seed)
@@ -143,8 +188,10 @@ def evaluate(cfg: EvalConfig, out_dir=None, sampler_path=None, progress: bool = 
         for t, (name, task, held_out) in enumerate(zip(_task_names(cfg), tasks, cfg.held_out)):
             task_key = jax.random.fold_in(root, t)
             methods = {}
+            ref = refs.get(name)
             for method in cfg.methods:
-                methods[method] = run_task_method(task, task_key, method, cfg, sampler, bar)
+                methods[method] = run_task_method(task, task_key, method, cfg, sampler, bar,
+                                                  None if ref is None else ref["probs"])
             results["tasks"][name] = {
                 "held_out": held_out,
                 "spec": dataclasses.asdict(task.spec),
@@ -152,6 +199,8 @@ def evaluate(cfg: EvalConfig, out_dir=None, sampler_path=None, progress: bool = 
                          "classes": task.num_classes},
                 "methods": methods,
             }
+            if ref is not None:
+                results["tasks"][name]["reference"] = {"path": ref["path"], "accuracy": ref["accuracy"]}
     if out_dir is not None:
         paths = write_report(results, out_dir)
         results["paths"] = {k: str(v) for k, v in paths.items()}

@@ -1,4 +1,9 @@
-"""python -m meta_train --preset default --output runs/meta_train [--set key=value ...] [--resume|--overwrite]"""
+"""python -m meta_train --preset default --output runs/meta_train [--set key=value ...] [--resume|--overwrite]
+
+Bad input (unknown preset or config key, bad value, missing or malformed data, an output directory that
+holds another run or cannot be written, a corrupt checkpoint on --resume) prints `error: <one line>` to
+stderr and exits with status 2 without writing anything.
+"""
 from __future__ import annotations
 
 import argparse
@@ -7,10 +12,16 @@ import sys
 import time
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, status 2 (argparse's own usage dump is multi-line)
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv: list[str] | None = None) -> int:
     from meta_train.config import PRESETS, ConfigError, apply_overrides
 
-    parser = argparse.ArgumentParser(prog="python -m meta_train", description=__doc__)
+    parser = _Parser(prog="python -m meta_train", description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="default", help=f"one of: {', '.join(PRESETS)}")
     parser.add_argument("--output", default="runs/meta_train", help="run directory (config, log, checkpoints)")
     parser.add_argument("--seed", type=int, default=None)
@@ -42,8 +53,14 @@ def main(argv: list[str] | None = None) -> int:
         summary = meta_train(config, args.output, resume=args.resume, overwrite=args.overwrite,
                              progress=not args.no_progress)
     except (ConfigError, RunDirError, CheckpointError, DatasetError, ValueError) as e:
-        print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+        print(f"error: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}", file=sys.stderr)
         return 2
+    except OSError as e:  # e.g. the disk filled up or the directory became unwritable mid-run
+        print(f"error: {e.strerror or type(e).__name__}: {e.filename or args.output}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"error: interrupted; continue with --resume --output {args.output}", file=sys.stderr)
+        return 130
     print(f"meta-training done: {summary['iterations']} outer iterations in {time.perf_counter() - t0:.1f} s, "
           f"last meta-loss {summary['final_meta_loss']}; checkpoints in {args.output}/checkpoints")
     return 0
