@@ -41,6 +41,12 @@ def init_meta_params(key: jax.Array, hidden: Sequence[int] = (32, 32)) -> PyTree
     return MetaMLP(tuple(hidden)).init(key, jnp.zeros((1, NUM_FEATURES)))["params"]
 
 
+def mlp_layers(meta_params: PyTree) -> list[tuple[jax.Array, jax.Array]]:
+    """[(kernel, bias), …] of a meta-parameter dict, input layer first."""
+    return [(meta_params[k]["kernel"], meta_params[k]["bias"])
+            for k in sorted(meta_params, key=lambda k: int(k.split("_")[-1]))]
+
+
 def hidden_sizes(meta_params: PyTree) -> tuple[int, ...]:
     """The hidden widths of a meta-parameter dict (for rebuilding the module from a checkpoint)."""
     layers = sorted(meta_params, key=lambda k: int(k.split("_")[-1]))
