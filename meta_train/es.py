@@ -104,6 +104,8 @@ def per_member(fn, mesh: Mesh, member_args: tuple[bool, ...], out_replicated: bo
     pop, rep = PartitionSpec("pop"), PartitionSpec()
 
     local = jax.vmap(fn, in_axes=tuple(0 if b else None for b in member_args))
+    if mesh.size == 1:  # plain vmap: shard_map over one device measured ~15 % slower on XLA:CPU
+        return jax.jit(local)
 
     mapped = jax.shard_map(local, mesh=mesh, in_specs=tuple(pop if b else rep for b in member_args),
                            out_specs=pop)
