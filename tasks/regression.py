@@ -25,9 +25,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from l2e.types import Posterior
 from tasks.datasets import DatasetError, _default_dir
 from tasks.splits import Data, Splits
+from tasks.task import TaskBase
 
 UCI_DATASETS = (
     "bostonHousing", "concrete", "energy", "kin8nm", "naval-propulsion-plant", "power-plant",
@@ -343,7 +343,7 @@ def _pair(x: np.ndarray, y: np.ndarray) -> Data:
     return jnp.asarray(x), jnp.asarray(y)
 
 
-class RegressionTask:
+class RegressionTask(TaskBase):
     """A built regression task, interface-compatible with `tasks.Task` (pure, jittable methods; data in batches).
 
     Batches are (x (B, d) float32, y (B,) float32).  splits: train / inner_valid / outer_valid / test, where both
@@ -379,26 +379,6 @@ class RegressionTask:
         x, y = batch
         loc, scale = self.apply(params, x)
         return jnp.mean(_HALF_LOG_2PI + jnp.log(scale) + 0.5 * jnp.square((y - loc) / scale))
-
-    def log_prior(self, params) -> jax.Array:
-        """log N(θ; 0, σ² I) up to a constant: −Σθ² / (2σ²)."""
-        sq = sum(jnp.sum(jnp.square(p)) for p in jax.tree.leaves(params))
-        return -0.5 * sq / self.spec.prior_variance
-
-    @property
-    def posterior(self) -> Posterior:
-        return Posterior(self.nll, self.log_prior, self.data_size)
-
-    @property
-    def train_data(self) -> Data:
-        return self.splits.train
-
-    @staticmethod
-    def sample_batch(key: jax.Array, data: Data, batch_size: int) -> Data:
-        """Uniform minibatch with replacement; pure (batch_size must be static under jit)."""
-        x, y = data
-        idx = jax.random.randint(key, (batch_size,), 0, x.shape[0])
-        return x[idx], y[idx]
 
     def predict(self, params_samples, x: jax.Array) -> tuple[jax.Array, jax.Array]:
         """params_samples: a params pytree with a leading sample axis K → (loc (K, B), scale (K, B))."""

@@ -43,7 +43,34 @@ def _splits(dataset: str, data_dir: str | None, max_train: int | None) -> tuple[
     return make_splits(ds), ds.num_classes
 
 
-class Task:
+class TaskBase:
+    """What every task shares: Gaussian prior N(0, σ² I) from `spec.prior_variance`, the Posterior, minibatches.
+
+    Subclasses set `spec`, `splits`, `data_size` and define `nll(params, batch)`.
+    """
+
+    def log_prior(self, params) -> jax.Array:
+        """log N(θ; 0, σ² I) up to a constant: −Σθ² / (2σ²)."""
+        sq = sum(jnp.sum(jnp.square(p)) for p in jax.tree.leaves(params))
+        return -0.5 * sq / self.spec.prior_variance
+
+    @property
+    def posterior(self) -> Posterior:
+        return Posterior(self.nll, self.log_prior, self.data_size)
+
+    @property
+    def train_data(self) -> Data:
+        return self.splits.train
+
+    @staticmethod
+    def sample_batch(key: jax.Array, data: Data, batch_size: int) -> Data:
+        """Uniform minibatch with replacement; pure (batch_size must be static under jit)."""
+        x, y = data
+        idx = jax.random.randint(key, (batch_size,), 0, x.shape[0])
+        return x[idx], y[idx]
+
+
+class Task(TaskBase):
     """A built task. All methods are pure and jittable; data always comes in as arguments (batches)."""
 
     kind = "classification"
@@ -74,25 +101,6 @@ class Task:
         logp = jax.nn.log_softmax(self.logits(params, x))
         return -jnp.mean(jnp.take_along_axis(logp, y[:, None].astype(jnp.int32), axis=1))
 
-    def log_prior(self, params) -> jax.Array:
-        """log N(θ; 0, σ² I) up to a constant: −Σθ² / (2σ²)."""
-        sq = sum(jnp.sum(jnp.square(p)) for p in jax.tree.leaves(params))
-        return -0.5 * sq / self.spec.prior_variance
-
-    @property
-    def posterior(self) -> Posterior:
-        return Posterior(self.nll, self.log_prior, self.data_size)
-
-    @property
-    def train_data(self) -> Data:
-        return self.splits.train
-
-    @staticmethod
-    def sample_batch(key: jax.Array, data: Data, batch_size: int) -> Data:
-        """Uniform minibatch with replacement; pure (batch_size must be static under jit)."""
-        x, y = data
-        idx = jax.random.randint(key, (batch_size,), 0, x.shape[0])
-        return x[idx], y[idx]
 
 
 @functools.lru_cache(maxsize=None)
