@@ -87,9 +87,8 @@ def run_chain(
     progress: Callable[[int], None] | None = None,
 ) -> tuple[Any, PyTree]:
     """Run `schedule.num_steps` updates with a compiled `chunk_fn` (from `make_chunk`, jitted, of length
-    `schedule.chunk_length`).  Returns (final state, samples) with samples' leaves stacked on a new
-    leading axis of size num_samples (after any batch axes of `position_fn(state)`'s leaves... i.e.
-    axis 0 is the sample index).
+    `schedule.chunk_length`).  Returns (final state, samples): the leaves of `position_fn(state)` at the
+    sample steps, stacked on a new leading axis 0 of size num_samples.
     """
     length = schedule.chunk_length
     wanted = set(schedule.sample_steps)
