@@ -27,7 +27,7 @@ from blackjax.diagnostics import effective_sample_size
 import l2e
 from evaluate.config import get_preset
 from evaluate.methods import run_csghmc, run_l2e, split_data
-from tasks import ModelSpec, TaskSpec, build_task
+from tasks import TaskSpec, build_task
 
 
 def ess_per_second(chains: int = 4, steps: int = 1000, spec: TaskSpec | None = None, seed: int = 0) -> dict:

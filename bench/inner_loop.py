@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import statistics
 import time
 

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from l2e.l2e import L2EConfig, L2EState
 from l2e.meta_model import DECAYS, NORM_EPS, update_averages
 from l2e.sghmc import physical_step_size
-from l2e.types import Posterior, normal_like
+from l2e.types import Posterior
 
 MOMENTUM = 2  # column of r in FEATURE_NAMES
 FIXED = (0, 1) + tuple(range(3, 3 + len(DECAYS)))  # g, θ, m_0.1 … m_0.9999

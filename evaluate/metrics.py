@@ -98,7 +98,6 @@ def ece(probs, labels, num_bins: int = 15) -> float:
     edges = np.linspace(0.0, 1.0, num_bins + 1)
     # first edge >= conf  ->  bin b with edges[b-1] < conf <= edges[b]; 0-based = b-1
     idx = np.clip(np.searchsorted(edges, conf, side="left") - 1, 0, num_bins - 1)
-    counts = np.bincount(idx, minlength=num_bins).astype(np.float64)
     sum_acc = np.bincount(idx, weights=correct, minlength=num_bins)
     sum_conf = np.bincount(idx, weights=conf, minlength=num_bins)
     # sum_b (n_b/n)|acc_b - conf_b| = (1/n) sum_b |sum_acc_b - sum_conf_b|
