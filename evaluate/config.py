@@ -159,6 +159,16 @@ class EvalConfig:
             return ChainSchedule(g // k, 1, g // k, self.batch_size, self.chunk)
         raise ConfigError(f"unknown method {method!r}")
 
+    def task_names(self) -> list[str]:
+        """Report names of the tasks: spec.name (+ "-n<max_train>"), "#2", "#3"… for repeats."""
+        names, seen = [], {}
+        for spec in self.tasks:
+            max_train = getattr(spec, "max_train", None)
+            name = spec.name if max_train is None else f"{spec.name}-n{max_train}"
+            seen[name] = seen.get(name, 0) + 1
+            names.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+        return names
+
     def to_dict(self) -> dict:
         return json.loads(json.dumps(dataclasses.asdict(self)))
 

@@ -142,15 +142,6 @@ def _config_record(cfg: EvalConfig, sampler: dict | None) -> dict:
     return record
 
 
-def _task_names(cfg: EvalConfig) -> list[str]:
-    names, seen = [], {}
-    for spec in cfg.tasks:
-        name = spec.name if spec.max_train is None else f"{spec.name}-n{spec.max_train}"
-        seen[name] = seen.get(name, 0) + 1
-        names.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
-    return names
-
-
 def load_references(references: dict | None, names: list[str], tasks: list) -> dict[str, dict]:
     """{task name: {"path", "probs", "accuracy"}} from {task name or None: path}; None stands for the
     only task.  Every file is checked (shape against the task's test split, probabilities, row order)."""
@@ -180,12 +171,12 @@ def evaluate(cfg: EvalConfig, out_dir=None, sampler_path=None, progress: bool = 
     if "l2e" in cfg.methods and sampler is None:
         sampler = load_l2e(sampler_path)  # fail fast, before any compilation
     tasks = [build_task(spec) for spec in cfg.tasks]  # dataset errors surface here
-    refs = load_references(references, _task_names(cfg), tasks)
+    refs = load_references(references, cfg.task_names(), tasks)
     total = sum((len(cfg.grid.points(m)) if cfg.tune else 0) + 1 for m in cfg.methods) * len(tasks)
     results = {"config": _config_record(cfg, sampler if "l2e" in cfg.methods else None), "tasks": {}}
     root = jax.random.PRNGKey(cfg.seed)
     with tqdm(total=total, desc="evaluate", unit="run", disable=not progress, dynamic_ncols=True) as bar:
-        for t, (name, task, held_out) in enumerate(zip(_task_names(cfg), tasks, cfg.held_out)):
+        for t, (name, task, held_out) in enumerate(zip(cfg.task_names(), tasks, cfg.held_out)):
             task_key = jax.random.fold_in(root, t)
             methods = {}
             ref = refs.get(name)

@@ -3,11 +3,11 @@ from tasks.datasets import DATASETS, Dataset, DatasetError, load_dataset, read_i
 from tasks.distribution import TaskDistribution
 from tasks.models import ModelSpec, build_model
 from tasks.splits import Splits, make_splits
-from tasks.task import Task, TaskSpec, build_task
+from tasks.task import Task, TaskSpec, build, build_task
 
 __all__ = [
     "DATASETS", "Dataset", "DatasetError", "load_dataset", "read_idx", "read_npz_images",
-    "Splits", "make_splits", "ModelSpec", "build_model", "TaskSpec", "Task", "build_task", "TaskDistribution",
+    "Splits", "make_splits", "ModelSpec", "build_model", "TaskSpec", "Task", "build", "build_task", "TaskDistribution",
 ]
 from tasks.regression import (  # noqa: E402
     RegressionData, RegressionSpec, RegressionTask, build_regression_task, load_uci, synthetic_1d,

@@ -62,6 +62,10 @@ class TaskBase:
     def train_data(self) -> Data:
         return self.splits.train
 
+    def log_density(self, params) -> jax.Array:
+        """Full-batch unnormalised log posterior ℓ(θ) = −N·mean NLL(train) + log p(θ) (for NUTS, MCLMC/MILE)."""
+        return -self.data_size * self.nll(params, self.splits.train) + self.log_prior(params)
+
     @staticmethod
     def sample_batch(key: jax.Array, data: Data, batch_size: int) -> Data:
         """Uniform minibatch with replacement; pure (batch_size must be static under jit)."""
@@ -107,3 +111,14 @@ class Task(TaskBase):
 def build_task(spec: TaskSpec) -> Task:
     """Build (and cache per spec) the Task of `spec`; tasks on the same data share its arrays."""
     return Task(spec)
+
+
+def build(spec) -> TaskBase:
+    """Build any task spec: a `TaskSpec` (classification) or a `tasks.regression.RegressionSpec`."""
+    from tasks.regression import RegressionSpec, build_regression_task
+
+    if isinstance(spec, RegressionSpec):
+        return build_regression_task(spec)
+    if isinstance(spec, TaskSpec):
+        return build_task(spec)
+    raise TypeError(f"not a task spec: {spec!r}")
