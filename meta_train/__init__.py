@@ -1,5 +1,23 @@
-"""Meta-training of the L2E sampler with antithetic evolution strategies (`python -m meta_train`)."""
-from meta_train.config import PRESETS, ConfigError, ESConfig, MetaTrainConfig, apply_overrides
-from meta_train.train import RunDirError, meta_train
+"""Meta-training of the L2E sampler with antithetic evolution strategies (`python -m meta_train`).
 
-__all__ = ["PRESETS", "ConfigError", "ESConfig", "MetaTrainConfig", "RunDirError", "apply_overrides", "meta_train"]
+Submodules: config (MetaTrainConfig, presets), es (the ES outer step, population sharding), train (the loop,
+log, checkpoints), distributed (multi-host start-up).  Names are imported lazily so that
+`python -m meta_train --distributed` can call `jax.distributed.initialize()` before anything touches JAX.
+"""
+from __future__ import annotations
+
+import importlib
+
+_LAZY = {
+    "PRESETS": "meta_train.config", "ConfigError": "meta_train.config", "ESConfig": "meta_train.config",
+    "MetaTrainConfig": "meta_train.config", "apply_overrides": "meta_train.config",
+    "RunDirError": "meta_train.train", "meta_train": "meta_train.train",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'meta_train' has no attribute {name!r}")

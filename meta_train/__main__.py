@@ -18,7 +18,23 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def _initialize_distributed() -> int:
+    """`jax.distributed.initialize()` before anything else touches JAX (importing the project's modules does)."""
+    from meta_train.distributed import initialize_distributed
+
+    try:
+        initialize_distributed()
+    except (RuntimeError, ValueError) as e:
+        print(f"error: --distributed: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}",
+              file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--distributed" in argv and (rc := _initialize_distributed()):
+        return rc
     from meta_train.config import PRESETS, ConfigError, apply_overrides
 
     parser = _Parser(prog="python -m meta_train", description=__doc__.splitlines()[0])
@@ -32,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true", help="continue the run in --output from its latest checkpoint")
     parser.add_argument("--overwrite", action="store_true", help="replace the run in --output")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--distributed", action="store_true",
+                        help="multi-host run: call jax.distributed.initialize() first (coordinator from "
+                             "$JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES, $JAX_PROCESS_ID or auto-detected); "
+                             "run the same command on every host; only process 0 writes --output")
     args = parser.parse_args(argv)
 
     from l2e.checkpoint import CheckpointError

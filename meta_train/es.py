@@ -10,9 +10,10 @@ Scale-out: the population axis is sharded over a 1-D mesh ("pop") of the devices
 device runs population/n members' chains; data, keys and θ₀ are replicated; every member sees the same
 keys whatever the device count. On XLA:CPU the numbers agree to float32 rounding, not bit for bit: merely
 forcing 4 host devices (XLA_FLAGS=--xla_force_host_platform_device_count=4) changes the last bits even
-without sharding; ES then amplifies them over iterations (tests/test_paper_scale.py bounds both). Multi-host: set L2E_DISTRIBUTED=1 (plus, where JAX cannot
-auto-detect the cluster, JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID) and this module calls
-`jax.distributed.initialize()` on import, before any computation; jax.devices() is then global.
+without sharding; ES then amplifies them over iterations (tests/test_paper_scale.py bounds both).
+Multi-host: `python -m meta_train --distributed ...` on every host calls meta_train.distributed before any
+computation (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID where JAX cannot auto-detect the
+cluster); jax.devices() is then global and only process 0 writes the run directory (meta_train.train).
 """
 from __future__ import annotations
 
@@ -36,41 +37,26 @@ from meta_train.config import ESConfig
 from tasks.task import Task, TaskSpec, build_task
 
 
-def initialize_distributed() -> bool:
-    """Call `jax.distributed.initialize()` once if $L2E_DISTRIBUTED is 1/true (multi-host meta-training).
-
-    Arguments come from $JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES, $JAX_PROCESS_ID when set, otherwise JAX
-    auto-detects the cluster (Cloud TPU, SLURM, Open MPI, …). Returns whether it initialised. Not testable on a
-    single machine; every process must run the same command with the same config and seed.
-    """
-    if os.environ.get("L2E_DISTRIBUTED", "").lower() not in ("1", "true", "yes"):
-        return False
-    if getattr(initialize_distributed, "_done", False):
-        return True
-    kw = {}
-    if addr := os.environ.get("JAX_COORDINATOR_ADDRESS"):
-        kw["coordinator_address"] = addr
-    if n := os.environ.get("JAX_NUM_PROCESSES"):
-        kw["num_processes"] = int(n)
-    if pid := os.environ.get("JAX_PROCESS_ID"):
-        kw["process_id"] = int(pid)
-    jax.distributed.initialize(**kw)
-    initialize_distributed._done = True
-    return True
-
-
-initialize_distributed()
-
-
 @functools.lru_cache(maxsize=None)
 def population_mesh(population: int) -> Mesh:
     """A 1-D Mesh ("pop",) over the largest number of devices (≤ all of them) that divides `population`
-    (all devices when population is a multiple of the device count). $L2E_NO_SHARDING=1: one device."""
+    (all devices when population is a multiple of the device count). $L2E_NO_SHARDING=1: one device.
+
+    Multi-host: the mesh takes the same number of devices from every process (so every process holds a
+    share of the population and a replica of the fitness); the population must be a multiple of the number
+    of processes."""
     devices = jax.devices()
-    if os.environ.get("L2E_NO_SHARDING", "").lower() in ("1", "true", "yes"):
+    if os.environ.get("L2E_NO_SHARDING", "").lower() in ("1", "true", "yes") and jax.process_count() == 1:
         devices = devices[:1]
-    n = max(d for d in range(1, min(population, len(devices)) + 1) if population % d == 0)
-    return Mesh(np.array(devices[:n]), ("pop",))
+    procs = jax.process_count()
+    if procs == 1:
+        n = max(d for d in range(1, min(population, len(devices)) + 1) if population % d == 0)
+        return Mesh(np.array(devices[:n]), ("pop",))
+    if population % procs:
+        raise ValueError(f"es.population ({population}) must be a multiple of the number of processes ({procs})")
+    by_proc = [[d for d in devices if d.process_index == p] for p in range(procs)]
+    per = max(d for d in range(1, min(len(ds) for ds in by_proc) + 1) if (population // procs) % d == 0)
+    return Mesh(np.array([d for ds in by_proc for d in ds[:per]]), ("pop",))
 
 
 def _put(tree, sharding: NamedSharding):
@@ -80,7 +66,7 @@ def _put(tree, sharding: NamedSharding):
 
     def one(x):
         host = np.asarray(x)
-        return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+        return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx], dtype=host.dtype)
 
     return jax.tree.map(one, tree)
 
@@ -201,5 +187,8 @@ def evaluate_population(spec: TaskSpec, population, keys: OuterKeys, sampler: L2
     idx = jax.random.choice(keys.loss, n, (min(meta_loss_examples, n),), replace=False)
     batch = replicate((jnp.take(x, idx, axis=0), jnp.take(y, idx, axis=0)), mesh)
     fitness = population_meta_loss(spec, mesh)(samples, *batch)
-    fitness = jnp.asarray(np.asarray(jax.block_until_ready(fitness)))
+    fitness = jax.block_until_ready(fitness)
+    if not fitness.is_fully_addressable:  # multi-host: every process holds a full replica
+        fitness = fitness.addressable_data(0)
+    fitness = jnp.asarray(np.asarray(fitness))
     return fitness, time.perf_counter() - t0

@@ -144,7 +144,18 @@ def _write_json_durably(path: Path, obj) -> None:
         os.fsync(f.fileno())
 
 
+def is_writer() -> bool:
+    """Whether this process writes the run directory (log, plot, checkpoints): process 0 only.
+
+    In a multi-host run (`--distributed`) every process computes the same ES step on the global device
+    mesh; only process 0 touches the (shared) output directory, the others only read it on --resume."""
+    return jax.process_index() == 0
+
+
 def _tree_checkpointer():
+    if jax.process_count() > 1:  # only process 0 writes: no cross-process barrier inside orbax
+        opts = ocp.options.MultiprocessingOptions(primary_host=0, active_processes={0})
+        return ocp.Checkpointer(ocp.StandardCheckpointHandler(), multiprocessing_options=opts)
     return ocp.Checkpointer(ocp.StandardCheckpointHandler())  # synchronous
 
 
@@ -278,7 +289,9 @@ def meta_train(config: MetaTrainConfig, out: str | Path, resume: bool = False, o
     out = Path(out)
     fault = _fault_plan()
     check_inputs(config)
-    prepare_output(out, config, resume, overwrite)
+    writer = is_writer()
+    if writer:
+        prepare_output(out, config, resume, overwrite)
     k_meta = jax.random.fold_in(jax.random.PRNGKey(config.seed), -1 % 2**31)
     if config.meta_init == "sghmc":
         phi0 = sghmc_like_meta_params(k_meta, config.hidden)
@@ -290,8 +303,9 @@ def meta_train(config: MetaTrainConfig, out: str | Path, resume: bool = False, o
     ckpt_root = (out / CHECKPOINTS).resolve()
     start, es_state = restore_checkpoint(ckpt_root, template) if resume else (0, template)
     rows = [r for r in read_log(out) if r["iteration"] < start] if resume else []
-    clean_staging(ckpt_root)
-    write_log(out, rows)
+    if writer:
+        clean_staging(ckpt_root)
+        write_log(out, rows)
     end = config.num_outer if stop_after is None else min(config.num_outer, stop_after)
     seen: set = set()
     last_plot = time.perf_counter()
@@ -337,6 +351,8 @@ def meta_train(config: MetaTrainConfig, out: str | Path, resume: bool = False, o
         seen.add(spec)
         rows.append(row)
         line = json.dumps(row, sort_keys=True) + "\n"
+        if not writer:
+            continue
         with open(out / LOG, "a") as f:
             if fault is not None and fault == ("mid_log", it):
                 f.write(line[: len(line) // 2])
@@ -354,7 +370,7 @@ def meta_train(config: MetaTrainConfig, out: str | Path, resume: bool = False, o
                 plot_meta_loss([r for r in rows if r["meta_loss"] is not None], out / PLOT)
                 last_plot = time.perf_counter()
     bar.close()
-    if start < end or not (out / PLOT).exists():
+    if writer and (start < end or not (out / PLOT).exists()):
         plot_meta_loss([r for r in rows if r["meta_loss"] is not None], out / PLOT)
     return {
         "iterations": end,
