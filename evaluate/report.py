@@ -1,16 +1,21 @@
-"""Report writers for benchmark results (JSON, Markdown tables, BMA-curve plot).
+"""Report writers for evaluation results: JSON, Markdown tables, and PNG plots.
 
-Input is a plain dict::
+Input is the plain dict of `evaluate.run.evaluate`::
 
     {"config": {...},
-     "tasks": {task_name: {"held_out": str,
-                           "methods": {method: {"acc", "nll", "ece", "pairwise_kld",
-                                                "grad_evals", "seconds", "num_samples",
-                                                "hyperparameters", "divergent_chains",
-                                                "curve": {"num_samples", "acc", "nll"}}}}}}
+     "tasks": {task_name: {"kind": "classification" | "regression", "held_out": str,
+                           "methods": {method: entry}, "reference": {...}?, "band": {...}?}}}
 
-Missing entries are rendered as "—" / skipped.  Optional curve keys ``acc_sd`` /
-``nll_sd`` (same length as ``acc``) are drawn as ±1 sd bands.
+entry: classification "acc", "nll", "ece", "pairwise_kld", ["agreement", "total_variation"];
+regression "lppd", "nll", "rmse", "calibration_error"; both "grad_evals", "gradient", "epochs", "seconds",
+"num_samples", "divergent_chains", "hyperparameters", "curve" ({"num_samples", metric: [...]}), and
+optionally "ess" ({"mean_ess", "ess_per_second", "ess_per_1k_grads", "frac_chainwise_rhat_below_1.1", …})
+and "barrier" ({"lambdas", "error", "nll", "error_barrier", "nll_barrier", "pair"}).  The method "hmc" is the
+reference posterior: shown in the tables, never bolded as best.  band (1-D regression): {"x_train", "y_train",
+"x", "y", "methods": {method: {"mean", "lower", "upper"}}}.
+
+A metric column appears when at least one method has it; missing entries are rendered as "—".  Curve keys
+``<metric>_sd`` are drawn as ±1 sd bands.
 """
 from __future__ import annotations
 
@@ -24,10 +29,19 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["write_json", "render_markdown", "write_markdown", "plot_curves", "write_report"]
+__all__ = ["plot_barriers", "plot_band", "plot_curves", "plot_ess", "render_markdown", "write_json",
+           "write_markdown", "write_report"]
 
-TABLE_METRICS = ("acc", "nll", "ece", "pairwise_kld", "grad_evals", "seconds")
-_BEST = {"acc": max, "nll": min}
+TABLE_METRICS = {
+    "classification": ("acc", "nll", "ece", "pairwise_kld", "agreement", "total_variation"),
+    "regression": ("lppd", "nll", "rmse", "calibration_error"),
+}
+BUDGET_COLUMNS = ("gradient", "grad_evals", "epochs", "seconds")
+CURVE_METRICS = {"classification": (("acc", "BMA accuracy"), ("nll", "BMA NLL")),
+                 "regression": (("lppd", "LPPD"), ("rmse", "RMSE"))}
+_BEST = {"acc": max, "nll": min, "lppd": max, "rmse": min, "agreement": max, "total_variation": min,
+         "calibration_error": min}
+REFERENCE_METHOD = "hmc"
 _MISSING = "—"
 
 
@@ -83,8 +97,14 @@ def _fmt(metric: str, v) -> str:
     if metric == "seconds":
         return f"{float(x):.1f}"
     if metric == "grad_evals":
-        return f"{int(round(x))}" if math.isfinite(float(x)) else f"{x}"
+        return f"{round(x)}" if math.isfinite(float(x)) else f"{x}"
+    if metric == "epochs":
+        return f"{float(x):.3g}"
     return f"{float(x):.4g}"
+
+
+def _kind(task: dict) -> str:
+    return task.get("kind") or "classification"
 
 
 def _tasks(results: dict) -> dict:
@@ -114,49 +134,85 @@ def _config_lines(config: dict) -> list[str]:
 def _best_values(methods: dict) -> dict:
     best = {}
     for metric, pick in _BEST.items():
-        vals = [_number(m.get(metric)) for m in methods.values()]
+        vals = [_number(m.get(metric)) for k, m in methods.items() if k != REFERENCE_METHOD]
         vals = [float(v) for v in vals if v is not None and not math.isnan(float(v))]
         if vals:
             best[metric] = pick(vals)
     return best
 
 
+def _columns(methods: dict, names) -> list[str]:
+    return [c for c in names if any(m.get(c) is not None for m in methods.values())]
+
+
+def _table(methods: dict, columns: list[str], best: dict | None = None) -> list[str]:
+    best = best or {}
+    lines = ["| method | " + " | ".join(columns) + " |",
+             "|---|" + "|".join("---" if c == "gradient" else "---:" for c in columns) + "|"]
+    for mname, m in methods.items():
+        cells = []
+        for metric in columns:
+            cell = _fmt(metric, m.get(metric))
+            x = _number(m.get(metric))
+            if mname != REFERENCE_METHOD and metric in best and x is not None and float(x) == best[metric]:
+                cell = f"**{cell}**"
+            cells.append(cell)
+        lines.append(f"| {mname} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def _diagnostics_section(methods: dict) -> list[str]:
+    rows = []
+    for mname, m in methods.items():
+        ess, bar = m.get("ess") or {}, m.get("barrier") or {}
+        if not ess and not bar:
+            continue
+        rows.append({"method": mname, "draws": ess.get("draws_per_chain"), "chains": ess.get("chains"),
+                     "mean_ess": ess.get("mean_ess"), "ess_per_second": ess.get("ess_per_second"),
+                     "ess_per_1k_grads": ess.get("ess_per_1k_grads"),
+                     "cR̂<1.1": ess.get("frac_chainwise_rhat_below_1.1"),
+                     "error_barrier": bar.get("error_barrier"), "nll_barrier": bar.get("nll_barrier")})
+    if not rows:
+        return []
+    cols = ["chains", "draws", "mean_ess", "ess_per_second", "ess_per_1k_grads", "cR̂<1.1", "error_barrier",
+            "nll_barrier"]
+    estimator = next((m["ess"].get("estimator") for m in methods.values() if m.get("ess")), None)
+    lines = ["Diagnostics: ESS of the kept draws per chain" + (f" ({estimator})" if estimator else "")
+             + "; cR̂ = chainwise split R̂ (fraction of parameters below 1.1); loss barriers along the linear "
+             "path between two samples (test error / RMSE, and NLL; METRICS §4).", ""]
+    lines += ["| method | " + " | ".join(cols) + " |", "|---|" + "|".join("---:" for _ in cols) + "|"]
+    for r in rows:
+        lines.append(f"| {r['method']} | " + " | ".join(_fmt(c, r[c]) for c in cols) + " |")
+    return lines + [""]
+
+
 def _task_section(name: str, task: dict) -> list[str]:
     methods = task.get("methods", {}) or {}
+    kind = _kind(task)
     lines = [f"## {name}", ""]
     if task.get("held_out") is not None:
         lines += [f"Held out: {task['held_out']}", ""]
     if not methods:
         return lines + ["_No methods._", ""]
-    best = _best_values(methods)
-    header = "| method | " + " | ".join(TABLE_METRICS) + " |"
-    sep = "|---|" + "|".join("---:" for _ in TABLE_METRICS) + "|"
-    lines += [header, sep]
-    for mname in sorted(methods):
-        m = methods[mname]
-        cells = []
-        for metric in TABLE_METRICS:
-            cell = _fmt(metric, m.get(metric))
-            x = _number(m.get(metric))
-            if metric in best and x is not None and float(x) == best[metric]:
-                cell = f"**{cell}**"
-            cells.append(cell)
-        lines.append(f"| {mname} | " + " | ".join(cells) + " |")
-    lines.append("")
-    counts = {k: m.get("num_samples") for k, m in sorted(methods.items())
-              if m.get("num_samples") is not None}
+    ref = task.get("reference") or {}
+    if ref:
+        lines += [f"Reference posterior (`{REFERENCE_METHOD}` row; agreement and total variation are against it): "
+                  f"{ref.get('path', '?')}", ""]
+    lines += _table(methods, _columns(methods, TABLE_METRICS[kind]) + _columns(methods, BUDGET_COLUMNS),
+                    _best_values(methods))
+    counts = {k: m.get("num_samples") for k, m in methods.items() if m.get("num_samples") is not None}
     if counts:
         lines.append("Samples per method: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
         if len(set(counts.values())) > 1:
             lines[-1] += " (**sample counts differ**)"
         lines.append("")
-    divergent = {k: m.get("divergent_chains") for k, m in sorted(methods.items())
+    divergent = {k: m.get("divergent_chains") for k, m in methods.items()
                  if (_number(m.get("divergent_chains")) or 0) > 0}
     if divergent:
         lines.append("Methods with divergent chains: "
                      + ", ".join(f"{k} ({v})" for k, v in divergent.items()))
         lines.append("")
-    return lines
+    return lines + _diagnostics_section(methods)
 
 
 def render_markdown(results: dict) -> str:
@@ -164,8 +220,10 @@ def render_markdown(results: dict) -> str:
     title = (results.get("config") or {}).get("title", "Benchmark report")
     lines = [f"# {title}", "", "## Configuration", ""]
     lines += _config_lines(results.get("config") or {})
-    lines += ["", f"Best accuracy (max) and best NLL (min) per task in **bold**; "
-              f"metrics to 4 significant digits, seconds to 0.1 s.", ""]
+    lines += ["", "Best value per metric and task in **bold** (accuracy, LPPD, agreement: max; NLL, RMSE, total "
+              "variation, calibration error: min; the `hmc` reference row is never bolded); metrics to 4 "
+              "significant digits, seconds to 0.1 s. grad_evals counts the method's gradient evaluations of the "
+              "kind in `gradient` (minibatch or full batch); epochs = per-example gradients / N.", ""]
     for name in sorted(_tasks(results)):
         lines += _task_section(name, _tasks(results)[name])
     return "\n".join(lines).rstrip() + "\n"
@@ -176,27 +234,41 @@ def write_markdown(results: dict, path) -> Path:
     return _atomic_write_bytes(path, render_markdown(results).encode("utf-8"))
 
 
-# --------------------------------------------------------------------------- plot
-def plot_curves(results: dict, path) -> Path:
-    """Plot BMA accuracy and NLL versus number of samples (row per task) to a PNG.
-
-    Uses the Agg canvas directly (no pyplot global state). Returns the path.
-    """
+# --------------------------------------------------------------------------- plots
+def _figure(nrows: int, ncols: int, width: float, height: float):
+    """A (Figure, axes (nrows, ncols)) on the Agg canvas (no pyplot global state)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height * nrows))
+    FigureCanvasAgg(fig)
+    return fig, fig.subplots(nrows, ncols, squeeze=False)
+
+
+def _save(fig, path) -> Path:
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    return _atomic_write_bytes(path, buf.getvalue())
+
+
+def _empty(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
+
+
+def plot_curves(results: dict, path) -> Path:
+    """BMA metric versus number of samples, one row per task (accuracy and NLL; regression: LPPD and RMSE)."""
     from matplotlib.ticker import MaxNLocator
 
     names = sorted(_tasks(results))
-    nrows = max(1, len(names))
-    fig = Figure(figsize=(11, 3.6 * nrows))
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(nrows, 2, squeeze=False)
+    fig, axes = _figure(max(1, len(names)), 2, 11, 3.6)
     if not names:
         for ax in axes[0]:
-            ax.text(0.5, 0.5, "no tasks", ha="center", va="center", transform=ax.transAxes)
+            _empty(ax, "no tasks")
     for row, name in enumerate(names):
-        methods = _tasks(results)[name].get("methods", {}) or {}
-        for col, (key, label) in enumerate((("acc", "BMA accuracy"), ("nll", "BMA NLL"))):
+        task = _tasks(results)[name]
+        methods = task.get("methods", {}) or {}
+        for col, (key, label) in enumerate(CURVE_METRICS[_kind(task)]):
             ax = axes[row, col]
             drawn = 0
             for mname in sorted(methods):
@@ -220,23 +292,110 @@ def plot_curves(results: dict, path) -> Path:
             if drawn:
                 ax.legend(fontsize="small")
             else:
-                ax.text(0.5, 0.5, "no curves", ha="center", va="center", transform=ax.transAxes)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    return _atomic_write_bytes(path, buf.getvalue())
+                _empty(ax, "no curves")
+    return _save(fig, path)
+
+
+def _has(results: dict, key: str) -> bool:
+    return any(m.get(key) for t in _tasks(results).values() for m in (t.get("methods") or {}).values())
+
+
+def plot_ess(results: dict, path) -> Path:
+    """Bar charts per task: ESS per second of sampler wall time and ESS per 1000 gradient evaluations."""
+    names = sorted(_tasks(results))
+    fig, axes = _figure(max(1, len(names)), 2, 11, 3.4)
+    for row, name in enumerate(names):
+        methods = {k: m["ess"] for k, m in (_tasks(results)[name].get("methods") or {}).items() if m.get("ess")}
+        for col, (key, label) in enumerate((("ess_per_second", "ESS / s"), ("ess_per_1k_grads", "ESS / 1000 grads"))):
+            ax = axes[row, col]
+            vals = [(k, _number(e.get(key))) for k, e in methods.items()]
+            vals = [(k, float(v)) for k, v in vals if v is not None and math.isfinite(float(v))]
+            if not vals:
+                _empty(ax, "no ESS")
+            else:
+                ax.bar([k for k, _ in vals], [v for _, v in vals], color="tab:blue", alpha=0.8)
+                ax.tick_params(axis="x", labelrotation=30)
+                ax.grid(True, axis="y", alpha=0.3)
+            ax.set_title(f"{name}: {label} (mean over coordinates)")
+    return _save(fig, path)
+
+
+def plot_barriers(results: dict, path) -> Path:
+    """Loss along the linear path between two samples, per task: test error (regression: RMSE) and NLL."""
+    names = sorted(_tasks(results))
+    fig, axes = _figure(max(1, len(names)), 2, 11, 3.4)
+    for row, name in enumerate(names):
+        task = _tasks(results)[name]
+        err_label = "RMSE" if _kind(task) == "regression" else "test error"
+        for col, (key, label) in enumerate((("error", err_label), ("nll", "NLL"))):
+            ax = axes[row, col]
+            drawn = 0
+            for mname, m in (task.get("methods") or {}).items():
+                bar = m.get("barrier") or {}
+                if not bar.get(key):
+                    continue
+                ax.plot(bar["lambdas"], bar[key], marker=".", label=f"{mname} (B={_fmt('x', bar.get(f'{key}_barrier'))})")
+                drawn += 1
+            ax.set_title(f"{name}: {label} along θ(λ) = (1−λ)θ_a + λθ_b")
+            ax.set_xlabel("λ")
+            ax.grid(True, alpha=0.3)
+            if drawn:
+                ax.legend(fontsize="x-small")
+            else:
+                _empty(ax, "no barriers")
+    return _save(fig, path)
+
+
+def _band_tasks(results: dict) -> list[str]:
+    return sorted(n for n, t in _tasks(results).items() if (t.get("band") or {}).get("methods"))
+
+
+def plot_band(results: dict, path) -> Path:
+    """1-D regression: predictive mean and 95 % band per method (one panel each), training data as dots."""
+    names = _band_tasks(results)
+    panels = [(n, m) for n in names for m in _tasks(results)[n]["band"]["methods"]]
+    ncols = min(3, max(1, len(panels)))
+    nrows = max(1, math.ceil(len(panels) / ncols))
+    fig, axes = _figure(nrows, ncols, 4.2 * ncols, 3.4)
+    for ax in axes.ravel()[len(panels):]:
+        ax.set_axis_off()
+    for ax, (name, mname) in zip(axes.ravel(), panels):
+        band = _tasks(results)[name]["band"]
+        b = band["methods"][mname]
+        x = np.asarray(band["x"], dtype=float)
+        ax.fill_between(x, np.asarray(b["lower"], float), np.asarray(b["upper"], float), alpha=0.3,
+                        label="95 % predictive")
+        ax.plot(x, np.asarray(b["mean"], float), lw=1.5, label="mean")
+        if band.get("y") is not None:
+            ax.plot(x, np.asarray(band["y"], float), ".", ms=2, color="gray", alpha=0.5, label="test")
+        ax.plot(np.asarray(band["x_train"], float), np.asarray(band["y_train"], float), "k.", ms=3, label="train")
+        ax.set_title(f"{mname} ({name})", fontsize="small")
+        ax.grid(True, alpha=0.3)
+    if panels:
+        axes.ravel()[0].legend(fontsize="x-small")
+    else:
+        _empty(axes[0, 0], "no 1-D regression task")
+    return _save(fig, path)
 
 
 # --------------------------------------------------------------------------- all
 def write_report(results: dict, out_dir) -> dict[str, Path]:
-    """Write report.json, report.md and bma_curves.png into ``out_dir``.
+    """Write report.json, report.md and bma_curves.png into ``out_dir``, plus ess.png, barriers.png and
+    regression_band.png when the results hold ESS, loss barriers or a 1-D regression band.
 
-    Returns {"json": Path, "markdown": Path, "curves": Path}.
+    Returns {"json", "markdown", "curves"[, "ess", "barriers", "band"]: Path}.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    return {
+    paths = {
         "json": write_json(results, out / "report.json"),
         "markdown": write_markdown(results, out / "report.md"),
         "curves": plot_curves(results, out / "bma_curves.png"),
     }
+    if _has(results, "ess"):
+        paths["ess"] = plot_ess(results, out / "ess.png")
+    if _has(results, "barrier"):
+        paths["barriers"] = plot_barriers(results, out / "barriers.png")
+    if _band_tasks(results):
+        paths["band"] = plot_band(results, out / "regression_band.png")
+    return paths

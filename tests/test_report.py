@@ -112,3 +112,51 @@ def test_plot_curves_returns_png_path(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     empty = R.plot_curves({"config": {}, "tasks": {}}, tmp_path / "e.png")
     assert empty.read_bytes()[:4] == b"\x89PNG"
+
+
+def _regression_results():
+    lam = [i / 20 for i in range(21)]
+
+    def entry(lppd, rmse, cal, grads, gradient="minibatch (B=32)", ess=None, barrier=True):
+        return {"lppd": lppd, "nll": -lppd, "rmse": rmse, "calibration_error": cal, "grad_evals": grads,
+                "gradient": gradient, "epochs": grads * 32 / 200, "seconds": 1.0, "num_samples": 4,
+                "divergent_chains": 0,
+                "curve": {"num_samples": [1, 2, 3, 4], "lppd": [lppd - 0.3, lppd - 0.2, lppd - 0.1, lppd],
+                          "rmse": [rmse + 0.1, rmse + 0.05, rmse, rmse]},
+                "ess": ess,
+                "barrier": {"lambdas": lam, "error": [rmse + 0.1 * (1 - abs(2 * t - 1)) for t in lam],
+                            "nll": [1 + 0.2 * (1 - abs(2 * t - 1)) for t in lam], "error_barrier": 0.1,
+                            "nll_barrier": 0.2, "pair": "first and last sample of chain 0"} if barrier else None}
+
+    xs = [i / 10 for i in range(-20, 21)]
+    band = {"x_train": xs[::3], "y_train": [x ** 3 for x in xs[::3]], "x": xs, "y": [x ** 3 for x in xs],
+            "methods": {m: {"mean": [x ** 3 for x in xs], "lower": [x ** 3 - w for x in xs],
+                            "upper": [x ** 3 + w for x in xs]} for m, w in (("l2e", 0.3), ("hmc", 0.5))}}
+    ess = {"estimator": "Geyer", "chains": 1, "draws_per_chain": 4, "mean_ess": 3.5, "median_ess": 3.6,
+           "ess_per_second": 3.5, "ess_per_1k_grads": 1.75, "frac_chainwise_rhat_below_1.1": 0.9}
+    return {"config": {"title": "reg"}, "tasks": {"synthetic_1d/mlp-16x16": {
+        "kind": "regression", "held_out": "demo", "band": band,
+        "reference": {"path": "/tmp/ref"},
+        "methods": {"l2e": entry(0.5, 0.30, 0.05, 2000, ess=ess), "deep_ensemble": entry(0.2, 0.28, 0.09, 2000),
+                    "hmc": entry(0.9, 0.20, 0.01, 50000, "full-batch (N=200)", barrier=False)}}}}
+
+
+def test_regression_table_reference_row_and_diagnostics():
+    md = R.render_markdown(_regression_results())
+    header = next(line for line in md.splitlines() if line.startswith("| method |"))
+    assert header == "| method | lppd | nll | rmse | calibration_error | gradient | grad_evals | epochs | seconds |"
+    sec = "synthetic_1d/mlp-16x16"
+    # best among the methods, never the reference row (it has the better lppd 0.9 and rmse 0.2)
+    assert _row(md, sec, "l2e").startswith("| l2e | **0.5** | **-0.5** | 0.3 | **0.05** | minibatch (B=32) | 2000 |")
+    assert _row(md, sec, "deep_ensemble").startswith("| deep_ensemble | 0.2 | -0.2 | **0.28** | 0.09 |")
+    assert "**" not in _row(md, sec, "hmc")
+    assert "Reference posterior" in md and "/tmp/ref" in md
+    assert "Diagnostics" in md and "| l2e | 1 | 4 | 3.5 | 3.5 | 1.75 | 0.9 | 0.1 | 0.2 |" in md
+
+
+def test_write_report_writes_diagnostic_plots(tmp_path):
+    paths = R.write_report(_regression_results(), tmp_path)
+    assert set(paths) == {"json", "markdown", "curves", "ess", "barriers", "band"}
+    for key in ("curves", "ess", "barriers", "band"):
+        data = paths[key].read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, key
