@@ -84,7 +84,7 @@ def main(argv=None) -> dict:
         from bench.es_throughput import es_throughput
 
         t0 = time.perf_counter()
-        r = es_throughput((2,) if q else (2, 4, 8), steps=10 if q else 100, repeats=2 if q else 3, unrolled=False)
+        r = es_throughput((2,) if q else (2, 4, 8), steps=10 if q else 100, repeats=2 if q else 3)
         results["B3"] = r
         for k, v in r.items():
             if k.startswith("B3 "):

@@ -23,6 +23,11 @@ class ESConfig:
     lr: Adam learning rate; clip_norm: global-norm gradient clip; reset_optimizer: rebuild Adam every
     iteration (the released code's behaviour, ≈ sign-SGD) instead of keeping its state.
     divergence_penalty: fitness given to a member whose meta-loss is not finite.
+    execution: how the population's inner chains run — "vmap" (one program over the batched members,
+    sharded over the device mesh: the GPU/TPU and multi-host path), "sequential" (each member is an ordinary
+    single-chain program, dispatched round-robin over the local devices: on XLA:CPU a vmapped conv net
+    becomes a slow grouped convolution), or "auto" (sequential on a single-process CPU, vmap otherwise).
+    The modes agree to float32 rounding (tests/test_meta_train.py).
     """
 
     population: int = 2
@@ -31,8 +36,11 @@ class ESConfig:
     clip_norm: float = 1.0
     reset_optimizer: bool = False
     divergence_penalty: float = 100.0
+    execution: str = "auto"
 
     def __post_init__(self):
+        if self.execution not in ("auto", "vmap", "sequential"):
+            raise ConfigError(f"es.execution must be auto, vmap or sequential, got {self.execution!r}")
         if self.population < 2 or self.population % 2:
             raise ConfigError(f"es.population must be a positive even number, got {self.population}")
         for name in ("sigma", "lr", "clip_norm", "divergence_penalty"):

@@ -165,13 +165,85 @@ def outer_keys(seed: int, iteration: int) -> OuterKeys:
     return OuterKeys(*jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), iteration), 5))
 
 
+def execution_mode(es_or_mode) -> str:
+    """"vmap" or "sequential" for an ESConfig (or its `execution` string); "auto" → sequential on a
+    single-process CPU backend, vmap otherwise."""
+    mode = getattr(es_or_mode, "execution", es_or_mode)
+    if mode == "auto":
+        return "sequential" if jax.default_backend() == "cpu" and jax.process_count() == 1 else "vmap"
+    return mode
+
+
+@functools.lru_cache(maxsize=None)
+def member_chunk(spec: TaskSpec, sampler: L2EConfig, schedule: ChainSchedule):
+    """Jitted single-member chunk (state, key, start, data, meta_params) -> state; runs on its inputs' device."""
+    task = build_task(spec)
+    return jax.jit(make_chunk(build_kernel(task.posterior, sampler), Task.sample_batch, schedule.batch_size,
+                              schedule.chunk_length))
+
+
+@functools.lru_cache(maxsize=None)
+def member_meta_loss(spec: TaskSpec):
+    """Jitted BMA NLL of one member's samples (leaves (K, ...)) on (x, y)."""
+    return jax.jit(bma_nll_fn(build_task(spec)))
+
+
+@functools.lru_cache(maxsize=8)
+def _device_data(spec: TaskSpec, device):
+    task = build_task(spec)
+    return jax.device_put((task.train_data, task.splits.outer_valid), device)
+
+
+def _sequential_population(spec, population, keys, sampler, schedule, meta_loss_examples, progress):
+    """Members as ordinary single-chain programs, member m on local device m mod n_devices.
+
+    Every member's chunks are dispatched asynchronously (a Python loop over chunks, members interleaved), so
+    devices run concurrently; the computation of a member does not depend on the device count."""
+    task = build_task(spec)
+    p = jax.tree.leaves(population)[0].shape[0]
+    devices = jax.local_devices()
+    chunk = member_chunk(spec, sampler, schedule)
+    theta0 = task.init_params(keys.init)
+    placed = [devices[m % len(devices)] for m in range(p)]
+    states = [jax.device_put(l2e_init(theta0), d) for d in placed]
+    metas = [jax.device_put(jax.tree.map(lambda x, m=m: x[m], population), d) for m, d in enumerate(placed)]
+    data = [_device_data(spec, d) for d in placed]
+    chain_keys = [jax.device_put(keys.chain, d) for d in placed]
+    length = schedule.chunk_length
+    wanted = set(schedule.sample_steps)
+    samples = [[] for _ in range(p)]
+    t0 = time.perf_counter()
+    for start in range(0, schedule.num_steps, length):
+        for m in range(p):
+            states[m] = chunk(states[m], chain_keys[m], jnp.asarray(start, jnp.int32), data[m][0], metas[m])
+            if start + length in wanted:
+                samples[m].append(states[m].position)
+        if progress is not None:
+            progress(length)
+    x, y = task.splits.outer_valid
+    n = x.shape[0]
+    idx = jax.random.choice(keys.loss, n, (min(meta_loss_examples, n),), replace=False)
+    loss = member_meta_loss(spec)
+    fitness = []
+    for m in range(p):
+        stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *samples[m])
+        xv, yv = data[m][1]
+        fitness.append(loss(stacked, jnp.take(xv, jax.device_put(idx, placed[m]), axis=0),
+                            jnp.take(yv, jax.device_put(idx, placed[m]), axis=0)))
+    fitness = jnp.asarray(np.asarray([np.asarray(jax.block_until_ready(f)) for f in fitness], np.float32))
+    return fitness, time.perf_counter() - t0
+
+
 def evaluate_population(spec: TaskSpec, population, keys: OuterKeys, sampler: L2EConfig,
-                        schedule: ChainSchedule, meta_loss_examples: int, progress=None):
+                        schedule: ChainSchedule, meta_loss_examples: int, progress=None, execution: str = "vmap"):
     """Fitness (P,) of a batch of meta-parameters on one task, and seconds spent in the inner loop.
 
-    The population axis is sharded over `population_mesh(P)` (see the module docstring); the fitness comes
-    back as an array on the default device.
+    execution "vmap": the population axis is sharded over `population_mesh(P)` (see the module docstring);
+    "sequential" (or "auto", see `execution_mode`): `_sequential_population`.  The fitness comes back as an
+    array on the default device.
     """
+    if execution_mode(execution) == "sequential":
+        return _sequential_population(spec, population, keys, sampler, schedule, meta_loss_examples, progress)
     task = build_task(spec)
     p = jax.tree.leaves(population)[0].shape[0]
     mesh = population_mesh(p)

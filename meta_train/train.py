@@ -324,7 +324,8 @@ def meta_train(config: MetaTrainConfig, out: str | Path, resume: bool = False, o
         if fault is not None and fault[0] == "mid_inner" and fault[1] == it:
             inner_fault = lambda _n: _fault(fault, "mid_inner", it)  # noqa: E731
         fitness, inner_s = evaluate_population(spec, population, keys, config.sampler, config.inner,
-                                               config.meta_loss_examples, progress=inner_fault)
+                                               config.meta_loss_examples, progress=inner_fault,
+                                               execution=config.es.execution)
         raw = np.asarray(fitness, dtype=np.float64)
         finite = np.isfinite(raw)
         # a diverging member gets the penalty, and no member may look worse than a divergent one

@@ -36,9 +36,8 @@ def test_fused_prototype_matches_reference(tiny_task):
 def test_b3_es_throughput():
     from bench.es_throughput import es_throughput
 
-    r = es_throughput((2,), steps=10, repeats=1, spec=TaskSpec("digits", ModelSpec("cnn", channels=4, depth=1)),
-                      unrolled=False)
-    assert _ok(r["B3 P=2"])
+    r = es_throughput((2,), steps=10, repeats=1, spec=TaskSpec("digits", ModelSpec("cnn", channels=4, depth=1)))
+    assert _ok(r["B3 P=2 sequential"]) and _ok(r["B3 P=2 vmap"])
 
 
 def test_goal_lines():

@@ -186,12 +186,14 @@ def test_nan_gradients_get_the_penalty_and_meta_params_stay_finite(tmp_path, mon
         return real(bad, sampler)
 
     es.population_chunk.cache_clear()
+    es.member_chunk.cache_clear()
     monkeypatch.setattr(es, "build_kernel", nan_kernel)
     try:
         cfg = apply_overrides(TINY, ["num_outer=2"])
         summary = meta_train(cfg, tmp_path / "nan", progress=False)
     finally:
         es.population_chunk.cache_clear()
+        es.member_chunk.cache_clear()
     rows = _check_divergence_run(tmp_path / "nan", summary, expect_divergent=True)
     assert all(r["divergent_members"] == cfg.es.population and r["meta_loss"] is None for r in rows)
     assert all(r["loss_plus"] == [None] and r["fitness"] == [cfg.es.divergence_penalty] * 2 for r in rows)
