@@ -2,6 +2,12 @@
 
     python -m evaluate [--preset default|smoke] [--output DIR] [--sampler PATH] [--seed N]
                        [--set key=value ...] [--reference [TASK=]PATH ...] [--overwrite] [--quiet]
+    python -m evaluate reference --output DIR [--preset P] [--task NAME ...] [--set key=value ...]
+                       [--chains 4] [--warmup 200] [--samples 100] [--thinning 1] [--max-doublings 10]
+                       [--seed N] [--init init_params|prior] [--overwrite] [--quiet]
+
+The `reference` subcommand computes the project's own full-batch NUTS reference of each task (test-set
+predictive + convergence diagnostics; evaluate.hmc_reference), to be passed back as `--reference DIR`.
 
 Bad input (unknown preset or key, bad value, missing/corrupt checkpoint or data, bad reference
 probabilities, an output directory that holds another run or cannot be written) prints
@@ -83,7 +89,102 @@ def _parse_references(items: list[str]) -> dict:
     return refs
 
 
+def build_reference_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m evaluate reference",
+                description="Full-batch NUTS reference (test-set predictive + diagnostics) of evaluation tasks.")
+    p.add_argument("--output", required=True, help="reference directory (gets reference.json and one folder per task)")
+    p.add_argument("--preset", default="default", help="configuration preset whose tasks are used (default: default)")
+    p.add_argument("--task", dest="tasks", action="append", default=[], metavar="NAME",
+                   help="task report name (repeatable; default: every task of the preset)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field as for the evaluation, e.g. --set seed=1")
+    p.add_argument("--chains", type=int, default=4, help="NUTS chains per task (default: 4)")
+    p.add_argument("--warmup", type=int, default=200, help="window-adaptation transitions per chain (default: 200)")
+    p.add_argument("--samples", type=int, default=100, help="draws kept per chain (default: 100)")
+    p.add_argument("--thinning", type=int, default=1, help="NUTS transitions between kept draws (default: 1)")
+    p.add_argument("--max-doublings", type=int, default=10,
+                   help="NUTS tree depth cap: at most 2^N leapfrog steps per transition (default: 10)")
+    p.add_argument("--seed", type=int, default=None, help="seed (default: the preset's seed)")
+    p.add_argument("--init", default="init_params", choices=("init_params", "prior"),
+                   help="chain starts: the network initialiser (default) or draws from the prior")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the given tasks' references in an existing reference directory")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def reference_main(argv) -> int:
+    """`python -m evaluate reference ...`: validate everything, then compute and write task by task."""
+    args = build_reference_parser().parse_args(argv)
+    from evaluate.config import ConfigError, apply_overrides, get_preset
+    from tasks.datasets import DatasetError
+
+    try:
+        for flag, value, low in (("--chains", args.chains, 1), ("--warmup", args.warmup, 0),
+                                 ("--samples", args.samples, 4), ("--thinning", args.thinning, 1),
+                                 ("--max-doublings", args.max_doublings, 1)):
+            if value < low:
+                raise ConfigError(f"{flag} must be ≥ {low}, got {value}")
+        cfg = get_preset(args.preset)
+        cfg = apply_overrides(cfg, list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else []))
+        names = cfg.task_names()
+        for name in args.tasks:
+            if name not in names:
+                raise ConfigError(f"unknown task {name!r}; tasks of this configuration: {', '.join(names)}")
+        selected = [i for i, n in enumerate(names) if not args.tasks or n in args.tasks]
+        out = Path(args.output)
+        from evaluate.hmc_reference import check_reference_output
+
+        check_reference_output(out, args.overwrite, ConfigError)
+        import tasks as tasks_lib
+
+        built = {i: tasks_lib.build(cfg.tasks[i]) for i in selected}  # dataset errors surface here
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except (ConfigError, DatasetError, ValueError) as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+    import jax
+    from tqdm import tqdm
+
+    from evaluate.hmc_reference import compute_reference, summary_line, write_reference
+
+    root = jax.random.PRNGKey(cfg.seed)
+    try:
+        for i in selected:
+            name = names[i]
+            with tqdm(total=args.chains * args.samples, desc=f"NUTS {name}", unit="draw", disable=args.quiet,
+                      dynamic_ncols=True) as bar:
+                def progress(chain, draw, bar=bar):
+                    bar.set_postfix_str(f"chain {chain + 1}/{args.chains}", refresh=False)
+                    bar.update(1)
+
+                arrays, meta = compute_reference(built[i], jax.random.fold_in(root, i), args.chains, args.warmup,
+                                                 args.samples, args.thinning, args.init,
+                                                 max_num_doublings=args.max_doublings, name=name, seed=cfg.seed,
+                                                 progress=progress)
+                meta["key"] = f"fold_in(PRNGKey({cfg.seed}), {i}) (task index {i} of preset {args.preset!r})"
+            task_dir = write_reference(out, name, arrays, meta)
+            print(summary_line(meta) + f" -> {task_dir}", flush=True)
+            if not meta["converged"]:
+                print(f"WARNING: {name}: the NUTS reference did not converge by the rule "
+                      f"'{meta['convergence_rule']}'; see {task_dir / 'metadata.json'}", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except OSError as e:
+        print(f"error: {e.strerror or type(e).__name__}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
+        return 2
+    print(f"reference: {out / 'reference.json'}")
+    return 0
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "reference":
+        return reference_main(argv[1:])
     args = build_parser().parse_args(argv)
     import l2e
     from evaluate.config import ConfigError, apply_overrides, get_preset

@@ -7,14 +7,22 @@ each row a probability vector (a Bayesian model average, not logits).  Whitespac
 entries outside [0, 1] or rows that do not sum to 1 (|sum − 1| ≤ atol); it never renormalises silently.
 `check_alignment` is the mandatory row-order check: the reference's own accuracy on the project's test
 labels must beat always predicting the most frequent class, otherwise the rows are not in the test order.
+
+`load_references` resolves the references of an evaluation: plain text files as above, or reference
+directories written by `python -m evaluate reference` (evaluate.hmc_reference: reference.json index,
+<task>/probs.txt or <task>/predictive.npz, <task>/metadata.json), checked against the configured tasks.
 """
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ROW_SUM_ATOL", "ReferenceDataError", "check_alignment", "load_reference_probs"]
+__all__ = ["ROW_SUM_ATOL", "ReferenceDataError", "check_alignment", "load_reference_dir", "load_reference_probs",
+           "load_references"]
 
 ROW_SUM_ATOL = 1e-3
 """Default tolerance on |row sum − 1| (the HMC files are float32 averages: within about 1e-6; text files
@@ -83,3 +91,156 @@ def check_alignment(probs: np.ndarray, labels, where: str = "reference probabili
             f"{where}: its accuracy on the test labels is {acc:.3f}, no better than the majority class "
             f"({majority:.3f}); the rows are not in the test-set order")
     return acc
+
+
+INDEX = "reference.json"
+"""Index file of a reference directory (written by evaluate.hmc_reference)."""
+SPEC_IGNORED = ("data_dir",)
+"""Spec fields not compared between a stored reference and the configured task (a location, not the data:
+the data are checked by the test-set size and label fingerprint / target statistics instead)."""
+
+
+def _spec_dict(spec) -> dict:
+    d = json.loads(json.dumps(dataclasses.asdict(spec)))
+    return {k: v for k, v in d.items() if k not in SPEC_IGNORED}
+
+
+def _read_json(path: Path, where: str):
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ReferenceDataError(f"{where}: {path.name} not found") from None
+    except OSError as e:
+        raise ReferenceDataError(f"{where}: cannot read {path.name} ({e.strerror})") from None
+    except ValueError as e:
+        raise ReferenceDataError(f"{where}: {path.name} is not valid JSON ({str(e).splitlines()[0]})") from None
+
+
+def _check_metadata(meta, task, name: str, where: str) -> None:
+    """Stored kind, spec (less SPEC_IGNORED) and test data must be those of the configured task."""
+    if not isinstance(meta, dict) or "spec" not in meta or "kind" not in meta:
+        raise ReferenceDataError(f"{where}: metadata.json lacks the task kind or spec")
+    if meta["kind"] != task.kind:
+        raise ReferenceDataError(f"{where}: a {meta['kind']} reference, but task {name!r} is {task.kind}")
+    stored, configured = {k: v for k, v in meta["spec"].items() if k not in SPEC_IGNORED}, _spec_dict(task.spec)
+    if stored != configured:
+        diff = sorted(k for k in set(stored) | set(configured) if stored.get(k) != configured.get(k))
+        first = diff[0] if diff else "?"
+        raise ReferenceDataError(
+            f"{where}: computed for another task spec than {name!r} ({', '.join(diff)} differ: stored "
+            f"{first}={stored.get(first)!r}, configured {configured.get(first)!r})")
+    data = meta.get("data", {})
+    _, y = task.splits.test
+    y = np.asarray(y)
+    if data.get("test") is not None and int(data["test"]) != y.shape[0]:
+        raise ReferenceDataError(f"{where}: {data['test']} test examples stored, the task has {y.shape[0]}")
+    if task.kind == "classification":
+        if data.get("classes") is not None and int(data["classes"]) != task.num_classes:
+            raise ReferenceDataError(f"{where}: {data['classes']} classes stored, the task has {task.num_classes}")
+        sha = hashlib.sha256(np.ascontiguousarray(y.astype(np.int64).ravel()).tobytes()).hexdigest()
+        if data.get("test_labels_sha256") not in (None, sha):
+            raise ReferenceDataError(f"{where}: computed on other test labels (fingerprint differs) than {name!r}")
+    elif data.get("test_y_mean") is not None and (abs(float(data["test_y_mean"]) - float(np.mean(y))) > 1e-4
+                                                   or abs(float(data["test_y_std"]) - float(np.std(y))) > 1e-4):
+        raise ReferenceDataError(f"{where}: computed on other test targets (mean/std differ) than {name!r}")
+
+
+def _load_regression(path: Path, num_examples: int) -> tuple[np.ndarray, np.ndarray]:
+    where = f"reference predictive {path}"
+    try:
+        with np.load(path) as z:
+            loc, scale = np.asarray(z["loc"], np.float64), np.asarray(z["scale"], np.float64)
+    except FileNotFoundError:
+        raise ReferenceDataError(f"{where}: file not found") from None
+    except KeyError as e:
+        raise ReferenceDataError(f"{where}: no array {e} (needs loc and scale)") from None
+    except (OSError, ValueError) as e:
+        raise ReferenceDataError(f"{where}: not a readable .npz ({str(e).splitlines()[0]})") from None
+    if loc.ndim != 2 or loc.shape != scale.shape:
+        raise ReferenceDataError(f"{where}: loc {loc.shape} and scale {scale.shape} must both be (S, n)")
+    if loc.shape[1] != num_examples:
+        raise ReferenceDataError(f"{where}: {loc.shape[1]} test columns, expected {num_examples}")
+    if not (np.all(np.isfinite(loc)) and np.all(np.isfinite(scale))):
+        raise ReferenceDataError(f"{where}: non-finite loc or scale")
+    if np.any(scale <= 0):
+        raise ReferenceDataError(f"{where}: non-positive scale")
+    return loc, scale
+
+
+def load_reference_dir(path, name: str, task) -> dict:
+    """One task's entry of a reference directory (see `load_references` for the returned dict)."""
+    root = Path(path)
+    index = _read_json(root / INDEX, f"reference directory {root}")
+    if not isinstance(index, dict):
+        raise ReferenceDataError(f"reference directory {root}: {INDEX} is not a JSON object")
+    if name not in index:
+        raise ReferenceDataError(f"reference directory {root} has no task {name!r} (it has: "
+                                 f"{', '.join(index) or 'none'})")
+    entry = index[name]
+    if not isinstance(entry, dict) or not isinstance(entry.get("dir"), str):
+        raise ReferenceDataError(f"reference directory {root}: bad {INDEX} entry for {name!r}")
+    task_dir = root / entry["dir"]
+    where = f"reference {task_dir}"
+    meta = _read_json(task_dir / "metadata.json", where)
+    _check_metadata(meta, task, name, where)
+    _, y = task.splits.test
+    y = np.asarray(y)
+    out = {"path": str(task_dir), "kind": task.kind, "metadata": meta}
+    if task.kind == "classification":
+        probs_path = task_dir / "probs.txt"
+        out["probs"] = load_reference_probs(probs_path, int(y.shape[0]), task.num_classes)
+        out["accuracy"] = check_alignment(out["probs"], y, f"reference probabilities {probs_path}")
+    else:
+        out["loc"], out["scale"] = _load_regression(task_dir / "predictive.npz", int(y.shape[0]))
+    return out
+
+
+def load_references(references: dict | None, names: list[str], tasks: list) -> dict[str, dict]:
+    """{task name: reference} from {task name or None: path}; None stands for the only task, or, for a
+    reference directory, for every configured task the directory holds.
+
+    A path is a plain text file of probabilities (classification; see `load_reference_probs`) or a directory
+    with reference.json (from `python -m evaluate reference`), whose stored task kind, spec (all fields
+    except data_dir) and test data must match the configured task.  Every entry is checked (shape against the
+    task's test split, probabilities, row order).  Returned per task: {"path", "kind", "probs" (n, C) and
+    "accuracy" (classification) or "loc", "scale" (S, n) (regression), "metadata" (dict, None for a text file)}.
+    """
+    out = {}
+    for key, path in (references or {}).items():
+        is_dir = Path(path).is_dir()
+        if is_dir and not (Path(path) / INDEX).is_file():
+            raise ReferenceDataError(f"reference {path}: a directory without {INDEX} (not written by "
+                                     "`python -m evaluate reference`)")
+        if key is None and is_dir:
+            index = _read_json(Path(path) / INDEX, f"reference directory {path}")
+            if not isinstance(index, dict):
+                raise ReferenceDataError(f"reference directory {path}: {INDEX} is not a JSON object")
+            selected = [n for n in names if n in index]
+            if not selected:
+                raise ReferenceDataError(f"reference directory {path} holds none of the configured tasks "
+                                         f"({', '.join(names)}); it has: {', '.join(index) or 'none'}")
+        elif key is None:
+            if len(names) != 1:
+                raise ReferenceDataError(f"--reference {path}: the configuration has {len(names)} tasks; "
+                                         f"name one as TASK=PATH (tasks: {', '.join(names)})")
+            selected = [names[0]]
+        else:
+            if key not in names:
+                raise ReferenceDataError(f"--reference for unknown task {key!r}; tasks: {', '.join(names)}")
+            selected = [key]
+        for name in selected:
+            if name in out:
+                raise ReferenceDataError(f"reference for task {name!r} given twice ({out[name]['path']}, {path})")
+            task = tasks[names.index(name)]
+            if is_dir:
+                out[name] = load_reference_dir(path, name, task)
+                continue
+            if getattr(task, "kind", "classification") != "classification":
+                raise ReferenceDataError(f"--reference {path}: task {name!r} is {task.kind}; a text file of class "
+                                         "probabilities fits only classification (give a reference directory)")
+            _, y_test = task.splits.test
+            probs = load_reference_probs(path, int(y_test.shape[0]), task.num_classes)
+            acc = check_alignment(probs, np.asarray(y_test), f"reference probabilities {path}")
+            out[name] = {"path": str(path), "kind": "classification", "probs": probs, "accuracy": acc,
+                         "metadata": None}
+    return out

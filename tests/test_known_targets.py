@@ -92,21 +92,14 @@ def _chains(chain, key, num_chains, dim) -> np.ndarray:
 
 
 def run_nuts(logp, dim, init_fn, num_chains=4, num_samples=1000, warmup=200) -> np.ndarray:
-    """blackjax NUTS after window adaptation (diagonal mass matrix, target acceptance 0.8)."""
-    import blackjax
+    """`l2e.nuts.nuts_chains` (blackjax NUTS after window adaptation: diagonal mass matrix, target acceptance
+    0.8), one chain per initial position init_fn(k), k from PRNGKey(1)."""
+    from l2e.nuts import nuts_chains
 
-    def chain(key):
-        k0, kw, ks = jax.random.split(key, 3)
-        (state, params), _ = blackjax.window_adaptation(blackjax.nuts, logp).run(kw, init_fn(k0), num_steps=warmup)
-        nuts = blackjax.nuts(logp, **params)
-
-        def body(s, k):
-            s, _ = nuts.step(k, s)
-            return s, s.position
-
-        return jax.lax.scan(body, state, jax.random.split(ks, num_samples))[1]
-
-    return _chains(chain, jax.random.PRNGKey(1), num_chains, dim)
+    keys = jax.random.split(jax.random.PRNGKey(1), num_chains + 1)
+    init = jnp.stack([init_fn(k) for k in keys[1:]])
+    samples, _ = nuts_chains(logp, init, keys[0], num_warmup=warmup, num_samples=num_samples)
+    return np.asarray(samples).reshape(-1, dim)
 
 
 def run_mclmc(logp, dim, init_fn, num_chains=8, num_samples=4000, tune=1000) -> np.ndarray:

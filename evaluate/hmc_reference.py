@@ -1,0 +1,331 @@
+"""The project's own HMC reference: full-batch NUTS on a task's posterior, test-set predictive, diagnostics, files.
+
+`compute_reference(task, key, ...)` runs `num_chains` NUTS chains (`l2e.nuts.nuts_chains`: Stan-style window
+adaptation, then NUTS with the adapted step size and diagonal mass matrix) on `task.log_density`, the
+full-batch posterior with exactly the prior, N and likelihood of the SG samplers, at T = 1.
+
+Keys: `k_init, k_nuts = split(key)`; chain c starts at `task.init_params(fold_in(k_init, c))` (init="init_params",
+the network's own initialiser) or at a draw θ ~ N(0, σ² I) of the prior with key fold_in(k_init, c)
+(init="prior"); `nuts_chains(..., k_nuts)` folds the chain index into k_nuts itself.  The CLI uses
+key = fold_in(PRNGKey(seed), t) with t the task's index in the configuration, so a task's reference does
+not depend on which other tasks are selected.
+
+Predictive on the test split: classification — BMA probabilities (n, C), the mean over all chains × draws of
+softmax(logits), and per-chain BMA probabilities (chains, n, C); regression — per-draw loc and scale (S, n),
+S = chains × draws (chain-major), in the task's standardised target units.
+
+Convergence (all in the metadata): function-space split R̂ (rank-normalised, across chains) per test point of
+the per-draw probability of the BMA-predicted class (classification) or of the loc (regression);
+weight-space bulk ESS and split R̂ per parameter; chainwise cR̂ (4 splits); per-chain NUTS statistics.
+`converged` = function-space max split R̂ < 1.1 and no divergent transition (CONVERGENCE_RULE).
+
+Files (`write_reference`): OUT/<slug>/probs.txt (classification; NeurIPS-2021 BDL text layout, "%.18e",
+read by `evaluate.reference.load_reference_probs`) or OUT/<slug>/predictive.npz (regression: loc, scale
+float32 (S, n)), OUT/<slug>/metadata.json, and the index OUT/reference.json
+{task name: {"dir": slug, "kind": ..., "metadata": "<slug>/metadata.json"}}.  Every file is written to a
+temporary file and renamed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from evaluate import diagnostics, metrics
+
+__all__ = ["CONVERGENCE_RULE", "INDEX", "INITS", "check_reference_output", "compute_reference", "slugify",
+           "summary_line", "write_reference"]
+
+INDEX = "reference.json"
+"""Name of the index file that marks a reference directory."""
+INITS = ("init_params", "prior")
+CONVERGENCE_RULE = "function-space max split R-hat < 1.1 and no divergent transitions"
+FOREIGN_MARKERS = ("report.json", "config.json", "log.jsonl", "checkpoints")
+"""Files of an evaluation report or a meta-training run: never written into."""
+
+
+def _json_float(x) -> float | None:
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _rhat_summary(rhat: np.ndarray) -> dict:
+    """Max / median / fractions below 1.1 and 1.01 of R̂ values; NaN (a constant quantity: every draw of
+    every chain equal, e.g. a saturated probability) counts as 1."""
+    r = np.where(np.isnan(rhat), 1.0, np.asarray(rhat, np.float64)).ravel()
+    return {"max": _json_float(r.max()), "median": _json_float(np.median(r)),
+            "frac_below_1.1": float(np.mean(r < 1.1)), "frac_below_1.01": float(np.mean(r < 1.01)),
+            "num_constant": int(np.isnan(rhat).sum())}
+
+
+def _init_positions(task, key: jax.Array, num_chains: int, init: str):
+    """Initial params pytree with a leading chain axis (see the module docstring)."""
+    if init not in INITS:
+        raise ValueError(f"init must be one of {', '.join(INITS)}, got {init!r}")
+    inits = [task.init_params(jax.random.fold_in(key, c)) for c in range(num_chains)]
+    if init == "prior":
+        sd = math.sqrt(task.spec.prior_variance)
+
+        def draw(p, k):
+            leaves, tree = jax.tree.flatten(p)
+            ks = jax.random.split(k, len(leaves))
+            return jax.tree.unflatten(tree, [sd * jax.random.normal(kk, x.shape, x.dtype) for kk, x in zip(ks, leaves)])
+
+        inits = [draw(p, jax.random.fold_in(key, c)) for c, p in enumerate(inits)]
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *inits)
+
+
+def _predict(task, samples, num_chains: int, num_samples: int) -> dict:
+    """Per-draw test predictions: classification log-probs (chains, draws, n, C); regression loc, scale
+    (chains, draws, n)."""
+    x, _ = task.splits.test
+    chains = [jax.tree.map(lambda a, c=c: a[c], samples) for c in range(num_chains)]
+    if task.kind == "classification":
+        fn = jax.jit(jax.vmap(lambda p: jax.nn.log_softmax(task.logits(p, x))))
+        return {"log_probs": np.stack([np.asarray(fn(ch)) for ch in chains])}
+    fn = jax.jit(task.predict)
+    out = [fn(ch, x) for ch in chains]
+    return {"loc": np.stack([np.asarray(o[0]) for o in out]), "scale": np.stack([np.asarray(o[1]) for o in out])}
+
+
+def _flat_draws(samples) -> np.ndarray:
+    """(chains, draws, d) float64 of a params pytree with leading (chains, draws) axes."""
+    leaves = jax.tree.leaves(samples)
+    m, n = leaves[0].shape[:2]
+    return np.concatenate([np.asarray(x, np.float64).reshape(m, n, -1) for x in leaves], axis=2)
+
+
+def _weight_diagnostics(flat: np.ndarray) -> dict:
+    """Bulk ESS, split R̂ (across chains) and chainwise cR̂ (4 splits, mean over chains) per parameter."""
+    m, n, d = flat.shape
+    ess = diagnostics.ess_bulk(flat)
+    ess = np.where(np.isfinite(ess), ess, 0.0)
+    out = {"num_params": int(d), "ess_bulk_min": float(ess.min()), "ess_bulk_median": float(np.median(ess)),
+           "ess_bulk_mean": float(ess.mean()), "split_rhat": _rhat_summary(diagnostics.split_rhat(flat))}
+    if n >= 8:
+        crhat = [diagnostics.chainwise_rhat(flat[c], 4) for c in range(m)]
+        out["chainwise_rhat_frac_below_1.1"] = float(np.mean([np.mean(np.where(np.isnan(r), 1.0, r) < 1.1)
+                                                              for r in crhat]))
+    return out
+
+
+def compute_reference(task, key: jax.Array, num_chains: int = 4, num_warmup: int = 200, num_samples: int = 100,
+                      thinning: int = 1, init: str = "init_params", target_acceptance_rate: float = 0.8,
+                      max_num_doublings: int = 10, name: str | None = None, seed: int | None = None,
+                      progress: Callable | None = None) -> tuple[dict, dict]:
+    """Full-batch NUTS reference of `task` (see the module docstring).
+
+    num_warmup: window-adaptation transitions per chain; num_samples draws per chain kept `thinning`
+    transitions apart; progress: optional callable(chain, draw) after each kept draw.
+    Returns (arrays, metadata): arrays holds "probs" (n, C) float64 and "chain_probs" (chains, n, C)
+    (classification) or "loc", "scale" (S, n) float32 (regression); metadata is JSON-serialisable.
+    """
+    if num_chains < 1 or num_samples < 4 or num_warmup < 0 or thinning < 1:
+        raise ValueError(f"need chains ≥ 1, samples ≥ 4, warmup ≥ 0, thinning ≥ 1; got {num_chains}, "
+                         f"{num_samples}, {num_warmup}, {thinning}")
+    k_init, k_nuts = jax.random.split(key)
+    init_positions = _init_positions(task, k_init, num_chains, init)
+    t0 = time.perf_counter()
+    samples, info = nuts_chains_fn()(task.log_density, init_positions, k_nuts, num_warmup, num_samples, thinning,
+                                     target_acceptance_rate=target_acceptance_rate,
+                                     max_num_doublings=max_num_doublings, progress=progress)
+    sampling_seconds = time.perf_counter() - t0
+    flat = _flat_draws(samples)
+    finite = bool(np.all(np.isfinite(flat)))
+    pred = _predict(task, samples, num_chains, num_samples)
+    _, y = task.splits.test
+    y = np.asarray(y)
+    arrays: dict = {}
+    if task.kind == "classification":
+        lp = pred["log_probs"]  # (m, n_draws, n, C)
+        m, s, n, c = lp.shape
+        probs = metrics.bma_probs(lp.reshape(m * s, n, c))
+        arrays["probs"] = probs
+        arrays["chain_probs"] = np.stack([metrics.bma_probs(lp[i]) for i in range(m)])
+        pred_class = probs.argmax(1)
+        p_pred = np.exp(np.take_along_axis(lp, pred_class[None, None, :, None], axis=3)[..., 0])  # (m, s, n)
+        fs = {"quantity": "per-draw probability of the BMA-predicted class, per test point",
+              "split_rhat": _rhat_summary(diagnostics.split_rhat(p_pred))}
+        chain_acc = [metrics.accuracy(p, y) for p in arrays["chain_probs"]]
+        fs["chain_accuracy"] = chain_acc
+        fs["chain_agreement_min"] = float(min(metrics.agreement(p, probs) for p in arrays["chain_probs"]))
+        test = {"accuracy": metrics.accuracy(probs, y), "nll": metrics.nll(probs, y), "ece": metrics.ece(probs, y)}
+    else:
+        loc, scale = pred["loc"], pred["scale"]  # (m, s, n)
+        m, s, n = loc.shape
+        arrays["loc"] = loc.reshape(m * s, n).astype(np.float32)
+        arrays["scale"] = scale.reshape(m * s, n).astype(np.float32)
+        fs = {"quantity": "per-draw predictive loc, per test point",
+              "split_rhat": _rhat_summary(diagnostics.split_rhat(loc)),
+              "split_rhat_scale": _rhat_summary(diagnostics.split_rhat(scale))}
+        lppd = diagnostics.regression_lppd(y, arrays["loc"], arrays["scale"])
+        test = {"lppd": lppd, "nll": -lppd, "rmse": diagnostics.regression_rmse(y, arrays["loc"]),
+                "units": "standardised target (MILE convention)"}
+    weight = _weight_diagnostics(flat) if finite else {"num_params": int(flat.shape[2]), "non_finite": True}
+    divergent = int(info.num_divergent.sum())
+    fs_max = fs["split_rhat"]["max"]
+    converged = bool(finite and fs_max is not None and fs_max < 1.1 and divergent == 0)
+    spec = task.spec
+    data = {"train": int(task.data_size), "test": int(y.shape[0]), "input_shape": list(task.input_shape)}
+    if task.kind == "classification":
+        data["classes"] = int(task.num_classes)
+        data["test_labels_sha256"] = labels_sha256(y)
+    else:
+        data["test_y_mean"], data["test_y_std"] = float(np.mean(y)), float(np.std(y))
+    import blackjax
+
+    metadata = {
+        "task": name or spec.name,
+        "kind": task.kind,
+        "spec": json.loads(json.dumps(dataclasses.asdict(spec))),
+        "prior_variance": float(spec.prior_variance),
+        "temperature": 1.0,
+        "data": data,
+        "sampler": {"algorithm": "NUTS (blackjax) after Stan window adaptation, diagonal mass matrix, full batch",
+                    "chains": int(num_chains), "warmup": int(num_warmup), "samples_per_chain": int(num_samples),
+                    "thinning": int(thinning), "total_draws": int(num_chains * num_samples), "init": init,
+                    "target_acceptance_rate": float(target_acceptance_rate),
+                    "max_num_doublings": int(max_num_doublings)},
+        "seed": seed,
+        "per_chain": {"step_size": info.step_size.tolist(), "acceptance_rate": info.acceptance_rate.tolist(),
+                      "num_divergent": info.num_divergent.tolist(), "num_grad_evals": info.num_grad_evals.tolist(),
+                      "seconds": info.seconds.tolist()},
+        "num_divergent": divergent,
+        "num_grad_evals": int(info.num_grad_evals.sum()),
+        "seconds": float(sampling_seconds),
+        "finite": finite,
+        "function_space": fs,
+        "weight_space": weight,
+        "test": test,
+        "converged": converged,
+        "convergence_rule": CONVERGENCE_RULE,
+        "versions": {"jax": jax.__version__, "blackjax": getattr(blackjax, "__version__", "unknown"),
+                     "numpy": np.__version__},
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    return arrays, metadata
+
+
+def nuts_chains_fn():
+    """`l2e.nuts.nuts_chains` (imported lazily: blackjax is slow to import)."""
+    from l2e.nuts import nuts_chains
+
+    return nuts_chains
+
+
+def labels_sha256(labels) -> str:
+    """Fingerprint of integer test labels (int64, in test order)."""
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(np.asarray(labels).astype(np.int64).ravel()).tobytes()).hexdigest()
+
+
+def summary_line(metadata: dict) -> str:
+    """One line: task, function-space R̂, weight-space ESS, test metric, divergences, seconds, converged."""
+    fs, ws, t = metadata["function_space"]["split_rhat"], metadata["weight_space"], metadata["test"]
+    score = (f"acc {t['accuracy']:.4f} nll {t['nll']:.4f}" if metadata["kind"] == "classification"
+             else f"lppd {t['lppd']:.4f} rmse {t['rmse']:.4f}")
+    rhat = "nan" if fs["max"] is None else f"{fs['max']:.3f}"
+    ess = f"{ws['ess_bulk_min']:.0f}/{ws['ess_bulk_median']:.0f}" if "ess_bulk_min" in ws else "—"
+    return (f"{metadata['task']}: fn-space R-hat max {rhat} (<1.1: {fs['frac_below_1.1']:.3f}), "
+            f"weight ESS min/median {ess}, {score}, divergent {metadata['num_divergent']}, "
+            f"{metadata['seconds']:.0f} s, converged {'yes' if metadata['converged'] else 'NO'}")
+
+
+# --------------------------------------------------------------------------- files
+
+
+def slugify(name: str) -> str:
+    """Directory name of a task: characters other than [A-Za-z0-9._-] become "_"."""
+    slug = re.sub(r"[^A-Za-z0-9._-]", "_", name).strip(".")
+    return slug or "task"
+
+
+def _atomic_write(path: Path, write: Callable[[object], None], mode: str = "w") -> None:
+    """write(file object) into a temporary file next to `path`, then rename it onto `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode) as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def check_reference_output(out: Path, overwrite: bool, error=ValueError) -> None:
+    """Refuse an output that is not a directory, holds a reference (unless overwrite), holds anything else
+    (a report, a meta-training run, other files), or cannot be written; probe writability now."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise error(f"--output {out} exists and is not a directory")
+    if out.is_dir():
+        foreign = [m for m in FOREIGN_MARKERS if (out / m).exists()]
+        if foreign:
+            raise error(f"--output {out} holds an evaluation report or a meta-training run ({', '.join(foreign)}); "
+                        "choose another --output")
+        if (out / INDEX).exists():
+            if not overwrite:
+                raise error(f"{out / INDEX} exists; pass --overwrite or choose another --output")
+        elif any(out.iterdir()):
+            raise error(f"--output {out} is a non-empty directory without {INDEX}; choose another --output")
+        probe_dir = out
+    else:
+        probe_dir = out.parent
+        while not probe_dir.exists() and probe_dir != probe_dir.parent:
+            probe_dir = probe_dir.parent
+        if not probe_dir.is_dir():
+            raise error(f"--output {out}: {probe_dir} is not a directory")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=probe_dir)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise error(f"--output {out} is not writable ({probe_dir}: {e.strerror})") from None
+
+
+def _read_index(out: Path) -> dict:
+    try:
+        index = json.loads((out / INDEX).read_text())
+    except (OSError, ValueError):
+        return {}
+    return index if isinstance(index, dict) else {}
+
+
+def write_reference(out, name: str, arrays: dict, metadata: dict) -> Path:
+    """Write one task's reference into out/<slug>/ and add it to out/reference.json (other entries are kept).
+    Returns the task directory."""
+    out = Path(out)
+    index = _read_index(out)
+    slug = index.get(name, {}).get("dir") or slugify(name)
+    taken = {v.get("dir") for k, v in index.items() if k != name and isinstance(v, dict)}
+    base, i = slug, 2
+    while slug in taken:
+        slug, i = f"{base}-{i}", i + 1
+    task_dir = out / slug
+    if metadata["kind"] == "classification":
+        _atomic_write(task_dir / "probs.txt", lambda f: np.savetxt(f, arrays["probs"], fmt="%.18e"))
+        _atomic_write(task_dir / "chain_probs.npz",
+                      lambda f: np.savez_compressed(f, probs=arrays["chain_probs"].astype(np.float32)), "wb")
+    else:
+        _atomic_write(task_dir / "predictive.npz",
+                      lambda f: np.savez(f, loc=arrays["loc"].astype(np.float32),
+                                         scale=arrays["scale"].astype(np.float32)), "wb")
+    _atomic_write(task_dir / "metadata.json", lambda f: f.write(json.dumps(metadata, indent=2) + "\n"))
+    index[name] = {"dir": slug, "kind": metadata["kind"], "metadata": f"{slug}/metadata.json",
+                   "converged": metadata["converged"]}
+    _atomic_write(out / INDEX, lambda f: f.write(json.dumps(index, indent=2) + "\n"))
+    return task_dir
