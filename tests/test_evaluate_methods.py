@@ -1,0 +1,211 @@
+"""The baselines of `python -m evaluate` beyond L2E/SGHMC/cSGHMC/DE (psgld, fsghmc, noisy_de, mile, nuts_bde), the
+regression path (LPPD/RMSE/calibration, 1-D band), ESS / barrier fields, the HMC reference row, divergence and
+determinism — all through `evaluate()` on tiny tasks with smoke-sized budgets."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from evaluate.config import (FULL_BATCH_METHODS, METHODS, ConfigError, EvalConfig, MethodGrid, apply_overrides,
+                             get_preset)
+from evaluate.run import evaluate, load_l2e, mixture_interval
+from tasks import ModelSpec, TaskSpec, build
+from tasks.regression import RegressionSpec
+
+G, K, B = 40, 4, 16
+GRID = MethodGrid(sghmc_lrs=(0.03,), sghmc_frictions=(10.0,), csghmc_lrs=(0.1,), l2e_lrs=(0.5,), de_lrs=(0.1,),
+                  psgld_lrs=(0.003,), fsghmc_lrs=(0.03,), noisy_de_lrs=(0.1,), fsghmc_measurement_points=8)
+MILE_STEPS, MILE_SAMPLES, MILE_THIN = (30, 5, 5), 4, 2
+CLS = TaskSpec("iris", ModelSpec("mlp", hidden=(8,)))
+REG = RegressionSpec("synthetic_1d", hidden=(8,))
+TIMING = {"seconds", "ess_per_second", "seconds_per_step", "sghmc_seconds_per_step", "seconds_per_step_vs_sghmc"}
+
+
+def tiny(spec, methods=METHODS, **kw) -> EvalConfig:
+    base = dict(tasks=(spec,), held_out=("none (test)",), methods=methods, num_steps=G, num_samples=K, thinning=5,
+                batch_size=B, chunk=2, eval_batch=128, tune_examples=32, grid=GRID, fullbatch_chains=2,
+                mile_steps=MILE_STEPS, mile_samples=MILE_SAMPLES, mile_thinning=MILE_THIN, nuts_warmup=10,
+                nuts_samples=4, nuts_max_doublings=5, barrier_examples=50)
+    return EvalConfig(**{**base, **kw})
+
+
+@pytest.fixture(scope="module")
+def sampler():
+    return load_l2e()
+
+
+@pytest.fixture(scope="module")
+def cls_results(sampler):
+    return evaluate(tiny(CLS), None, progress=False, sampler=sampler)
+
+
+@pytest.fixture(scope="module")
+def reg_results(sampler):
+    return evaluate(tiny(REG), None, progress=False, sampler=sampler)
+
+
+def strip_timing(x):
+    if isinstance(x, dict):
+        return {k: strip_timing(v) for k, v in x.items() if k not in TIMING}
+    if isinstance(x, list):
+        return [strip_timing(v) for v in x]
+    return x
+
+
+def _check_common(task: dict, n_train: int):
+    assert set(task["methods"]) == set(METHODS)
+    for name, m in task["methods"].items():
+        assert m["divergent_chains"] == 0, name
+        assert m["seconds"] > 0
+        if name in FULL_BATCH_METHODS:
+            assert m["gradient"] == f"full-batch (N={n_train})" and m["budget"].startswith("own")
+            assert m["epochs"] == pytest.approx(m["grad_evals"])
+            assert m["num_samples"] == 2 * (MILE_SAMPLES if name == "mile" else 4)
+            ess = m["ess"]
+            assert ess["chains"] == 2 and ess["draws_per_chain"] == 4
+            assert m["hyperparameters"]["warm_start"]["method"] == "deep_ensemble"
+        else:
+            assert m["grad_evals"] == G, name
+            assert m["gradient"] == f"minibatch (B={B})"
+            assert m["epochs"] == pytest.approx(G * B / n_train)
+            assert m["num_samples"] == K
+            if name in ("deep_ensemble", "noisy_de"):
+                assert m["ess"] is None
+            else:
+                assert m["ess"]["chains"] == 1 and m["ess"]["draws_per_chain"] == K
+        if m["ess"] is not None:
+            e = m["ess"]
+            assert e["estimator"].startswith("Geyer single-chain ESS")
+            assert 0 < e["mean_ess"] and 0 < e["median_ess"] and e["ess_per_second"] > 0 and e["ess_per_1k_grads"] > 0
+            assert 0.0 <= e["frac_chainwise_rhat_below_1.1"] <= 1.0 and e["rhat_splits"] == 2
+        b = m["barrier"]
+        assert len(b["lambdas"]) == 21 and len(b["error"]) == 21 and len(b["nll"]) == 21
+        assert math.isfinite(b["error_barrier"]) and math.isfinite(b["nll_barrier"]) and b["error_barrier"] >= -1e-9
+        assert b["pair"] == ("members 0 and 1" if name in ("deep_ensemble", "noisy_de")
+                             else "first and last sample of chain 0")
+    mile = task["methods"]["mile"]
+    assert mile["grad_evals"] == 2 * 2 * (sum(MILE_STEPS) + MILE_SAMPLES * MILE_THIN)
+    assert task["methods"]["nuts_bde"]["grad_evals"] > 0
+    assert task["methods"]["fsghmc"]["hyperparameters"]["seconds_per_step_vs_sghmc"] > 0
+    assert task["methods"]["fsghmc"]["hyperparameters"]["cholesky_ok"] is True
+
+
+def test_classification_every_method(cls_results):
+    (task,) = cls_results["tasks"].values()
+    assert task["kind"] == "classification" and task["data"]["classes"] == 3
+    _check_common(task, build(CLS).data_size)
+    for name, m in task["methods"].items():
+        for key in ("acc", "nll", "ece", "pairwise_kld"):
+            assert math.isfinite(m[key]), (name, key)
+        assert m["curve"]["num_samples"] == list(range(1, m["num_samples"] + 1)) and len(m["curve"]["acc"]) == m["num_samples"]
+        if name in ("l2e", "sghmc", "psgld", "fsghmc", "deep_ensemble", "noisy_de"):
+            assert m["hyperparameters"]["tuned"] and len(m["hyperparameters"]["grid"]) == 1
+    assert "band" not in task
+    # the warm start is the reported deep ensemble: its lr is MILE's ε₀
+    assert task["methods"]["mile"]["hyperparameters"]["step_size0"] == task["methods"]["deep_ensemble"][
+        "hyperparameters"]["learning_rate"]
+
+
+def test_regression_every_method_and_band(reg_results):
+    (task,) = reg_results["tasks"].values()
+    assert task["kind"] == "regression" and "classes" not in task["data"]
+    _check_common(task, build(REG).data_size)
+    for name, m in task["methods"].items():
+        for key in ("lppd", "nll", "rmse", "calibration_error"):
+            assert math.isfinite(m[key]), (name, key)
+        assert m["nll"] == pytest.approx(-m["lppd"]) and len(m["coverage"]) == 4
+        assert set(m["curve"]) == {"num_samples", "lppd", "rmse"} and len(m["curve"]["rmse"]) == m["num_samples"]
+        assert "acc" not in m
+    band = task["band"]
+    n = task["data"]["test"]
+    assert len(band["x"]) == len(band["y"]) == n and np.all(np.diff(band["x"]) >= 0)
+    assert len(band["x_train"]) == len(band["y_train"]) == task["data"]["train"]
+    assert set(band["methods"]) == set(METHODS)
+    for m in band["methods"].values():
+        lo, mean, hi = (np.asarray(m[k]) for k in ("lower", "mean", "upper"))
+        assert lo.shape == (n,) and np.all(lo < hi) and np.all((lo <= mean + 1e-6) & (mean <= hi + 1e-6))
+
+
+def test_same_seed_same_numbers(cls_results, sampler):
+    """Same seed, same numbers; the full-batch methods' warm start is the same DE whether or not it is reported."""
+    methods = ("psgld", "fsghmc", "noisy_de", "mile", "nuts_bde")
+    again = evaluate(tiny(CLS, methods=methods), None, progress=False, sampler=sampler)
+    (first,) = cls_results["tasks"].values()
+    (second,) = again["tasks"].values()
+    for m in methods:
+        a = strip_timing(first["methods"][m])
+        b = strip_timing(second["methods"][m])
+        assert a == b, m
+
+
+def test_divergent_new_methods_are_counted_and_excluded():
+    cfg = tiny(CLS, methods=("psgld", "fsghmc", "noisy_de"), tune=False,
+               grid=dataclasses.replace(GRID, psgld_lrs=(1e6,), fsghmc_lrs=(1e8,), noisy_de_lrs=(1e8,)))
+    (task,) = evaluate(cfg, None, progress=False)["tasks"].values()
+    for name, m in task["methods"].items():
+        assert m["divergent_chains"] > 0, name
+        assert m["num_samples"] < m["num_samples_requested"], name
+        assert m["grad_evals"] == G
+        assert m["nll"] is None or math.isfinite(m["nll"])
+
+
+def test_hmc_reference_row(tmp_path):
+    """A classification reference gets its own "hmc" entry (acc / nll / ece of its probabilities)."""
+    y = np.asarray(build(CLS).splits.test[1])
+    n, c = y.shape[0], build(CLS).num_classes
+    probs = np.full((n, c), 0.05 / (c - 1))
+    probs[np.arange(n), y] = 0.95
+    np.savetxt(tmp_path / "ref.txt", probs)
+    cfg = tiny(CLS, methods=("sghmc",), tune=False)
+    (task,) = evaluate(cfg, None, progress=False, references={None: tmp_path / "ref.txt"})["tasks"].values()
+    hmc = task["methods"]["hmc"]
+    assert hmc["acc"] == 1.0 and hmc["nll"] == pytest.approx(-math.log(0.95))
+    assert hmc["gradient"].startswith("full-batch") and hmc["grad_evals"] is None  # a text file has no metadata
+    assert hmc["source"] == str(tmp_path / "ref.txt")
+    assert 0.0 <= task["methods"]["sghmc"]["agreement"] <= 1.0
+
+
+def test_mixture_interval_single_gaussian():
+    loc, scale = np.array([[0.0, 1.0]]), np.array([[1.0, 2.0]])
+    mean, lo, hi = mixture_interval(loc, scale)
+    assert np.allclose(mean, [0.0, 1.0]) and np.allclose(lo, [-1.959964, 1 - 2 * 1.959964], atol=1e-5)
+    assert np.allclose(hi, [1.959964, 1 + 2 * 1.959964], atol=1e-5)
+    mean, lo, hi = mixture_interval(np.array([[-5.0], [5.0]]), np.array([[1.0], [1.0]]))  # bimodal: wide
+    assert mean[0] == 0.0 and lo[0] < -6 and hi[0] > 6
+
+
+def test_presets_and_validation():
+    full = get_preset("full")
+    assert set(full.methods) == set(METHODS)
+    kinds = {type(t).__name__ for t in full.tasks}
+    assert kinds == {"TaskSpec", "RegressionSpec"}
+    assert any(getattr(t, "dataset", "") == "uci:yacht" for t in full.tasks)
+    assert get_preset("regression_1d").tasks[0].dataset == "synthetic_1d"
+    assert get_preset("default").methods == ("l2e", "sghmc", "csghmc", "deep_ensemble")
+    assert apply_overrides(full, ["mile_steps=10,2,2"]).mile_steps == (10, 2, 2)
+    with pytest.raises(ConfigError, match="mile_steps"):
+        apply_overrides(full, ["mile_steps=10,2"])
+    with pytest.raises(ConfigError, match="fullbatch_chains"):
+        apply_overrides(full, [f"fullbatch_chains={full.num_samples + 1}"])
+    with pytest.raises(ConfigError, match="TaskSpec or RegressionSpec"):
+        EvalConfig(tasks=("digits",))
+    with pytest.raises(ConfigError):
+        apply_overrides(full, ["grid.psgld_lrs=-1"])
+
+
+def test_regression_reference_row_and_band():
+    """A regression reference ((S, n) loc / scale, as evaluate.reference returns) gets an "hmc" entry and band."""
+    from evaluate.run import _band, hmc_entry
+
+    task = build(REG)
+    y = np.asarray(task.splits.test[1])
+    ref = {"path": "ref-dir", "kind": "regression", "loc": np.stack([y, y + 0.1]), "scale": np.full((2, y.size), 0.2),
+           "metadata": {"num_grad_evals": 1234, "seconds": 5.0, "sampler": {"chains": 2, "total_draws": 2}}}
+    e = hmc_entry(ref, task)
+    assert e["grad_evals"] == 1234 and e["epochs"] == 1234 and e["seconds"] == 5.0 and e["num_samples"] == 2
+    assert math.isfinite(e["lppd"]) and e["rmse"] == pytest.approx(0.05, abs=1e-6)
+    band = _band(task, {}, ref)
+    assert set(band["methods"]) == {"hmc"} and len(band["methods"]["hmc"]["lower"]) == y.size
