@@ -29,7 +29,8 @@ class NUTSInfo(NamedTuple):
     step_size: adapted step size; inverse_mass_matrix: (chains, d) adapted diagonal;
     acceptance_rate: mean over the sampling transitions; num_divergent: divergent sampling transitions;
     num_grad_evals: leapfrog steps (= full-batch gradient evaluations), warm-up + sampling;
-    seconds: wall time of warm-up + sampling of each chain (after compilation of the first chain).
+    seconds: wall time of warm-up + sampling of each chain; the first chain's includes compiling both programs
+    (they are compiled once per call and reused by the other chains).
     """
 
     step_size: np.ndarray
