@@ -198,6 +198,13 @@ def _task_section(name: str, task: dict) -> list[str]:
     if ref:
         lines += [f"Reference posterior (`{REFERENCE_METHOD}` row; agreement and total variation are against it): "
                   f"{ref.get('path', '?')}", ""]
+        meta = ref.get("metadata") or {}
+        if "converged" in meta:
+            rhat = ((meta.get("function_space") or {}).get("split_rhat") or {}).get("max")
+            state = "converged" if meta["converged"] else "**NOT converged**"
+            lines += [f"Reference convergence: {state} by the rule '{meta.get('convergence_rule', '?')}' "
+                      f"(function-space split R̂ max {_fmt('x', rhat)}, divergent transitions "
+                      f"{_fmt('x', meta.get('num_divergent'))}).", ""]
     lines += _table(methods, _columns(methods, TABLE_METRICS[kind]) + _columns(methods, BUDGET_COLUMNS),
                     _best_values(methods))
     counts = {k: m.get("num_samples") for k, m in methods.items() if m.get("num_samples") is not None}
