@@ -16,10 +16,10 @@ probabilities, an output directory that holds another run or cannot be written) 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
+
+from evaluate.report import probe_writable
 
 RUN_MARKERS = ("config.json", "log.jsonl", "checkpoints")
 """Files of a meta-training run directory: evaluate never writes its report into one."""
@@ -63,19 +63,7 @@ def check_output(out: Path, overwrite: bool, config_error) -> None:
         if markers and not (out / "report.json").exists():
             raise config_error(f"--output {out} holds a meta-training run ({', '.join(markers)}); "
                                "choose another --output")
-        probe_dir = out
-    else:
-        probe_dir = out.parent
-        while not probe_dir.exists() and probe_dir != probe_dir.parent:
-            probe_dir = probe_dir.parent
-        if not probe_dir.is_dir():
-            raise config_error(f"--output {out}: {probe_dir} is not a directory")
-    try:  # os.access is not enough (root, read-only mounts): really create a file
-        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=probe_dir)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise config_error(f"--output {out} is not writable ({probe_dir}: {e.strerror})") from None
+    probe_writable(out, config_error)
 
 
 def _parse_references(items: list[str]) -> dict:

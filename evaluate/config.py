@@ -241,6 +241,12 @@ class EvalConfig:
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
 
+_ALL_METHODS_GRID = MethodGrid(
+    sghmc_lrs=(0.003, 0.01, 0.03, 0.1), sghmc_frictions=(10.0,), csghmc_lrs=(0.01, 0.03, 0.1, 0.3),
+    l2e_lrs=(0.25, 0.5, 1.0), de_lrs=(0.003, 0.01, 0.03, 0.1), psgld_lrs=(0.0003, 0.001, 0.003),
+    fsghmc_lrs=(0.003, 0.01, 0.03, 0.1), noisy_de_lrs=(0.003, 0.01, 0.03, 0.1))
+"""Tuning grids of the `full` and `regression_1d` presets (every method)."""
+
 PRESETS: dict[str, EvalConfig] = {
     # under a minute end to end (compilation included): one tiny task, a short budget, 1–2 lrs per method
     "smoke": EvalConfig(
@@ -282,9 +288,7 @@ PRESETS: dict[str, EvalConfig] = {
         ),
         methods=METHODS,
         num_steps=2000, num_samples=10, batch_size=64, chunk=2,
-        grid=MethodGrid(sghmc_lrs=(0.003, 0.01, 0.03, 0.1), sghmc_frictions=(10.0,), csghmc_lrs=(0.01, 0.03, 0.1, 0.3),
-                        l2e_lrs=(0.25, 0.5, 1.0), de_lrs=(0.003, 0.01, 0.03, 0.1), psgld_lrs=(0.0003, 0.001, 0.003),
-                        fsghmc_lrs=(0.003, 0.01, 0.03, 0.1), noisy_de_lrs=(0.003, 0.01, 0.03, 0.1)),
+        grid=_ALL_METHODS_GRID,
         fullbatch_chains=2, mile_steps=(800, 100, 100), mile_samples=10, mile_thinning=10,
         nuts_warmup=100, nuts_samples=10, nuts_thinning=1, nuts_max_doublings=7,
         title="L2E evaluation: every baseline (full)",
@@ -295,9 +299,7 @@ PRESETS: dict[str, EvalConfig] = {
         held_out=("dataset+task (1-D regression with a gap in the inputs)",),
         methods=METHODS,
         num_steps=2000, num_samples=10, batch_size=64, chunk=2,
-        grid=MethodGrid(sghmc_lrs=(0.003, 0.01, 0.03, 0.1), sghmc_frictions=(10.0,), csghmc_lrs=(0.01, 0.03, 0.1, 0.3),
-                        l2e_lrs=(0.25, 0.5, 1.0), de_lrs=(0.003, 0.01, 0.03, 0.1), psgld_lrs=(0.0003, 0.001, 0.003),
-                        fsghmc_lrs=(0.003, 0.01, 0.03, 0.1), noisy_de_lrs=(0.003, 0.01, 0.03, 0.1)),
+        grid=_ALL_METHODS_GRID,
         fullbatch_chains=2, mile_steps=(2000, 250, 250), mile_samples=10, mile_thinning=20,
         nuts_warmup=200, nuts_samples=10, nuts_thinning=2, nuts_max_doublings=8,
         title="L2E evaluation: 1-D in-between uncertainty",

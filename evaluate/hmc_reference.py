@@ -282,19 +282,9 @@ def check_reference_output(out: Path, overwrite: bool, error=ValueError) -> None
                 raise error(f"{out / INDEX} exists; pass --overwrite or choose another --output")
         elif any(out.iterdir()):
             raise error(f"--output {out} is a non-empty directory without {INDEX}; choose another --output")
-        probe_dir = out
-    else:
-        probe_dir = out.parent
-        while not probe_dir.exists() and probe_dir != probe_dir.parent:
-            probe_dir = probe_dir.parent
-        if not probe_dir.is_dir():
-            raise error(f"--output {out}: {probe_dir} is not a directory")
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=probe_dir)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as e:
-        raise error(f"--output {out} is not writable ({probe_dir}: {e.strerror})") from None
+    from evaluate.report import probe_writable
+
+    probe_writable(out, error)
 
 
 def _read_index(out: Path) -> dict:

@@ -65,6 +65,22 @@ def _atomic_write_bytes(path, data: bytes) -> Path:
     return path
 
 
+def probe_writable(out: Path, error) -> None:
+    """Raise `error` unless `out` (or its nearest existing ancestor) is a directory where a file can really be
+    created (os.access is not enough: root, read-only mounts)."""
+    probe_dir = out
+    while not probe_dir.exists() and probe_dir != probe_dir.parent:
+        probe_dir = probe_dir.parent
+    if not probe_dir.is_dir():
+        raise error(f"--output {out}: {probe_dir} is not a directory")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=probe_dir)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise error(f"--output {out} is not writable ({probe_dir}: {e.strerror})") from None
+
+
 def _json_default(obj):
     if isinstance(obj, np.ndarray) or (hasattr(obj, "__array__") and hasattr(obj, "shape")):
         return np.asarray(obj).tolist()
