@@ -204,11 +204,13 @@ def main(argv=None) -> dict:
     p.add_argument("--breakdown", action="store_true")
     p.add_argument("--check", action="store_true", help="also check the fused prototype against the reference")
     p.add_argument("--data-dir", default=None)
+    p.add_argument("--variants", default="", help="comma-separated extra variants, e.g. bf16,nomlp")
     a = p.parse_args(argv)
     task = make_task(a.dataset, a.channels, a.depth, a.residual, a.data_dir)
     if a.check:
         print(f"fused vs reference, max |Δ| after 5 steps: {check_fused(task):.3g}")
-    res = step_costs(task, a.steps, a.repeats, a.chunk, a.batch_size, breakdown=a.breakdown)
+    res = step_costs(task, a.steps, a.repeats, a.chunk, a.batch_size, breakdown=a.breakdown,
+                     variants=tuple(v for v in a.variants.split(",") if v))
     report(res)
     return res
 

@@ -20,6 +20,10 @@ DECAYS = (0.1, 0.5, 0.9, 0.99, 0.999, 0.9999)
 FEATURE_NAMES = ("grad", "position", "momentum") + tuple(f"avg_{d}" for d in DECAYS)
 NUM_FEATURES = len(FEATURE_NAMES)
 NORM_EPS = 1e-5
+# XLA:CPU splits a matmul's contraction over its intra-op threads once it is long enough (measured: 4096 rows
+# differ between 1-3 and ≥4 forced host devices on a 2-core box, 1024 never), so the fit's weight gradients are
+# summed over blocks of at most this many rows in a fixed order: φ₀ is then the same whatever the device count.
+FIT_BLOCK_ROWS = 256
 
 
 class MetaMLP(nn.Module):
@@ -109,8 +113,10 @@ def sghmc_like_meta_params(key: jax.Array, hidden: Sequence[int] = (32, 32), ste
     module = MetaMLP(tuple(hidden))
     opt = optax.adam(1e-2)
 
-    def loss(p):
-        return jnp.mean(jnp.square(module.apply({"params": p}, x) - target))
+    def loss(p):  # summed over row blocks in a fixed order (see FIT_BLOCK_ROWS)
+        sq = [jnp.sum(jnp.square(module.apply({"params": p}, x[i:i + FIT_BLOCK_ROWS]) - target[i:i + FIT_BLOCK_ROWS]))
+              for i in range(0, num_points, FIT_BLOCK_ROWS)]
+        return sum(sq) / target.size
 
     @jax.jit
     def fit(p):

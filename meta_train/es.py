@@ -8,9 +8,10 @@ One outer iteration (all randomness from fold_in(seed key, iteration)):
 
 Scale-out: the population axis is sharded over a 1-D mesh ("pop") of the devices (`population_mesh`): each
 device runs population/n members' chains; data, keys and θ₀ are replicated; every member sees the same
-keys whatever the device count. On XLA:CPU the numbers agree to float32 rounding, not bit for bit: merely
-forcing 4 host devices (XLA_FLAGS=--xla_force_host_platform_device_count=4) changes the last bits even
-without sharding; ES then amplifies them over iterations (tests/test_paper_scale.py bounds both).
+keys whatever the device count. Measured on XLA:CPU with 1 vs 4 forced host devices
+(XLA_FLAGS=--xla_force_host_platform_device_count=4, tests/test_paper_scale.py): the sequential execution
+(CPU default) gives bit-identical meta-parameters; vmap/shard_map agrees to float32 rounding (6e-7 after two
+smoke iterations), since a vmapped batch of 4 members and one member per device may round differently.
 Multi-host: `python -m meta_train --distributed ...` on every host calls meta_train.distributed before any
 computation (JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID where JAX cannot auto-detect the
 cluster); jax.devices() is then global and only process 0 writes the run directory (meta_train.train).
@@ -84,8 +85,8 @@ def replicate(tree, mesh: Mesh):
 def per_member(fn, mesh: Mesh, member_args: tuple[bool, ...], out_replicated: bool = False):
     """jit(shard_map) of `fn` over the population: arguments flagged in `member_args` have the population on
     axis 0 (sharded over "pop"), the others are shared (replicated). Each device runs `fn` vmapped over its
-    local members. (A per-member Python loop instead of vmap was tried: it was ~2× slower on one CPU device
-    and did not make XLA:CPU results bit-identical across device counts either; see the module docstring.)
+    local members. (A per-member Python loop instead of vmap was tried: it was ~2× slower on one CPU device;
+    on CPU the default execution is `_sequential_population` anyway.)
     """
     pop, rep = PartitionSpec("pop"), PartitionSpec()
 
