@@ -70,12 +70,12 @@ def main(argv=None) -> dict:
                 continue
             t0 = time.perf_counter()
             r = step_costs(make_task(ds, ch, dep), steps=steps, repeats=2 if q else 5, batch_size=bs, scan=False,
-                           variants=("fused-coord",))
+                           variants=("nomlp",))
             results[f"B1B2 {r['task']}"] = r
             tag = f"{r['task']} d={r['d']} batch {bs}"
             if "B1" not in skip:
-                emit(line("B1", r["B1"], f"{tag}; fused prototype l2e/sghmc {r['fused-coord/sghmc']:.2f}; "
-                                         f"{time.perf_counter() - t0:.0f} s"))
+                emit(line("B1", r["B1"], f"{tag}; without the meta-model MLP (α=0, β=r) "
+                                         f"{r['nomlp/sghmc']:.2f}; {time.perf_counter() - t0:.0f} s"))
             if "B2" not in skip:
                 emit(line("B2", r["B2"], f"{tag}; sghmc {r['sghmc chunked/standalone']:.2f}"))
         if "B1" not in skip:

@@ -33,7 +33,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m evaluate", description=__doc__.splitlines()[0])
-    p.add_argument("--preset", default="default", help="configuration preset: default, smoke, full (every method; UCI yacht + digits) or regression_1d (default: default)")
+    p.add_argument("--preset", default="default", help="configuration preset: default, smoke, full (every method; UCI yacht + digits), regression_1d or paper (CIFAR-10 ResNet20-FRN + FMNIST; needs the TFDS data) (default: default)")
     p.add_argument("--output", default="runs/evaluate", help="report directory (default: runs/evaluate)")
     p.add_argument("--sampler", default=None,
                    help="L2E checkpoint: a meta-training run dir, its checkpoints/ dir or a step dir "

@@ -304,6 +304,30 @@ PRESETS: dict[str, EvalConfig] = {
         nuts_warmup=200, nuts_samples=10, nuts_thinning=2, nuts_max_doublings=8,
         title="L2E evaluation: 1-D in-between uncertainty",
     ),
+    # the paper's CIFAR-10 comparison (spec §6, the released code's schedule) on a machine with the data (TFDS
+    # cifar10 train[:40960] / test, fashion_mnist) and, for agreement / TV against HMC, the reference file:
+    #   python -m evaluate --preset paper --reference cifar10/resnet20-frn=../shared/data/hmc_reference/cifar10/probs.csv
+    # ResNet20-FRN-Swish with prior N(0, 1/5), batch 128; 600 CIFAR epochs (320 steps each) = 192,000 gradients
+    # per method, 10 samples at the end of epochs 150, 200, …, 600; L2E lr (ε²N) 2.0 as the paper's CIFAR-10
+    # evaluation; cSGHMC 12 cycles of 50 epochs, exploration 0.94, momentum decay 0.01 (L2E Table 13; lr₀ 0.5
+    # of the authors' public script); deep ensemble: 10 members of 60 epochs, SGD momentum 0.9, lr 0.1. Fixed
+    # hyperparameters (tune=False: the paper's lr values were lost); GPU work.
+    "paper": EvalConfig(
+        tasks=(
+            TaskSpec("cifar10", ModelSpec("resnet20_frn"), prior_variance=0.2),
+            TaskSpec("fashion_mnist", ModelSpec("fmnist_1conv"), prior_variance=0.2),
+        ),
+        held_out=(
+            "dataset+architecture (CIFAR-10, ResNet20-FRN-Swish; the Izmailov et al. HMC reference setting)",
+            "dataset+architecture (Fashion-MNIST, 1-conv CNN; the paper's FMNIST evaluation model)",
+        ),
+        methods=("l2e", "csghmc", "deep_ensemble"),
+        num_steps=192_000, num_samples=10, thinning=16_000, batch_size=128, chunk=10, eval_batch=500,
+        tune=False,
+        grid=MethodGrid(l2e_lrs=(2.0,), csghmc_lrs=(0.5,), csghmc_cycles=12, csghmc_exploration_ratio=0.94,
+                        csghmc_momentum_decay=0.01, de_lrs=(0.1,), de_momentum=0.9),
+        title="L2E evaluation: the paper's CIFAR-10 / Fashion-MNIST comparison",
+    ),
 }
 
 
