@@ -9,11 +9,14 @@ Protocol (evaluate's `default` preset, its first held-out task digits/cnn-c16-d3
     cSGHMC: the end of each of 10 cycles);
   * hyperparameters fixed to what the default evaluation uses: L2E lr 0.5 with the checkpoint's sampler
     configuration; cSGHMC lr 0.1, momentum decay 0.1, 10 cycles, exploration ratio 0.8;
-  * scalar summary of each sample: its test-set mean log predictive  mean_i log p(y_i | x_i, θ);
-  * ESS: blackjax.diagnostics.effective_sample_size over the (chains, K) array (rank-free multi-chain
-    Geyer estimator; between-chain spread counts against it);
-  * seconds: the methods' own `seconds` (sampling wall time after compilation), summed over chains.
-B5 = (ESS_L2E / s_L2E) ÷ (ESS_cSGHMC / s_cSGHMC).
+  * seconds: the methods' own `seconds` (sampling wall time after compilation), summed over chains;
+  * B5 (weight space; the L2E paper's ESS/s, METRICS.md "ESS per time", and what `python -m evaluate`
+    reports): per chain, the Geyer single-chain ESS of every parameter coordinate over its K draws
+    (`evaluate.run.ess_entry`), averaged over coordinates, summed over chains, ÷ seconds;
+  * B5 function space (a second view, reported alongside): scalar summary of each sample = its test-set mean
+    log predictive mean_i log p(y_i | x_i, θ); ESS = blackjax.diagnostics.effective_sample_size over the
+    (chains, K) array (multi-chain Geyer; between-chain spread counts against it), ÷ seconds.
+B5 = (ESS_L2E / s_L2E) ÷ (ESS_cSGHMC / s_cSGHMC) for each definition.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from blackjax.diagnostics import effective_sample_size
 import l2e
 from evaluate.config import get_preset
 from evaluate.methods import run_csghmc, run_l2e, split_data
+from evaluate.run import ess_entry
 from tasks import TaskSpec, build_task
 
 
@@ -44,7 +48,7 @@ def ess_per_second(chains: int = 4, steps: int = 1000, spec: TaskSpec | None = N
     }
     out = {"task": spec.name, "chains": chains, "steps": steps}
     for name, (run, hp) in methods.items():
-        summaries, seconds, divergent = [], 0.0, 0
+        summaries, seconds, divergent, weight_ess = [], 0.0, 0, []
         for c in range(chains):
             key = jax.random.fold_in(jax.random.PRNGKey(seed), c)
             r = run(task, key, hp, cfg, "test")
@@ -53,12 +57,15 @@ def ess_per_second(chains: int = 4, steps: int = 1000, spec: TaskSpec | None = N
                 continue
             lp = r.samples_log_probs[:, np.arange(len(y)), y]  # (K, n)
             summaries.append(lp.mean(axis=1))
+            weight_ess.append(ess_entry(r)["mean_ess"])
             seconds += r.seconds
         arr = np.stack(summaries)  # (chains, K)
         ess = float(effective_sample_size(arr, chain_axis=0, sample_axis=1))
         out[name] = {"ess": ess, "seconds": seconds, "ess_per_s": ess / seconds, "divergent_chains": divergent,
-                     "mean_log_pred": float(arr.mean()), "samples": int(arr.size)}
-    out["B5"] = out["l2e"]["ess_per_s"] / out["csghmc"]["ess_per_s"]
+                     "mean_log_pred": float(arr.mean()), "samples": int(arr.size),
+                     "weight_ess_per_chain": weight_ess, "weight_ess_per_s": float(np.sum(weight_ess)) / seconds}
+    out["B5"] = out["l2e"]["weight_ess_per_s"] / out["csghmc"]["weight_ess_per_s"]
+    out["B5 function space"] = out["l2e"]["ess_per_s"] / out["csghmc"]["ess_per_s"]
     return out
 
 
@@ -71,9 +78,11 @@ def main(argv=None) -> dict:
     print(f"task {res['task']}  {res['chains']} chains × {res['steps']} steps, 10 samples each")
     for m in ("l2e", "csghmc"):
         r = res[m]
-        print(f"  {m:7s} ESS {r['ess']:.1f} / {r['samples']} in {r['seconds']:.2f} s → {r['ess_per_s']:.2f} ESS/s  "
+        print(f"  {m:7s} {r['seconds']:.2f} s; weight-space ESS per chain "
+              f"{', '.join(f'{e:.2f}' for e in r['weight_ess_per_chain'])} → {r['weight_ess_per_s']:.2f} ESS/s; "
+              f"function-space ESS {r['ess']:.1f} / {r['samples']} → {r['ess_per_s']:.2f} ESS/s  "
               f"(mean test log pred {r['mean_log_pred']:.3f}, divergent chains {r['divergent_chains']})")
-    print(f"  B5 ESS/s ratio l2e/csghmc {res['B5']:.2f}")
+    print(f"  B5 ESS/s ratio l2e/csghmc: weight space {res['B5']:.2f}, function space {res['B5 function space']:.2f}")
     return res
 
 

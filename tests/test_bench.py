@@ -45,3 +45,13 @@ def test_goal_lines():
 
     assert line("B1", 1.2).endswith("PASS")
     assert "MISS" in line("B3", 0.5)
+
+
+def test_b5_ess_both_definitions():
+    from bench.ess import ess_per_second
+
+    r = ess_per_second(chains=2, steps=40, spec=TaskSpec("digits", ModelSpec("cnn", channels=4, depth=1),
+                                                         max_train=200))
+    assert _ok(r["B5"]) and _ok(r["B5 function space"])
+    for m in ("l2e", "csghmc"):
+        assert len(r[m]["weight_ess_per_chain"]) == 2 and all(0 < e for e in r[m]["weight_ess_per_chain"])
