@@ -8,6 +8,10 @@ gradient inside `lax.scan`; see l2e/chains.py).  The tuned hyperparameter (the l
 meta-parameters enter the chunk as traced `args`, so a whole tuning grid compiles once per (task, method,
 schedule); compiled chunks and prediction functions are cached in this module.
 
+Devices: deep-ensemble members (plain and noisy) run round robin on the local devices, each the same
+single-member program as on one device (identical numbers whatever the device count); MILE's vmapped chains are
+sharded over a mesh of the devices (`meta_train.es.population_mesh`); the other chains are single chains.
+
 Full-batch methods (mile, nuts_bde) start from deep-ensemble members (BASELINES §6) and use their own budgets
 (EvalConfig.mile_* / nuts_*); their gradient evaluations are full-batch ones.
 
@@ -32,6 +36,7 @@ import optax
 
 import l2e
 from l2e.chains import ChainSchedule, make_chunk, run_chain
+from meta_train.es import population_mesh, replicate, shard_population
 from l2e.types import normal_like
 
 __all__ = ["DEState", "FULL_BATCH_METHODS", "MethodResult", "NoisyDEState", "RUNNERS", "barrier_entry",
@@ -191,6 +196,7 @@ _WARM: set[tuple] = set()
 _PREDICT: dict[tuple, Callable] = {}
 _FULL_BATCH: dict[tuple, Callable] = {}
 _STEP_COST: dict[tuple, dict] = {}
+_DATA: dict[tuple, tuple] = {}
 
 
 def _chunk_fn(cache_key: tuple, task, make_kernel: Callable[[], Callable], schedule: ChainSchedule):
@@ -202,11 +208,32 @@ def _chunk_fn(cache_key: tuple, task, make_kernel: Callable[[], Callable], sched
     return key, _CHUNKS[key]
 
 
-def _warm_up(key: tuple, fn: Callable, state, data, args) -> None:
-    """Compile `fn` (one discarded call) unless it already ran, so timings exclude compilation."""
+def _warm_up(key: tuple, fn: Callable, state, data, args, device=None) -> None:
+    """Compile `fn` (one discarded call) unless it already ran, so timings exclude compilation; with `device`,
+    for inputs placed on that device (a jitted function compiles once per device it runs on)."""
+    if device is not None:
+        key = key + (device,)
+        state, args = jax.device_put((state, args), device)
+        data = _data_on(data, device)
     if key not in _WARM:
-        jax.block_until_ready(fn(state, jax.random.PRNGKey(0), jnp.asarray(0, jnp.int32), data, args))
+        k0 = jax.random.PRNGKey(0) if device is None else jax.device_put(jax.random.PRNGKey(0), device)
+        jax.block_until_ready(fn(state, k0, jnp.asarray(0, jnp.int32), data, args))
         _WARM.add(key)
+
+
+def _member_device(m: int):
+    """The local device of ensemble member m: round robin, so that members run concurrently on a multi-device
+    machine while each runs the same single-member program as on one device (identical numbers)."""
+    devices = jax.local_devices()
+    return devices[m % len(devices)]
+
+
+def _data_on(data, device):
+    """`data` (a pytree of arrays) on `device`, copied once per (data, device) and cached."""
+    key = (id(data), device)
+    if key not in _DATA:
+        _DATA[key] = (data, jax.device_put(data, device))  # keeps `data` alive, so its id stays unique
+    return _DATA[key][1]
 
 
 def _predict_fn(task) -> Callable:
@@ -319,13 +346,17 @@ def _run_members(task, key, cfg, split, hp, cache_key, make_kernel, init_state: 
         return init_state(task.init_params(jax.random.fold_in(init_key, m)))
 
     ck, fn = _chunk_fn(cache_key, task, make_kernel, schedule)
-    _warm_up(ck, fn, init(0), task.train_data, args)
+    for m in range(min(k, len(jax.local_devices()))):
+        _warm_up(ck, fn, init(0), task.train_data, args, _member_device(m))
     t0 = time.perf_counter()
     members = []
-    for m in range(k):
-        _, sample = run_chain(fn, init(m), jax.random.fold_in(chain_key, m), task.train_data, args, schedule)
+    for m in range(k):  # member m on _member_device(m); dispatch is asynchronous, so devices overlap
+        dev = _member_device(m)
+        state, member_key, member_args = jax.device_put((init(m), jax.random.fold_in(chain_key, m), args), dev)
+        _, sample = run_chain(fn, state, member_key, _data_on(task.train_data, dev), member_args, schedule)
         members.append(sample)
-    samples = jax.tree.map(lambda *xs: jnp.concatenate(xs), *members)
+    home = jax.local_devices()[0]
+    samples = jax.tree.map(lambda *xs: jnp.concatenate([jax.device_put(x, home) for x in xs]), *members)
     jax.block_until_ready(samples)
     seconds = time.perf_counter() - t0
     return _finalise(task, samples, list(range(k)), split, cfg, steps * k, seconds, hp, num_chains=k)
@@ -517,7 +548,11 @@ def run_mile(task, key, hp: dict, cfg, split="test") -> MethodResult:
     keys = jax.random.split(chain_key, chains)
     steps, draws, thin = tuple(cfg.mile_steps), cfg.mile_samples, cfg.mile_thinning
     eps0 = jnp.asarray(float(hp["step_size0"]), jnp.float32)
-    ck = ("mile", task.spec, steps, draws, thin, chains)
+    mesh = population_mesh(chains)  # the chain axis sharded over the devices (plain jit on one device)
+    if mesh.size > 1:
+        init_positions, keys = shard_population((init_positions, keys), mesh)
+        eps0 = replicate(eps0, mesh)
+    ck = ("mile", task.spec, steps, draws, thin, chains, mesh)
     if ck not in _FULL_BATCH:
         def one(p, k, e):
             return l2e.mile(task.log_density, p, k, e, num_steps=steps, num_samples=draws, thinning=thin)
@@ -527,6 +562,8 @@ def run_mile(task, key, hp: dict, cfg, split="test") -> MethodResult:
     samples, info = _FULL_BATCH[ck](init_positions, keys, eps0)
     jax.block_until_ready(samples)
     seconds = time.perf_counter() - t0
+    if mesh.size > 1:  # gathered on the default device for prediction
+        samples = jax.device_put(samples, jax.local_devices()[0])
     record = {k: v for k, v in hp.items() if k not in ("init_positions",)}
     record.update({"chains": chains, "num_steps": list(steps), "samples_per_chain": draws, "thinning": thin,
                    "L": np.asarray(info.L).tolist(), "step_size": np.asarray(info.step_size).tolist(),

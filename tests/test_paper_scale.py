@@ -64,6 +64,40 @@ def test_meta_training_independent_of_device_count(tmp_path, execution):
         np.testing.assert_allclose(one, four, rtol=0, atol=1e-4)
 
 
+EVAL_SCRIPT = textwrap.dedent("""
+    import sys, dataclasses, jax, numpy as np
+    from evaluate.config import get_preset
+    from evaluate.methods import run_deep_ensemble, run_mile
+    from tasks import build
+    cfg = dataclasses.replace(get_preset("regression_1d"), num_steps=200, num_samples=4, fullbatch_chains=4,
+                              mile_steps=(2, 1, 1), mile_samples=2, mile_thinning=1)
+    task = build(cfg.tasks[0])
+    de = run_deep_ensemble(task, jax.random.PRNGKey(0), {"learning_rate": 0.01}, cfg)
+    init = jax.tree.map(np.asarray, de.samples)
+    mile = run_mile(task, jax.random.PRNGKey(0), {"init_positions": init, "step_size0": 0.01}, cfg)
+    flat = lambda t: np.concatenate([np.ravel(np.asarray(x)) for x in jax.tree.leaves(t)])
+    np.savez(sys.argv[1], de=flat(de.samples), mile=flat(mile.samples), pred=np.asarray(de.predictions))
+    print("devices", len(jax.devices()))
+""")
+
+
+def test_evaluation_chains_independent_of_device_count(tmp_path):
+    """Deep-ensemble members run round robin on 4 forced devices: the same numbers as on 1. MILE's vmapped
+    chains are sharded over the 4 devices: equal to float32 rounding (a batch of 4 chains vs 1 per device;
+    longer MCLMC runs amplify it, e.g. 2e-2 after 60 steps)."""
+    out = {}
+    for n in (1, 4):
+        env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT),
+               "XLA_FLAGS": f"--xla_force_host_platform_device_count={n}" if n > 1 else ""}
+        proc = subprocess.run([sys.executable, "-c", EVAL_SCRIPT, str(tmp_path / f"e{n}.npz")], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0 and f"devices {n}" in proc.stdout, proc.stderr[-3000:]
+        out[n] = np.load(tmp_path / f"e{n}.npz")
+    np.testing.assert_array_equal(out[1]["de"], out[4]["de"])
+    np.testing.assert_array_equal(out[1]["pred"], out[4]["pred"])
+    np.testing.assert_allclose(out[1]["mile"], out[4]["mile"], rtol=0, atol=1e-5)
+
+
 def test_population_mesh_divides_population():
     from meta_train.es import population_mesh
 
