@@ -9,8 +9,9 @@ meta-parameters enter the chunk as traced `args`, so a whole tuning grid compile
 schedule); compiled chunks and prediction functions are cached in this module.
 
 Devices: deep-ensemble members (plain and noisy) run round robin on the local devices, each the same
-single-member program as on one device (identical numbers whatever the device count); MILE's vmapped chains are
-sharded over a mesh of the devices (`meta_train.es.population_mesh`); the other chains are single chains.
+single-member program as on one device (identical numbers whatever the device count), and so do NUTS-BDE's
+chains (`l2e.nuts.nuts_chains`); MILE's vmapped chains are sharded over a mesh of the devices
+(`meta_train.es.population_mesh`); the other methods run a single chain.
 
 Full-batch methods (mile, nuts_bde) start from deep-ensemble members (BASELINES §6) and use their own budgets
 (EvalConfig.mile_* / nuts_*); their gradient evaluations are full-batch ones.

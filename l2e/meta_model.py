@@ -20,9 +20,10 @@ DECAYS = (0.1, 0.5, 0.9, 0.99, 0.999, 0.9999)
 FEATURE_NAMES = ("grad", "position", "momentum") + tuple(f"avg_{d}" for d in DECAYS)
 NUM_FEATURES = len(FEATURE_NAMES)
 NORM_EPS = 1e-5
-# XLA:CPU splits a matmul's contraction over its intra-op threads once it is long enough (measured: 4096 rows
-# differ between 1-3 and ≥4 forced host devices on a 2-core box, 1024 never), so the fit's weight gradients are
-# summed over blocks of at most this many rows in a fixed order: φ₀ is then the same whatever the device count.
+# XLA:CPU splits a long matmul contraction according to its intra-op thread pool, which forcing ≥ 4 host devices
+# resizes (measured on the 2-core box: a 4096-row contraction differs between 1-3 and 4 devices). So the fit's
+# loss is summed over blocks of this many rows in a fixed order; with 1024-row blocks φ₀ still differed by 4e-5
+# between 1 and 4 devices, with 256 it is bit-identical (tests/test_paper_scale.py).
 FIT_BLOCK_ROWS = 256
 
 

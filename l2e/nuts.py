@@ -2,9 +2,10 @@
 
 Each chain runs blackjax's Stan-style `window_adaptation` (step size by dual averaging to a target acceptance
 rate, diagonal inverse mass matrix from the slow windows) from its own initial position, then NUTS with the
-adapted parameters.  Chains run one after another (their step sizes differ; a `vmap` would make every tree as
-deep as the deepest); samples are kept every `thinning` transitions, in a Python loop over a jitted block of
-`thinning` transitions, so memory holds only the kept draws.
+adapted parameters.  Chains are not vmapped (their step sizes differ; a `vmap` would make every tree as deep as
+the deepest): chain c runs on local device c mod n, one after another on one device and side by side on several
+(the same program per chain, so the same numbers whatever the device count).  Samples are kept every `thinning`
+transitions, in a Python loop over a jitted block of `thinning` transitions, so memory holds only the kept draws.
 
 NUTS-BDE (Sommer et al., 2024): the initial positions are deep-ensemble members (BASELINES §6).
 """
@@ -30,7 +31,8 @@ class NUTSInfo(NamedTuple):
     acceptance_rate: mean over the sampling transitions; num_divergent: divergent sampling transitions;
     num_grad_evals: leapfrog steps (= full-batch gradient evaluations), warm-up + sampling;
     seconds: wall time of warm-up + sampling of each chain; the first chain's includes compiling both programs
-    (they are compiled once per call and reused by the other chains).
+    (they are compiled once per call and device and reused by the other chains). On several devices the chains
+    overlap, and a chain's seconds are the wall time from the start until it finished.
     """
 
     step_size: np.ndarray
@@ -79,17 +81,21 @@ def nuts_chains(logdensity_fn: Callable[[PyTree], jax.Array], init_positions: Py
         carry, _ = jax.lax.scan(one, (state, jnp.zeros(()), zero, zero), jax.random.split(k, thinning))
         return carry
 
-    draws, infos = [], []
-    for c in range(num_chains):
-        k_warm, k_run = jax.random.split(jax.random.fold_in(key, c))
-        position = jax.tree.map(lambda x: x[c], init_positions)
+    devices = jax.local_devices()
+    concurrent = len(devices) > 1 and num_chains > 1
+    runs = []
+    t_start = time.perf_counter()
+    for c in range(num_chains):  # chain c on local device c mod n: chains overlap on a multi-device machine
+        dev = devices[c % len(devices)]
+        k_warm, k_run = (jax.device_put(k, dev) for k in jax.random.split(jax.random.fold_in(key, c)))
+        position = jax.device_put(jax.tree.map(lambda x: x[c], init_positions), dev)
         t0 = time.perf_counter()
         if num_warmup > 0:
             state, params, warm_grads = warm(k_warm, position)
             step_size, imm = params["step_size"], params["inverse_mass_matrix"]
         else:
             state = blackjax.nuts.init(position, logdensity_fn)
-            step_size = jnp.asarray(1e-3)
+            step_size = jax.device_put(jnp.asarray(1e-3), dev)
             imm = jnp.ones_like(jax.flatten_util.ravel_pytree(position)[0])
             warm_grads = jnp.zeros((), jnp.int32)
         acc = div = grads = 0
@@ -100,9 +106,16 @@ def nuts_chains(logdensity_fn: Callable[[PyTree], jax.Array], init_positions: Py
             kept.append(state.position)
             if progress is not None:
                 progress(c, s)
-        jax.block_until_ready(kept[-1])
-        seconds = time.perf_counter() - t0
-        draws.append(jax.tree.map(lambda *xs: jnp.stack(xs), *kept))
+        if not concurrent:
+            jax.block_until_ready(kept[-1])
+        runs.append((kept, step_size, imm, acc, div, warm_grads, grads, time.perf_counter() - t0))
+    draws, infos = [], []
+    home = devices[0]
+    for kept, step_size, imm, acc, div, warm_grads, grads, seconds in runs:
+        if concurrent:  # chains ran side by side: each chain's time is the wall time until it finished
+            jax.block_until_ready(kept[-1])
+            seconds = time.perf_counter() - t_start
+        draws.append(jax.device_put(jax.tree.map(lambda *xs: jnp.stack(xs), *kept), home))
         infos.append((float(step_size), np.asarray(imm), float(acc) / (num_samples * thinning), int(div),
                       int(warm_grads) + int(grads), seconds))
     samples = jax.tree.map(lambda *xs: jnp.stack(xs), *draws)

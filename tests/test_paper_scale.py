@@ -67,24 +67,27 @@ def test_meta_training_independent_of_device_count(tmp_path, execution):
 EVAL_SCRIPT = textwrap.dedent("""
     import sys, dataclasses, jax, numpy as np
     from evaluate.config import get_preset
-    from evaluate.methods import run_deep_ensemble, run_mile
+    from evaluate.methods import run_deep_ensemble, run_mile, run_nuts_bde
     from tasks import build
     cfg = dataclasses.replace(get_preset("regression_1d"), num_steps=200, num_samples=4, fullbatch_chains=4,
-                              mile_steps=(2, 1, 1), mile_samples=2, mile_thinning=1)
+                              mile_steps=(2, 1, 1), mile_samples=2, mile_thinning=1, nuts_warmup=10,
+                              nuts_samples=2, nuts_thinning=1, nuts_max_doublings=4)
     task = build(cfg.tasks[0])
     de = run_deep_ensemble(task, jax.random.PRNGKey(0), {"learning_rate": 0.01}, cfg)
     init = jax.tree.map(np.asarray, de.samples)
     mile = run_mile(task, jax.random.PRNGKey(0), {"init_positions": init, "step_size0": 0.01}, cfg)
+    nuts = run_nuts_bde(task, jax.random.PRNGKey(0), {"init_positions": init}, cfg)
     flat = lambda t: np.concatenate([np.ravel(np.asarray(x)) for x in jax.tree.leaves(t)])
-    np.savez(sys.argv[1], de=flat(de.samples), mile=flat(mile.samples), pred=np.asarray(de.predictions))
+    np.savez(sys.argv[1], de=flat(de.samples), mile=flat(mile.samples), pred=np.asarray(de.predictions),
+             nuts=flat(nuts.samples))
     print("devices", len(jax.devices()))
 """)
 
 
 def test_evaluation_chains_independent_of_device_count(tmp_path):
-    """Deep-ensemble members run round robin on 4 forced devices: the same numbers as on 1. MILE's vmapped
-    chains are sharded over the 4 devices: equal to float32 rounding (a batch of 4 chains vs 1 per device;
-    longer MCLMC runs amplify it, e.g. 2e-2 after 60 steps)."""
+    """Deep-ensemble members and NUTS chains run round robin on 4 forced devices: the same numbers as on 1.
+    MILE's vmapped chains are sharded over the 4 devices: equal to float32 rounding (a batch of 4 chains vs 1
+    per device; longer MCLMC runs amplify it, e.g. 2e-2 after 60 steps)."""
     out = {}
     for n in (1, 4):
         env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT),
@@ -95,6 +98,7 @@ def test_evaluation_chains_independent_of_device_count(tmp_path):
         out[n] = np.load(tmp_path / f"e{n}.npz")
     np.testing.assert_array_equal(out[1]["de"], out[4]["de"])
     np.testing.assert_array_equal(out[1]["pred"], out[4]["pred"])
+    np.testing.assert_array_equal(out[1]["nuts"], out[4]["nuts"])
     np.testing.assert_allclose(out[1]["mile"], out[4]["mile"], rtol=0, atol=1e-5)
 
 
