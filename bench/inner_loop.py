@@ -14,7 +14,8 @@ Variants (per-step milliseconds):
   with --breakdown also
   l2e nomlp            : L2E step with the meta-model replaced by α = 0, β = r (gradient + averages + noise),
   l2e feats            : features + per-tensor normalisation, then a linear 9→2 head instead of the MLP,
-  l2e fused            : bench/l2e_fused.py (shared first layer, feature-major MLP; same mathematics).
+  l2e generic          : the unfused two-`meta_fn` step (l2e.l2e.mlp_meta_fn; same mathematics as the default
+                         fused step, which computes the first layer once and runs on flat vectors).
 
 B1 = l2e chunked ÷ sghmc chunked;  B2 = l2e chunked ÷ l2e standalone.
 """
@@ -29,7 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from l2e.chains import ChainSchedule, make_chunk, run_chain
-from l2e.l2e import L2EConfig, build_kernel, init as l2e_init
+from l2e.l2e import L2EConfig, build_kernel, init as l2e_init, mlp_meta_fn
 from l2e.meta_model import features, sghmc_like_meta_params
 from l2e.sghmc import sghmc
 from tasks import ModelSpec, Task, TaskSpec, build_task
@@ -100,7 +101,6 @@ def _nomlp_meta_fn(meta_params, grad, position, momentum, averages):
 
 def _feats_meta_fn(meta_params, grad, position, momentum, averages):
     """Features + normalisation, then a linear 9→2 head (the first layer's first two columns)."""
-    from l2e.meta_model import apply_per_coordinate  # noqa: F401  (same splitting as the reference)
     w = meta_params["Dense_0"]["kernel"][:, :2]
     out = features(grad, position, momentum, averages) @ w
     leaves, treedef = jax.tree.flatten(position)
@@ -123,8 +123,6 @@ def make_task(dataset: str, channels: int, depth: int, residual: bool = False, d
 def step_costs(task: Task, steps: int = 200, repeats: int = 7, chunk: int = 2, batch_size: int = 64,
                scan: bool = True, breakdown: bool = False, meta_params=None, variants: tuple[str, ...] = ()) -> dict:
     """Per-step ms of every variant (medians) and the B1 / B2 ratios (medians of per-round ratios)."""
-    from bench.l2e_fused import build_fused_kernel
-
     theta = task.init_params(jax.random.PRNGKey(1))
     phi = meta_params if meta_params is not None else default_meta_params()
     cfg = L2EConfig(alpha_scale=0.1, beta_scale=0.1)
@@ -140,8 +138,7 @@ def step_costs(task: Task, steps: int = 200, repeats: int = 7, chunk: int = 2, b
     all_variants = {
         "nomlp": lambda: build_kernel(task.posterior, cfg, _nomlp_meta_fn),
         "feats": lambda: build_kernel(task.posterior, cfg, _feats_meta_fn),
-        "fused": lambda: build_fused_kernel(task.posterior, cfg, "feature"),
-        "fused-coord": lambda: build_fused_kernel(task.posterior, cfg, "coord"),
+        "generic": lambda: build_kernel(task.posterior, cfg, mlp_meta_fn(cfg.alpha_scale, cfg.beta_scale)),
     }
     variants = tuple(all_variants) if breakdown else tuple(variants)
     if variants:
@@ -168,14 +165,13 @@ def step_costs(task: Task, steps: int = 200, repeats: int = 7, chunk: int = 2, b
 
 
 def check_fused(task: Task, steps: int = 5) -> float:
-    """Max |Δ| between the reference L2E step and the fused prototype after `steps` identical steps."""
-    from bench.l2e_fused import build_fused_kernel
-
+    """Max |Δ| between the default (fused) L2E step and the generic two-`meta_fn` step after `steps` steps."""
     cfg = L2EConfig(alpha_scale=0.1, beta_scale=0.1)
     phi = default_meta_params()
     s_ref = s_fus = l2e_init(task.init_params(jax.random.PRNGKey(1)))
-    ref = jax.jit(make_chunk(build_kernel(task.posterior, cfg), Task.sample_batch, 64, 1))
-    fus = jax.jit(make_chunk(build_fused_kernel(task.posterior, cfg), Task.sample_batch, 64, 1))
+    generic = build_kernel(task.posterior, cfg, mlp_meta_fn(cfg.alpha_scale, cfg.beta_scale))
+    ref = jax.jit(make_chunk(generic, Task.sample_batch, 64, 1))
+    fus = jax.jit(make_chunk(build_kernel(task.posterior, cfg), Task.sample_batch, 64, 1))
     key = jax.random.PRNGKey(3)
     for i in range(steps):
         s_ref = ref(s_ref, key, jnp.asarray(i, jnp.int32), task.train_data, phi)
@@ -202,13 +198,13 @@ def main(argv=None) -> dict:
     p.add_argument("--chunk", type=int, default=2)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--breakdown", action="store_true")
-    p.add_argument("--check", action="store_true", help="also check the fused prototype against the reference")
+    p.add_argument("--check", action="store_true", help="also check the fused step against the generic one")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--variants", default="", help="comma-separated extra variants, e.g. bf16,nomlp")
     a = p.parse_args(argv)
     task = make_task(a.dataset, a.channels, a.depth, a.residual, a.data_dir)
     if a.check:
-        print(f"fused vs reference, max |Δ| after 5 steps: {check_fused(task):.3g}")
+        print(f"fused vs generic step, max |Δ| after 5 steps: {check_fused(task):.3g}")
     res = step_costs(task, a.steps, a.repeats, a.chunk, a.batch_size, breakdown=a.breakdown,
                      variants=tuple(v for v in a.variants.split(",") if v))
     report(res)

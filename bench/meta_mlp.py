@@ -5,9 +5,8 @@ Usage: python -m bench.meta_mlp [--sizes 3454,32254] [--repeats 7]
 
 Times, in µs per call (median over repeats, jitted, interleaved), at each number of coordinates d:
   mlp     : both passes of the fused L2E step's MLP (shared first layer P = F·W1 + b1 of 8 features, then per
-            pass relu(P + r̂ ⊗ w1_r) → 32×32 → relu → output; pass 2 only the β column), as in l2e.l2e;
-  layer   : one 32 × 32 layer with bias and ReLU on (d, 32) activations (its GFLOP/s is printed);
-  mlp-bf16: `mlp` with bfloat16 inputs to the 32 × 32 layers (float32 accumulation), a rejected option.
+            pass `l2e.l2e.mlp_from_preactivation`; pass 2 only the β column), as in the L2E step;
+  layer   : one 32 × 32 layer with bias and ReLU on (d, 32) activations (its GFLOP/s is printed).
 """
 from __future__ import annotations
 
@@ -16,25 +15,19 @@ import statistics
 import time
 
 import jax
-import jax.numpy as jnp
 
 from bench.inner_loop import default_meta_params
+from l2e.l2e import mlp_from_preactivation
 from l2e.meta_model import mlp_layers
 
 
-def two_pass_mlp(meta_params, feats: jax.Array, hidden_dtype=jnp.float32) -> jax.Array:
+def two_pass_mlp(meta_params, feats: jax.Array) -> jax.Array:
     """feats (d, 9), momentum in column 8 → β of pass 2, (d,)."""
-    (w1, b1), (w2, b2), (w3, b3) = mlp_layers(meta_params)
+    (w1, b1), *_ = mlp_layers(meta_params)
     pre = feats[:, :8] @ w1[:8] + b1
     r = feats[:, 8]
-    out = None
-    for cols in (slice(0, 2), slice(1, 2)):
-        h = jax.nn.relu(pre + r[:, None] * w1[8][None])
-        h = jax.nn.relu(jnp.dot(h.astype(hidden_dtype), w2.astype(hidden_dtype),
-                                preferred_element_type=jnp.float32) + b2)
-        out = h @ w3[:, cols] + b3[cols]
-        r = r + 1e-3 * out[:, -1]
-    return out[:, 0]
+    alpha_beta = mlp_from_preactivation(meta_params, pre, r, slice(0, 2))
+    return mlp_from_preactivation(meta_params, pre, r + 1e-3 * alpha_beta[:, 1], slice(1, 2))[:, 0]
 
 
 def profile(d: int, repeats: int = 7, calls: int = 200) -> dict:
@@ -45,7 +38,6 @@ def profile(d: int, repeats: int = 7, calls: int = 200) -> dict:
     fns = {
         "mlp": (jax.jit(lambda f: two_pass_mlp(phi, f)), feats),
         "layer": (jax.jit(lambda h: jax.nn.relu(h @ w2 + b2)), h),
-        "mlp-bf16": (jax.jit(lambda f: two_pass_mlp(phi, f, jnp.bfloat16)), feats),
     }
     for fn, arg in fns.values():
         jax.block_until_ready(fn(arg))

@@ -36,7 +36,7 @@ import numpy as np
 import optax
 
 import l2e
-from l2e.chains import ChainSchedule, make_chunk, run_chain
+from l2e.chains import ChainSchedule, make_chunk, member_device, on_device, run_chain
 from meta_train.es import population_mesh, replicate, shard_population
 from l2e.types import normal_like
 
@@ -197,7 +197,6 @@ _WARM: set[tuple] = set()
 _PREDICT: dict[tuple, Callable] = {}
 _FULL_BATCH: dict[tuple, Callable] = {}
 _STEP_COST: dict[tuple, dict] = {}
-_DATA: dict[tuple, tuple] = {}
 
 
 def _chunk_fn(cache_key: tuple, task, make_kernel: Callable[[], Callable], schedule: ChainSchedule):
@@ -215,26 +214,11 @@ def _warm_up(key: tuple, fn: Callable, state, data, args, device=None) -> None:
     if device is not None:
         key = key + (device,)
         state, args = jax.device_put((state, args), device)
-        data = _data_on(data, device)
+        data = on_device(data, device)
     if key not in _WARM:
         k0 = jax.random.PRNGKey(0) if device is None else jax.device_put(jax.random.PRNGKey(0), device)
         jax.block_until_ready(fn(state, k0, jnp.asarray(0, jnp.int32), data, args))
         _WARM.add(key)
-
-
-def _member_device(m: int):
-    """The local device of ensemble member m: round robin, so that members run concurrently on a multi-device
-    machine while each runs the same single-member program as on one device (identical numbers)."""
-    devices = jax.local_devices()
-    return devices[m % len(devices)]
-
-
-def _data_on(data, device):
-    """`data` (a pytree of arrays) on `device`, copied once per (data, device) and cached."""
-    key = (id(data), device)
-    if key not in _DATA:
-        _DATA[key] = (data, jax.device_put(data, device))  # keeps `data` alive, so its id stays unique
-    return _DATA[key][1]
 
 
 def _predict_fn(task) -> Callable:
@@ -348,13 +332,13 @@ def _run_members(task, key, cfg, split, hp, cache_key, make_kernel, init_state: 
 
     ck, fn = _chunk_fn(cache_key, task, make_kernel, schedule)
     for m in range(min(k, len(jax.local_devices()))):
-        _warm_up(ck, fn, init(0), task.train_data, args, _member_device(m))
+        _warm_up(ck, fn, init(0), task.train_data, args, member_device(m))
     t0 = time.perf_counter()
     members = []
-    for m in range(k):  # member m on _member_device(m); dispatch is asynchronous, so devices overlap
-        dev = _member_device(m)
+    for m in range(k):  # member m on member_device(m); dispatch is asynchronous, so devices overlap
+        dev = member_device(m)
         state, member_key, member_args = jax.device_put((init(m), jax.random.fold_in(chain_key, m), args), dev)
-        _, sample = run_chain(fn, state, member_key, _data_on(task.train_data, dev), member_args, schedule)
+        _, sample = run_chain(fn, state, member_key, on_device(task.train_data, dev), member_args, schedule)
         members.append(sample)
     home = jax.local_devices()[0]
     samples = jax.tree.map(lambda *xs: jnp.concatenate([jax.device_put(x, home) for x in xs]), *members)

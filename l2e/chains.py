@@ -12,6 +12,7 @@ a chain is a pure function of (key, initial state) whatever the chunk length.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from typing import Any, Callable
@@ -101,3 +102,30 @@ def run_chain(
             progress(length)
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *samples)
     return state, stacked
+
+
+def member_device(index: int):
+    """The local device of chain / ensemble member / population member `index`: round robin over
+    `jax.local_devices()`.  Each member runs the same single-member program whatever the device count (so the
+    same numbers), and members on different devices overlap because dispatch is asynchronous."""
+    devices = jax.local_devices()
+    return devices[index % len(devices)]
+
+
+_ON_DEVICE: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
+_ON_DEVICE_MAX = 16
+
+
+def on_device(data: Any, device) -> Any:
+    """`data` (a pytree of arrays, e.g. a task's train split) on `device`, cached per (arrays, device): tasks that
+    share their arrays (the same dataset) share one copy; on the device the arrays already live on, no copy is
+    made.  The 16 most recently used entries are kept."""
+    leaves = jax.tree.leaves(data)
+    key = (tuple(id(x) for x in leaves), device)
+    if key in _ON_DEVICE:
+        _ON_DEVICE.move_to_end(key)
+    else:
+        _ON_DEVICE[key] = (leaves, jax.device_put(data, device))  # holds the arrays, so their ids stay unique
+        if len(_ON_DEVICE) > _ON_DEVICE_MAX:
+            _ON_DEVICE.popitem(last=False)
+    return _ON_DEVICE[key][1]

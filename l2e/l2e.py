@@ -105,6 +105,16 @@ def build_kernel(posterior: Posterior, config: L2EConfig, meta_fn: MetaFn | None
     return kernel
 
 
+def mlp_from_preactivation(meta_params: PyTree, pre: jax.Array, r_hat: jax.Array, cols: slice) -> jax.Array:
+    """The meta-MLP's outputs `cols` from the first layer's pre-activation without the momentum term,
+    pre = F·W1[other features] + b1 (d, hidden), and the normalised momentum r̂ (d,): (d, len(cols))."""
+    (w1, _), *hidden, (w3, b3) = mlp_layers(meta_params)
+    h = jax.nn.relu(pre + r_hat[:, None] * w1[FEATURE_NAMES.index("momentum")][None, :])
+    for w, b in hidden:
+        h = jax.nn.relu(h @ w + b)
+    return h @ w3[:, cols] + b3[cols]
+
+
 def _fused_mlp_kernel(posterior: Posterior, config: L2EConfig, eps, noise_std):
     """The L2E step with the paper's MLP, fused (measured 1.37 → 1.03 × an SGHMC step on a 32k-parameter CNN).
 
@@ -127,7 +137,7 @@ def _fused_mlp_kernel(posterior: Posterior, config: L2EConfig, eps, noise_std):
         gs, ms, rs = jax.tree.leaves(g), jax.tree.leaves(avgs), jax.tree.leaves(state.momentum)
         sizes = [x.size for x in xs]
         bounds = np.cumsum([0] + sizes)
-        (w1, b1), *hidden, (w3, b3) = mlp_layers(meta_params)
+        (w1, b1), *_ = mlp_layers(meta_params)
         feats = jnp.concatenate([  # (d, 8): rows in jax.tree order, columns FEATURE_NAMES without momentum
             rms_rows(jnp.concatenate([gl.reshape(1, -1), xl.reshape(1, -1), ml.reshape(len(DECAYS), -1)])).T
             for gl, xl, ml in zip(gs, xs, ms)])
@@ -138,10 +148,7 @@ def _fused_mlp_kernel(posterior: Posterior, config: L2EConfig, eps, noise_std):
 
         def mlp(r_flat, cols):
             r_hat = jnp.concatenate([rms_rows(r_flat[None, lo:hi])[0] for lo, hi in zip(bounds[:-1], bounds[1:])])
-            h = jax.nn.relu(pre + r_hat[:, None] * w1[mom_col][None, :])
-            for w, b in hidden:
-                h = jax.nn.relu(h @ w + b)
-            return h @ w3[:, cols] + b3[cols]
+            return mlp_from_preactivation(meta_params, pre, r_hat, cols)
 
         r = flat(rs)
         out = mlp(r, slice(0, 2))

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from l2e.chains import member_device
 from l2e.types import PyTree
 
 __all__ = ["NUTSInfo", "nuts_chains"]
@@ -86,7 +87,7 @@ def nuts_chains(logdensity_fn: Callable[[PyTree], jax.Array], init_positions: Py
     runs = []
     t_start = time.perf_counter()
     for c in range(num_chains):  # chain c on local device c mod n: chains overlap on a multi-device machine
-        dev = devices[c % len(devices)]
+        dev = member_device(c)
         k_warm, k_run = (jax.device_put(k, dev) for k in jax.random.split(jax.random.fold_in(key, c)))
         position = jax.device_put(jax.tree.map(lambda x: x[c], init_positions), dev)
         t0 = time.perf_counter()

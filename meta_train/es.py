@@ -32,7 +32,7 @@ from evosax.core.fitness_shaping import identity_fitness_shaping_fn
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from l2e.chains import ChainSchedule, make_chunk, run_chain
+from l2e.chains import ChainSchedule, make_chunk, member_device, on_device, run_chain
 from l2e.l2e import L2EConfig, build_kernel, init as l2e_init
 from meta_train.config import ESConfig
 from tasks.task import Task, TaskSpec, build_task
@@ -189,12 +189,6 @@ def member_meta_loss(spec: TaskSpec):
     return jax.jit(bma_nll_fn(build_task(spec)))
 
 
-@functools.lru_cache(maxsize=8)
-def _device_data(spec: TaskSpec, device):
-    task = build_task(spec)
-    return jax.device_put((task.train_data, task.splits.outer_valid), device)
-
-
 def _sequential_population(spec, population, keys, sampler, schedule, meta_loss_examples, progress):
     """Members as ordinary single-chain programs, member m on local device m mod n_devices.
 
@@ -202,13 +196,12 @@ def _sequential_population(spec, population, keys, sampler, schedule, meta_loss_
     devices run concurrently; the computation of a member does not depend on the device count."""
     task = build_task(spec)
     p = jax.tree.leaves(population)[0].shape[0]
-    devices = jax.local_devices()
     chunk = member_chunk(spec, sampler, schedule)
     theta0 = task.init_params(keys.init)
-    placed = [devices[m % len(devices)] for m in range(p)]
+    placed = [member_device(m) for m in range(p)]
     states = [jax.device_put(l2e_init(theta0), d) for d in placed]
     metas = [jax.device_put(jax.tree.map(lambda x, m=m: x[m], population), d) for m, d in enumerate(placed)]
-    data = [_device_data(spec, d) for d in placed]
+    data = [(on_device(task.train_data, d), on_device(task.splits.outer_valid, d)) for d in placed]
     chain_keys = [jax.device_put(keys.chain, d) for d in placed]
     length = schedule.chunk_length
     wanted = set(schedule.sample_steps)

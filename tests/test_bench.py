@@ -27,7 +27,7 @@ def test_b1_b2_step_costs(tiny_task):
     assert all(_ok(v) for v in r["ms"].values())
 
 
-def test_fused_prototype_matches_reference(tiny_task):
+def test_fused_step_matches_generic_step(tiny_task):
     from bench.inner_loop import check_fused
 
     assert check_fused(tiny_task, steps=1) < 1e-4
