@@ -1,0 +1,75 @@
+"""Golden outputs: the smoke evaluation and the smoke meta-training give the numbers the code gave before the
+architecture refactor (commit 483545b; values in tests/golden/, written from that commit's runs).
+
+- `python -m evaluate --preset smoke`: every method's acc / nll / ece / pairwise_kld, tuning-grid scores, BMA
+  NLL curve and loss barriers equal the golden values to 1e-6 (absolute).
+- `python -m meta_train --preset smoke`: the final meta-parameters and every outer iteration's fitnesses are
+  bit-identical to the golden ones.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = Path(__file__).resolve().parent / "golden"
+TOL = 1e-6
+
+
+def _run(args, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def _close(a, b, where):
+    if isinstance(a, dict):
+        assert set(a) == set(b), f"{where}: keys {sorted(a)} != {sorted(b)}"
+        for k in a:
+            _close(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), f"{where}: length {len(a)} != {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            _close(x, y, f"{where}[{i}]")
+    elif a is None or b is None:
+        assert a is None and b is None, f"{where}: {a} != {b}"
+    else:
+        assert abs(float(a) - float(b)) <= TOL, f"{where}: {a} != {b} (golden)"
+
+
+def test_smoke_evaluation_matches_golden(tmp_path):
+    out = tmp_path / "eval"
+    _run(["evaluate", "--preset", "smoke", "--output", str(out)], tmp_path)
+    report = json.loads((out / "report.json").read_text())
+    golden = json.loads((GOLDEN / "evaluate_smoke.json").read_text())["entries"]
+    for key, want in golden.items():
+        task, method = key.split("|")
+        got = report["tasks"][task]["methods"][method]
+        barrier = got.get("barrier") or {}
+        have = {"acc": got["acc"], "nll": got["nll"], "ece": got["ece"], "pairwise_kld": got["pairwise_kld"],
+                "grid": got["hyperparameters"].get("grid"),
+                "curve_nll": got["curve"]["nll"] if got.get("curve") else None,
+                "nll_barrier": barrier.get("nll_barrier"), "error_barrier": barrier.get("error_barrier")}
+        _close(have, want, key)
+
+
+def test_smoke_meta_training_is_bit_identical_to_golden(tmp_path):
+    import jax
+
+    import l2e
+
+    out = tmp_path / "mt"
+    _run(["meta_train", "--preset", "smoke", "--output", str(out)], tmp_path)
+    golden = json.loads((GOLDEN / "meta_train_smoke.json").read_text())
+    params, _, meta = l2e.load_meta_params(out)
+    assert meta.get("iteration") == golden["iteration"]
+    flat = {"/".join(str(getattr(k, "key", k)) for k in path): np.asarray(x, np.float32).ravel()
+            for path, x in jax.tree_util.tree_flatten_with_path(params)[0]}
+    assert sorted(flat) == sorted(golden["meta_params"])
+    for name, want in golden["meta_params"].items():
+        np.testing.assert_array_equal(flat[name], np.asarray(want, np.float32), err_msg=name)
+    rows = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines() if line.strip()]
+    assert [r["fitness"] for r in rows] == golden["fitness"]
