@@ -1,0 +1,110 @@
+"""The L2E authors' released meta-parameters (`meta_params.pickle`, ../shared/data/l2e_released).
+
+The file is a pickle of a haiku `FlatMapping` of jax Arrays: `mlp/~/linear_{0,1,2}`, each with `w` (in, out)
+and `b` (out,), float32, 9 → 32 → 32 → 2 (1,442 numbers).  A pickle can run arbitrary code, so it is read
+with `ReleasedUnpickler`, which resolves exactly the five globals the file names and refuses every other:
+
+    haiku._src.data_structures.FlatMapping → dict
+    jax._src.array._reconstruct_array      → numpy array rebuilt from its pickled numpy state
+    numpy.core.multiarray._reconstruct, numpy.ndarray, numpy.dtype → numpy's own
+
+`load_released` returns our meta-parameters (flax `Dense_i` kernel/bias) and the sampler configuration of the
+released code: output scales 1e-3, friction 0.1, lr (ε²·N) 0.5, and its noise N(0, 2·C·τ) with τ = 0.001 and
+no ε factor (`L2EConfig(noise="reference", temperature=0.001)`); N is the user's posterior's data size.
+"""
+from __future__ import annotations
+
+import io
+import pickle
+from pathlib import Path
+
+import numpy as np
+
+try:  # numpy ≥ 2 renamed numpy.core to numpy._core
+    from numpy._core.multiarray import _reconstruct as _np_reconstruct
+except ImportError:  # pragma: no cover
+    from numpy.core.multiarray import _reconstruct as _np_reconstruct
+
+from l2e.l2e import L2EConfig
+from l2e.types import PyTree
+
+RELEASED_CONFIG = L2EConfig(learning_rate=0.5, friction=0.1, temperature=0.001, alpha_scale=1e-3,
+                            beta_scale=1e-3, noise="reference")
+"""The released code's sampler constants (L2E.md §2.3; τ = 0.001 from the checkpoint's config.yaml)."""
+
+LAYER_SHAPES = (((9, 32), (32,)), ((32, 32), (32,)), ((32, 2), (2,)))
+
+
+class ReleasedFormatError(ValueError):
+    """A released-format pickle that is refused (foreign global) or does not hold the expected arrays."""
+
+
+def _reconstruct_array(fun, args, arr_state, aval_state):
+    """jax's array pickling hook: the array is `fun(*args)` given numpy state `arr_state`; aval_state is ignored."""
+    del aval_state
+    if fun is not _np_reconstruct or not (isinstance(args, tuple) and args[:1] == (np.ndarray,)):
+        raise ReleasedFormatError("array reconstruction with an unexpected constructor")
+    arr = fun(*args)
+    arr.__setstate__(arr_state)
+    return np.asarray(arr)
+
+
+def _flat_mapping(items=None):
+    return dict(items or {})
+
+
+class ReleasedUnpickler(pickle.Unpickler):
+    """An Unpickler that maps the released file's five globals and refuses any other (ReleasedFormatError)."""
+
+    ALLOWED = {
+        ("haiku._src.data_structures", "FlatMapping"): _flat_mapping,
+        ("jax._src.array", "_reconstruct_array"): _reconstruct_array,
+        ("numpy.core.multiarray", "_reconstruct"): _np_reconstruct,
+        ("numpy", "ndarray"): np.ndarray,
+        ("numpy", "dtype"): np.dtype,
+    }
+
+    def find_class(self, module: str, name: str):
+        try:
+            return self.ALLOWED[(module, name)]
+        except KeyError:
+            raise ReleasedFormatError(f"refused global {module}.{name} (not one of the released file's)") from None
+
+
+def released_meta_params(raw) -> PyTree:
+    """Our meta-parameter tree {"Dense_i": {"kernel", "bias"}} from the released {"mlp/~/linear_i": {"w", "b"}}."""
+    if not isinstance(raw, dict) or sorted(raw) != [f"mlp/~/linear_{i}" for i in range(3)]:
+        raise ReleasedFormatError(f"expected keys mlp/~/linear_0..2, got {sorted(raw) if isinstance(raw, dict) else type(raw).__name__}")
+    params = {}
+    for i, (w_shape, b_shape) in enumerate(LAYER_SHAPES):
+        layer = raw[f"mlp/~/linear_{i}"]
+        if not isinstance(layer, dict) or sorted(layer) != ["b", "w"]:
+            raise ReleasedFormatError(f"layer linear_{i}: expected arrays w and b")
+        w, b = (np.asarray(layer[k]) for k in ("w", "b"))
+        if w.shape != w_shape or b.shape != b_shape or w.dtype != np.float32 or b.dtype != np.float32:
+            raise ReleasedFormatError(f"layer linear_{i}: shapes {w.shape}/{b.shape} ({w.dtype}), expected "
+                                      f"{w_shape}/{b_shape} float32")
+        if not (np.all(np.isfinite(w)) and np.all(np.isfinite(b))):
+            raise ReleasedFormatError(f"layer linear_{i}: non-finite values")
+        params[f"Dense_{i}"] = {"kernel": w, "bias": b}
+    return params
+
+
+def load_released(path: str | Path) -> tuple[PyTree, L2EConfig]:
+    """(meta_params, RELEASED_CONFIG) from the authors' `meta_params.pickle` (or a directory holding it).
+
+    Raises FileNotFoundError for a missing file and ReleasedFormatError for a refused or malformed pickle."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "meta_params.pickle"
+    data = path.read_bytes()
+    try:
+        raw = ReleasedUnpickler(io.BytesIO(data)).load()
+    except ReleasedFormatError as e:
+        raise ReleasedFormatError(f"{path}: {e}") from None
+    except Exception as e:  # truncated or corrupt pickles raise many types
+        raise ReleasedFormatError(f"{path}: not a readable pickle ({type(e).__name__}: {e})") from None
+    try:
+        return released_meta_params(raw), RELEASED_CONFIG
+    except ReleasedFormatError as e:
+        raise ReleasedFormatError(f"{path}: {e}") from None
