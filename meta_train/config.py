@@ -1,18 +1,14 @@
-"""Meta-training configuration: frozen dataclasses, presets, and `key=value` overrides."""
+"""Meta-training configuration: frozen dataclasses (the named presets are in meta_train.presets; `key=value`
+overrides and ConfigError come from l2e.io and are re-exported here)."""
 from __future__ import annotations
 
 import dataclasses
 import json
-import typing
-from typing import Any
 
 from l2e.chains import ChainSchedule
+from l2e.io import ConfigError, apply_overrides, dataclass_from_dict
 from l2e.l2e import L2EConfig
 from tasks.distribution import TaskDistribution
-
-
-class ConfigError(ValueError):
-    """A configuration the user gave that cannot be used (unknown key, bad value)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,12 +18,13 @@ class ESConfig:
     population: ES members (even; pairs = population/2); sigma: perturbation std;
     lr: Adam learning rate; clip_norm: global-norm gradient clip; reset_optimizer: rebuild Adam every
     iteration (the released code's behaviour, ≈ sign-SGD) instead of keeping its state.
-    divergence_penalty: fitness given to a member whose meta-loss is not finite.
+    divergence_penalty: fitness given to a member whose meta-loss is not finite, and the cap of every member's
+    fitness (meta_train.outer.divergence_penalty_shaping).
     execution: how the population's inner chains run — "vmap" (one program over the batched members,
     sharded over the device mesh: the GPU/TPU and multi-host path), "sequential" (each member is an ordinary
     single-chain program, dispatched round-robin over the local devices: on XLA:CPU a vmapped conv net
     becomes a slow grouped convolution), or "auto" (sequential on a single-process CPU, vmap otherwise).
-    The modes agree to float32 rounding (tests/test_meta_train.py).
+    The modes agree to float32 rounding (tests/test_meta_train.py; meta_train.es).
     """
 
     population: int = 2
@@ -81,110 +78,17 @@ class MetaTrainConfig:
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
 
-PRESETS: dict[str, MetaTrainConfig] = {
-    # under a minute end to end: one small task, a short chain, a few outer steps
-    "smoke": MetaTrainConfig(
-        num_outer=4, meta_loss_examples=128, checkpoint_every=2,
-        sampler=L2EConfig(learning_rate=0.5, alpha_scale=0.1, beta_scale=0.1),
-        inner=ChainSchedule(num_steps=40, num_samples=3, thinning=5, batch_size=32, chunk=2),
-        tasks=TaskDistribution(datasets=("digits",), channels=(4,), depths=(1,), residual=(False,)),
-    ),
-    # the embedded default: offline data (sklearn digits + generated images), ≤ 10 minutes on 2 CPU cores
-    "default": MetaTrainConfig(
-        num_outer=300, meta_loss_examples=256, checkpoint_every=25,
-        sampler=L2EConfig(learning_rate=0.5, alpha_scale=0.1, beta_scale=0.1),
-        inner=ChainSchedule(num_steps=300, num_samples=10, thinning=10, batch_size=64, chunk=2),
-        tasks=TaskDistribution(datasets=("digits", "synthetic_images"), channels=(4, 8), depths=(1, 2),
-                               residual=(False, True)),
-    ),
-    # the paper's setting (spec §5, §9): MNIST, Fashion-MNIST, EMNIST (byclass, 62-class head) and BloodMNIST
-    # × CNN channels {4, 8, 16} × depth 1–5 × residual on/off = 120 tasks; 3000 inner steps, 10 samples every
-    # 50 steps over the last 500, batch 128; one antithetic pair, σ 0.01, Adam 0.01 (state kept, §9.5);
-    # lr = ε²N 0.5, friction 0.1, T 1, output scales 1e-3 (§3, §9.3; configurable: sampler.alpha_scale/...).
-    # Needs the data: TFDS (mnist, fashion_mnist, emnist; set L2E_TFDS_DOWNLOAD=1 to download) and
-    # bloodmnist.npz in $L2E_DATA_DIR/medmnist (or tasks.data_dir). Without TFDS, e.g.:
-    #   --preset paper --set tasks.datasets=mnist --set tasks.data_dir=../shared/data/mnist --set tasks.max_train=2000
-    "paper": MetaTrainConfig(
-        num_outer=1000, meta_loss_examples=512, checkpoint_every=100, meta_init="random",
-        es=ESConfig(population=2, sigma=0.01, lr=0.01, clip_norm=1.0),
-        sampler=L2EConfig(learning_rate=0.5, friction=0.1, temperature=1.0, alpha_scale=1e-3, beta_scale=1e-3),
-        inner=ChainSchedule(num_steps=3000, num_samples=10, thinning=50, batch_size=128, chunk=10),
-        tasks=TaskDistribution(datasets=("mnist", "fashion_mnist", "emnist_byclass", "bloodmnist"),
-                               channels=(4, 8, 16), depths=(1, 2, 3, 4, 5), residual=(False, True)),
-    ),
-}
-
-
-def _convert(value: str, typ: Any, key: str) -> Any:
-    origin = typing.get_origin(typ)
-    try:
-        if typ is bool:
-            if value.lower() in ("1", "true", "yes"):
-                return True
-            if value.lower() in ("0", "false", "no"):
-                return False
-            raise ValueError(value)
-        if typ in (int, float, str):
-            return typ(value)
-        if origin is tuple:
-            inner = typing.get_args(typ)[0]
-            items = [v for v in value.replace("(", "").replace(")", "").split(",") if v.strip()]
-            return tuple(_convert(v.strip(), inner, key) for v in items)
-        if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-            args = [a for a in typing.get_args(typ) if a is not type(None)]
-            if value.lower() in ("none", "null", ""):
-                return None
-            return _convert(value, args[0], key)
-    except ValueError:
-        raise ConfigError(f"bad value for {key}: {value!r} (expected {getattr(typ, '__name__', typ)})") from None
-    raise ConfigError(f"cannot set {key} from the command line")
-
-
-def apply_overrides(config: Any, overrides: list[str], prefix: str = "") -> Any:
-    """Return `config` with each "a.b=value" applied; unknown keys raise ConfigError."""
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override must look like key=value, got {item!r}")
-        key, value = item.split("=", 1)
-        config = _set(config, key.strip().split("."), value.strip(), key.strip())
-    return config
-
-
-def _set(obj: Any, path: list[str], value: str, full: str) -> Any:
-    hints = typing.get_type_hints(type(obj))
-    names = {f.name for f in dataclasses.fields(obj)}
-    if path[0] not in names:
-        raise ConfigError(f"unknown config key: {full} (known here: {', '.join(sorted(names))})")
-    current = getattr(obj, path[0])
-    if len(path) == 1:
-        if dataclasses.is_dataclass(current):
-            raise ConfigError(f"{full} is a group; set one of its keys, e.g. {full}.<key>=…")
-        new = _convert(value, hints[path[0]], full)
-    else:
-        if not dataclasses.is_dataclass(current):
-            raise ConfigError(f"unknown config key: {full}")
-        new = _set(current, path[1:], value, full)
-    try:
-        return dataclasses.replace(obj, **{path[0]: new})
-    except (ValueError, TypeError) as e:
-        raise ConfigError(str(e).splitlines()[0]) from None
-
-
 def from_dict(d: dict) -> MetaTrainConfig:
     """Rebuild a config from `to_dict()` output (lists back to tuples)."""
+    return dataclass_from_dict(MetaTrainConfig, d)
 
-    def build(cls, data):
-        hints = typing.get_type_hints(cls)
-        kw = {}
-        for f in dataclasses.fields(cls):
-            if f.name not in data:
-                continue
-            v, t = data[f.name], hints[f.name]
-            if dataclasses.is_dataclass(t):
-                v = build(t, v)
-            elif isinstance(v, list):
-                v = tuple(tuple(x) if isinstance(x, list) else x for x in v)
-            kw[f.name] = v
-        return cls(**kw)
 
-    return build(MetaTrainConfig, d)
+def __getattr__(name):  # PRESETS lives in meta_train.presets (which imports this module)
+    if name == "PRESETS":
+        from meta_train.presets import PRESETS
+
+        return PRESETS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["ConfigError", "ESConfig", "META_INITS", "MetaTrainConfig", "apply_overrides", "from_dict"]

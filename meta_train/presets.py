@@ -1,0 +1,40 @@
+"""The named meta-training configurations (`python -m meta_train --preset NAME`)."""
+from __future__ import annotations
+
+from l2e.chains import ChainSchedule
+from l2e.l2e import L2EConfig
+from meta_train.config import ESConfig, MetaTrainConfig
+from tasks.distribution import TaskDistribution
+
+PRESETS: dict[str, MetaTrainConfig] = {
+    # under a minute end to end: one small task, a short chain, a few outer steps
+    "smoke": MetaTrainConfig(
+        num_outer=4, meta_loss_examples=128, checkpoint_every=2,
+        sampler=L2EConfig(learning_rate=0.5, alpha_scale=0.1, beta_scale=0.1),
+        inner=ChainSchedule(num_steps=40, num_samples=3, thinning=5, batch_size=32, chunk=2),
+        tasks=TaskDistribution(datasets=("digits",), channels=(4,), depths=(1,), residual=(False,)),
+    ),
+    # the embedded default: offline data (sklearn digits + generated images), ≤ 10 minutes on 2 CPU cores
+    "default": MetaTrainConfig(
+        num_outer=300, meta_loss_examples=256, checkpoint_every=25,
+        sampler=L2EConfig(learning_rate=0.5, alpha_scale=0.1, beta_scale=0.1),
+        inner=ChainSchedule(num_steps=300, num_samples=10, thinning=10, batch_size=64, chunk=2),
+        tasks=TaskDistribution(datasets=("digits", "synthetic_images"), channels=(4, 8), depths=(1, 2),
+                               residual=(False, True)),
+    ),
+    # the paper's setting (spec §5, §9): MNIST, Fashion-MNIST, EMNIST (byclass, 62-class head) and BloodMNIST
+    # × CNN channels {4, 8, 16} × depth 1–5 × residual on/off = 120 tasks; 3000 inner steps, 10 samples every
+    # 50 steps over the last 500, batch 128; one antithetic pair, σ 0.01, Adam 0.01 (state kept, §9.5);
+    # lr = ε²N 0.5, friction 0.1, T 1, output scales 1e-3 (§3, §9.3; configurable: sampler.alpha_scale/...).
+    # Needs the data: TFDS (mnist, fashion_mnist, emnist; set L2E_TFDS_DOWNLOAD=1 to download) and
+    # bloodmnist.npz in $L2E_DATA_DIR/medmnist (or tasks.data_dir). Without TFDS, e.g.:
+    #   --preset paper --set tasks.datasets=mnist --set tasks.data_dir=../shared/data/mnist --set tasks.max_train=2000
+    "paper": MetaTrainConfig(
+        num_outer=1000, meta_loss_examples=512, checkpoint_every=100, meta_init="random",
+        es=ESConfig(population=2, sigma=0.01, lr=0.01, clip_norm=1.0),
+        sampler=L2EConfig(learning_rate=0.5, friction=0.1, temperature=1.0, alpha_scale=1e-3, beta_scale=1e-3),
+        inner=ChainSchedule(num_steps=3000, num_samples=10, thinning=50, batch_size=128, chunk=10),
+        tasks=TaskDistribution(datasets=("mnist", "fashion_mnist", "emnist_byclass", "bloodmnist"),
+                               channels=(4, 8, 16), depths=(1, 2, 3, 4, 5), residual=(False, True)),
+    ),
+}
