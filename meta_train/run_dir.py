@@ -1,0 +1,191 @@
+"""The meta-training run directory: config.json, log.jsonl, meta_loss.png, checkpoints/ (via l2e.checkpoint),
+resume, and the lock that keeps a second process out.
+
+Reliability (a run survives SIGKILL at any point and resumes bit-identically):
+  * checkpoints are committed atomically (l2e.checkpoint.save_checkpoint: staged, fsynced, renamed), and
+    only committed steps are read; stale staging directories are removed on open;
+  * the log is appended row by row; on resume the rows after the restored iteration are dropped, a torn last
+    line (the process died mid-write) is discarded, and the log is rewritten atomically;
+  * while a process runs in the directory it holds an exclusive lock on it (l2e.io.DirectoryLock).
+In a multi-host run only process 0 (`is_writer`) writes; the others only read the checkpoints on resume.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import jax
+import numpy as np
+
+from l2e.checkpoint import clean_staging, restore_checkpoint, save_checkpoint
+from l2e.io import DirectoryLock, LockHeldError, atomic_write_bytes, atomic_write_text
+from meta_train.config import MetaTrainConfig
+from meta_train.faults import NoFault
+
+LOG = "log.jsonl"
+CONFIG = "config.json"
+PLOT = "meta_loss.png"
+CHECKPOINTS = "checkpoints"
+
+
+class RunDirError(ValueError):
+    """The output directory cannot be used as asked (holds another run, not writable, in use, …)."""
+
+
+def is_writer() -> bool:
+    """Whether this process writes the run directory: process 0 only (in a `--distributed` run every process
+    computes the same ES step; only process 0 touches the shared output directory)."""
+    return jax.process_index() == 0
+
+
+def _check_resumable(out: Path, config: MetaTrainConfig) -> None:
+    cfg_file = out / CONFIG
+    try:
+        old = json.loads(cfg_file.read_text())
+    except json.JSONDecodeError:
+        raise RunDirError(f"{cfg_file} is corrupt; cannot resume") from None
+    new = config.to_dict()
+    if old != new:
+        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        raise RunDirError(f"cannot resume {out}: its config differs in {', '.join(diff)}")
+
+
+def _prepare(out: Path, config: MetaTrainConfig, resume: bool, overwrite: bool) -> None:
+    """Check the (locked) directory; never touch an existing run unless resume/overwrite says so."""
+    if (out / CONFIG).exists():
+        if resume:
+            return _check_resumable(out, config)
+        if not overwrite:
+            raise RunDirError(f"{out} already holds a meta-training run; pass --resume to continue it or "
+                              f"--overwrite to replace it")
+        for name in (CHECKPOINTS, LOG, PLOT, CONFIG):
+            p = out / name
+            shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+    elif any(out.iterdir()) and not overwrite:
+        raise RunDirError(f"{out} is not empty and holds no meta-training run; choose another --output")
+    try:
+        atomic_write_text(out / CONFIG, json.dumps(config.to_dict(), indent=2, sort_keys=True))
+    except OSError as e:
+        raise RunDirError(f"cannot write to {out}: {e.strerror}") from None
+
+
+def read_log(out: Path) -> list[dict]:
+    """The log rows; a torn last line (a run killed while writing it) is dropped."""
+    path = Path(out) / LOG
+    if not path.exists():
+        return []
+    lines = path.read_text(errors="replace").split("\n")
+    rows = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if all(not rest.strip() for rest in lines[i + 1:]):
+                break  # torn last line
+            raise RunDirError(f"{path} is corrupt at line {i + 1}; cannot resume") from None
+    return rows
+
+
+def plot_meta_loss(rows: list[dict], path: Path) -> None:
+    """Meta-loss per outer iteration (and its running mean) as a PNG at `path`."""
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 3.5))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    it = np.array([r["iteration"] for r in rows])
+    loss = np.array([r["meta_loss"] for r in rows], dtype=float)
+    ax.plot(it, loss, ".", alpha=0.4, label="per iteration (task varies)")
+    if len(loss) >= 5:
+        w = max(5, len(loss) // 10)
+        ax.plot(it[w - 1:], np.convolve(loss, np.ones(w) / w, mode="valid"), label=f"running mean ({w})")
+    ax.set_xlabel("outer iteration")
+    ax.set_ylabel("BMA meta-loss (NLL, nats)")
+    ax.legend()
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+class RunDir:
+    """The run directory `out` of one meta-training process: `open` it (lock, checks, config), `resume` from
+    it, `append` log rows, `save` checkpoints, `plot`, and `close` it (releases the lock).
+
+    Only a writer process (default: `is_writer()`) writes or locks; the others read checkpoints on resume."""
+
+    def __init__(self, out: str | Path, writer: bool | None = None):
+        self.out = Path(out)
+        self.checkpoints = (self.out / CHECKPOINTS).resolve()
+        self.writer = is_writer() if writer is None else writer
+        self._lock = DirectoryLock(self.out)
+
+    def open(self, config: MetaTrainConfig, resume: bool, overwrite: bool) -> "RunDir":
+        """Create and lock the directory, check it may be used as asked and write config.json.
+
+        RunDirError if it holds another run (and neither resume nor overwrite is asked), another config (on
+        resume), cannot be written, or another process holds it."""
+        if not self.writer:
+            return self
+        out = self.out
+        if out.exists() and not out.is_dir():
+            raise RunDirError(f"output path exists and is not a directory: {out}")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            self._lock.acquire()
+        except LockHeldError:
+            raise RunDirError(f"{out} is in use by another meta-training process") from None
+        except OSError as e:
+            raise RunDirError(f"cannot write to {out}: {e.strerror}") from None
+        try:
+            _prepare(out, config, resume, overwrite)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        self._lock.release()
+
+    def resume(self, template_state, resume: bool) -> tuple[int, object, list[dict]]:
+        """(first iteration to run, ES state, log rows before it): from the latest committed checkpoint if
+        `resume` (else 0, the template, []). The writer drops staging leftovers and rewrites the log."""
+        start, state = restore_checkpoint(self.checkpoints, template_state) if resume else (0, template_state)
+        rows = [r for r in read_log(self.out) if r["iteration"] < start] if resume else []
+        if self.writer:
+            clean_staging(self.checkpoints)
+            atomic_write_text(self.out / LOG, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+        return start, state, rows
+
+    def append(self, row: dict, fault=NoFault()) -> None:
+        """Append one log row (fault point mid_log: half the line, then SIGKILL)."""
+        line = json.dumps(row, sort_keys=True) + "\n"
+        with open(self.out / LOG, "a") as f:
+            if fault.armed("mid_log", row["iteration"]):
+                f.write(line[: len(line) // 2])
+                f.flush()
+                fault.hit("mid_log", row["iteration"])
+            f.write(line)
+
+    def save(self, step: int, es_state, meta_params, config: MetaTrainConfig, fault=NoFault()) -> Path:
+        """Commit checkpoint `step` (ES state, meta-parameters, metadata: iteration, sampler, config)."""
+        metadata = {"iteration": step, "sampler": dataclasses.asdict(config.sampler), "config": config.to_dict()}
+
+        def after_item(item: str) -> None:
+            if item == "es_state":
+                fault.hit("mid_checkpoint", step)
+
+        return save_checkpoint(self.checkpoints, step, es_state, meta_params, metadata, after_item=after_item)
+
+    def plot(self, rows: list[dict]) -> None:
+        plot_meta_loss([r for r in rows if r["meta_loss"] is not None], self.out / PLOT)
+
+    def has_plot(self) -> bool:
+        return (self.out / PLOT).exists()
