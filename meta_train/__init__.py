@@ -1,7 +1,9 @@
 """Meta-training of the L2E sampler with antithetic evolution strategies (`python -m meta_train`).
 
-Submodules: config (MetaTrainConfig, presets), es (the ES outer step, population sharding), train (the loop,
-log, checkpoints), distributed (multi-host start-up).  Names are imported lazily so that
+Submodules: config (MetaTrainConfig, ESConfig), presets (the named configurations), es (the fitness of an ES
+population: inner chains and meta-loss), outer (the pure outer step: ask, fitness shaping, tell, log row),
+run_dir (the run directory: config, log, plot, checkpoints, resume, lock), train (the loop), faults (fault
+injection for tests), distributed (multi-host start-up).  Names are imported lazily so that
 `python -m meta_train --distributed` can call `jax.distributed.initialize()` before anything touches JAX.
 """
 from __future__ import annotations
@@ -9,9 +11,9 @@ from __future__ import annotations
 import importlib
 
 _LAZY = {
-    "PRESETS": "meta_train.config", "ConfigError": "meta_train.config", "ESConfig": "meta_train.config",
+    "PRESETS": "meta_train.presets", "ConfigError": "meta_train.config", "ESConfig": "meta_train.config",
     "MetaTrainConfig": "meta_train.config", "apply_overrides": "meta_train.config",
-    "RunDirError": "meta_train.train", "meta_train": "meta_train.train",
+    "RunDirError": "meta_train.run_dir", "meta_train": "meta_train.train",
 }
 
 __all__ = sorted(_LAZY)

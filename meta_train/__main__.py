@@ -12,15 +12,9 @@ import sys
 import time
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, status 2 (argparse's own usage dump is multi-line)
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
 def _initialize_distributed() -> int:
     """`jax.distributed.initialize()` before anything else touches JAX (importing the project's modules does)."""
-    from meta_train.distributed import initialize_distributed
+    from meta_train.distributed import initialize_distributed  # imports only jax (l2e would start a backend)
 
     try:
         initialize_distributed()
@@ -31,49 +25,64 @@ def _initialize_distributed() -> int:
     return 0
 
 
+def build_parser(presets) -> "argparse.ArgumentParser":
+    from l2e.io import OneLineErrorParser
+
+    p = OneLineErrorParser(prog="python -m meta_train", description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="default", help=f"one of: {', '.join(presets)}")
+    p.add_argument("--output", default="runs/meta_train", help="run directory (config, log, checkpoints)")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--num-outer", type=int, default=None, help="outer (ES) iterations")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field, e.g. inner.num_steps=500, es.sigma=0.02, "
+                        "tasks.datasets=digits,synthetic_images (repeatable)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --output from its latest checkpoint")
+    p.add_argument("--overwrite", action="store_true", help="replace the run in --output")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--distributed", action="store_true",
+                   help="multi-host run: call jax.distributed.initialize() first (coordinator from "
+                        "$JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES, $JAX_PROCESS_ID or auto-detected); "
+                        "run the same command on every host; only process 0 writes --output")
+    return p
+
+
+def config_from_args(args, presets):
+    """The MetaTrainConfig the command line names: preset, then --seed, --num-outer and --set overrides."""
+    from l2e.io import ConfigError, apply_overrides
+
+    if args.preset not in presets:
+        raise ConfigError(f"unknown preset {args.preset!r} (known: {', '.join(presets)})")
+    if args.resume and args.overwrite:
+        raise ConfigError("--resume and --overwrite exclude each other")
+    config = presets[args.preset]
+    if args.seed is not None:
+        config = dataclasses.replace(config, seed=args.seed)
+    if args.num_outer is not None:
+        config = apply_overrides(config, [f"num_outer={args.num_outer}"])
+    return apply_overrides(config, args.overrides)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if "--distributed" in argv and (rc := _initialize_distributed()):
         return rc
-    from meta_train.config import PRESETS, ConfigError, apply_overrides
+    from meta_train.presets import PRESETS
 
-    parser = _Parser(prog="python -m meta_train", description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", default="default", help=f"one of: {', '.join(PRESETS)}")
-    parser.add_argument("--output", default="runs/meta_train", help="run directory (config, log, checkpoints)")
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--num-outer", type=int, default=None, help="outer (ES) iterations")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config field, e.g. inner.num_steps=500, es.sigma=0.02, "
-                             "tasks.datasets=digits,synthetic_images (repeatable)")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --output from its latest checkpoint")
-    parser.add_argument("--overwrite", action="store_true", help="replace the run in --output")
-    parser.add_argument("--no-progress", action="store_true")
-    parser.add_argument("--distributed", action="store_true",
-                        help="multi-host run: call jax.distributed.initialize() first (coordinator from "
-                             "$JAX_COORDINATOR_ADDRESS, $JAX_NUM_PROCESSES, $JAX_PROCESS_ID or auto-detected); "
-                             "run the same command on every host; only process 0 writes --output")
-    args = parser.parse_args(argv)
+    args = build_parser(PRESETS).parse_args(argv)
 
     from l2e.checkpoint import CheckpointError
-    from meta_train.train import RunDirError, meta_train
+    from l2e.io import ConfigError, one_line
+    from meta_train.run_dir import RunDirError
+    from meta_train.train import meta_train
     from tasks.datasets import DatasetError
 
     try:
-        if args.preset not in PRESETS:
-            raise ConfigError(f"unknown preset {args.preset!r} (known: {', '.join(PRESETS)})")
-        if args.resume and args.overwrite:
-            raise ConfigError("--resume and --overwrite exclude each other")
-        config = PRESETS[args.preset]
-        if args.seed is not None:
-            config = dataclasses.replace(config, seed=args.seed)
-        if args.num_outer is not None:
-            config = apply_overrides(config, [f"num_outer={args.num_outer}"])
-        config = apply_overrides(config, args.overrides)
+        config = config_from_args(args, PRESETS)
         t0 = time.perf_counter()
         summary = meta_train(config, args.output, resume=args.resume, overwrite=args.overwrite,
                              progress=not args.no_progress)
     except (ConfigError, RunDirError, CheckpointError, DatasetError, ValueError) as e:
-        print(f"error: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     except OSError as e:  # e.g. the disk filled up or the directory became unwritable mid-run
         print(f"error: {e.strerror or type(e).__name__}: {e.filename or args.output}", file=sys.stderr)

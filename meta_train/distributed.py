@@ -2,8 +2,8 @@
 
 Must run before anything initialises a JAX backend — importing `l2e`, `tasks` or blackjax does — so
 `python -m meta_train --distributed` calls it first thing.  Every process runs the same command with the same
-config and seed; the ES population is then sharded over all hosts' devices (meta_train.es.population_mesh) and
-only process 0 writes the run directory (meta_train.train.is_writer).
+config and seed; the ES population is then sharded over all hosts' devices (l2e.devices.population_mesh) and
+only process 0 writes the run directory (meta_train.run_dir.is_writer).
 """
 from __future__ import annotations
 
