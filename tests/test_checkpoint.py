@@ -19,8 +19,8 @@ def test_shipped_checkpoint_loads_and_steps():
     assert config.learning_rate > 0
     post = l2e.Posterior(lambda p, b: 0.5 * jax.numpy.sum((p - b) ** 2), lambda p: 0.0 * p.sum(), 100)
     s = l2e.load_sampler(posterior=post, learning_rate=0.1)
-    st = s.step(jax.random.PRNGKey(0), s.init(jax.numpy.ones(5)), jax.numpy.zeros(5))
-    assert np.all(np.isfinite(st.position))
+    st, info = s.step(jax.random.PRNGKey(0), s.init(jax.numpy.ones(5)), jax.numpy.zeros(5))
+    assert np.all(np.isfinite(st.position)) and bool(info.is_finite)
 
 
 def test_missing_checkpoint(tmp_path):
@@ -61,3 +61,30 @@ def test_meta_model_of_another_shape_is_refused():
 def test_shipped_checkpoint_is_package_data():
     assert Path(shipped_checkpoint()).name == "default"
     assert (shipped_checkpoint() / "PROVENANCE.md").is_file()
+
+
+def test_save_and_restore_round_trip_keeps_the_newest_steps(tmp_path):
+    from l2e.checkpoint import KEEP_CHECKPOINTS, clean_staging, committed_steps, restore_checkpoint, save_checkpoint
+
+    params = l2e.init_meta_params(jax.random.PRNGKey(0))
+    template = {"mean": np.zeros(4, np.float32), "count": np.int32(0)}
+    assert restore_checkpoint(tmp_path / "none", template) == (0, template)
+    for step in range(1, 6):
+        state = {"mean": np.arange(4, dtype=np.float32) * step, "count": np.int32(step)}
+        save_checkpoint(tmp_path, step, state, params, {"iteration": step, "sampler": {}})
+    assert committed_steps(tmp_path) == list(range(6 - KEEP_CHECKPOINTS, 6))
+    step, state = restore_checkpoint(tmp_path, template)
+    assert step == 5 and int(state["count"]) == 5 and state["mean"].dtype == np.float32
+    np.testing.assert_array_equal(state["mean"], np.arange(4) * 5.0)
+    loaded, _, meta = l2e.load_meta_params(tmp_path)
+    assert meta["iteration"] == 5 and flat_equal(loaded, params)
+    (tmp_path / ".tmp-6" / "es_state").mkdir(parents=True)  # a writer killed mid-checkpoint
+    assert committed_steps(tmp_path)[-1] == 5
+    clean_staging(tmp_path)
+    assert not (tmp_path / ".tmp-6").exists()
+    with pytest.raises(CheckpointError, match="another shape"):
+        restore_checkpoint(tmp_path, {"mean": np.zeros(3, np.float32), "count": np.int32(0)})
+
+
+def flat_equal(a, b) -> bool:
+    return all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))

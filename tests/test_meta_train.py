@@ -74,8 +74,8 @@ def test_checkpoint_loads_as_drop_in_sampler(full_run):
     sampler = l2e.load_sampler(out, posterior=task.posterior)
     state = sampler.init(task.init_params(jax.random.PRNGKey(0)))
     batch = task.sample_batch(jax.random.PRNGKey(1), task.train_data, 16)
-    state = jax.jit(sampler.step)(jax.random.PRNGKey(2), state, batch)
-    assert np.all(np.isfinite(flat(state.position)))
+    state, info = jax.jit(sampler.step)(jax.random.PRNGKey(2), state, batch)
+    assert np.all(np.isfinite(flat(state.position))) and bool(info.is_finite)
 
 
 def test_existing_run_is_not_overwritten(full_run):
@@ -114,3 +114,65 @@ def test_cli_bad_input_one_line_error(args, msg, tmp_path):
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and msg in err[0], proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_divergence_penalty_is_an_evosax_fitness_shaping_function():
+    import jax.numpy as jnp
+    from evosax.core.fitness_shaping import centered_rank_fitness_shaping_fn
+
+    from meta_train.outer import divergence_penalty_shaping
+
+    fitness = jnp.array([1.5, jnp.nan, jnp.inf, 250.0, -jnp.inf], jnp.float32)
+    shaped = divergence_penalty_shaping(100.0)(None, fitness, None, None)
+    np.testing.assert_array_equal(shaped, np.array([1.5, 100, 100, 100, 100], np.float32))
+    ranked = divergence_penalty_shaping(100.0, centered_rank_fitness_shaping_fn)(None, fitness[:2], None, None)
+    np.testing.assert_array_equal(ranked, [-0.5, 0.5])  # composes with another shaping function
+
+
+def test_outer_step_is_a_function_of_its_inputs():
+    """The same (state, iteration) gives the same new state and log row; the input state is not changed."""
+    from meta_train.es import ProgramCache
+    from meta_train.outer import make_strategy, outer_step
+    from meta_train.train import initial_meta_params
+
+    cfg = apply_overrides(SMOKE, ["inner.thinning=2", "inner.num_steps=10", "tasks.mlp_hidden=8",
+                                  "tasks.channels=", "tasks.datasets=synthetic_images", "tasks.max_train=200"])
+    phi0 = initial_meta_params(cfg)
+    strategy = make_strategy(cfg.es, phi0)
+    state = strategy.init(jax.random.PRNGKey(cfg.seed), phi0, strategy.default_params)
+    before = flat(state)
+    cache = ProgramCache()
+    a, b = (outer_step(strategy, strategy.default_params, state, cfg, 3, cache) for _ in range(2))
+    np.testing.assert_array_equal(flat(a.es_state), flat(b.es_state))
+    np.testing.assert_array_equal(flat(state), before)
+    timing = ("seconds", "inner_seconds")
+    assert {k: v for k, v in a.row.items() if k not in timing} == {k: v for k, v in b.row.items() if k not in timing}
+    assert a.row["iteration"] == 3 and a.spec.name == a.row["task"] and len(a.row["fitness"]) == cfg.es.population
+
+
+def test_run_directory_is_locked_while_in_use(tmp_path):
+    from meta_train.run_dir import RunDir
+
+    first = RunDir(tmp_path / "run", writer=True).open(SMOKE, resume=False, overwrite=False)
+    try:
+        with pytest.raises(RunDirError, match="in use by another"):
+            RunDir(tmp_path / "run", writer=True).open(SMOKE, resume=True, overwrite=False)
+    finally:
+        first.close()
+    RunDir(tmp_path / "run", writer=True).open(SMOKE, resume=True, overwrite=False).close()
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["config.json"]  # no lock file left
+
+
+def test_override_parsing_lives_in_l2e_io():
+    import meta_train.config
+    from l2e import io
+
+    assert meta_train.config.apply_overrides is io.apply_overrides and meta_train.config.ConfigError is io.ConfigError
+    cfg = io.apply_overrides(SMOKE, ["sigma=0.5", "execution=vmap"], prefix="es.")
+    assert (cfg.es.sigma, cfg.es.execution) == (0.5, "vmap")
+    assert io.apply_overrides(SMOKE, ["tasks.data_dir=none"]).tasks.data_dir is None
+    with pytest.raises(ConfigError, match="is a group"):
+        io.apply_overrides(SMOKE, ["es=1"])
+    with pytest.raises(ConfigError, match="key=value"):
+        io.apply_overrides(SMOKE, ["es.sigma"])
+    assert io.dataclass_from_dict(type(SMOKE), json.loads(json.dumps(SMOKE.to_dict()))) == SMOKE

@@ -25,7 +25,7 @@ MNIST_DIR = ROOT.parent / "shared" / "data" / "mnist"
 SCRIPT = textwrap.dedent("""
     import sys, jax, numpy as np
     from meta_train import PRESETS, apply_overrides, meta_train
-    from meta_train.es import population_mesh
+    from l2e.devices import population_mesh
     cfg = apply_overrides(PRESETS["smoke"], ["es.population=4", "num_outer=2", "inner.num_steps=20",
                                              "inner.thinning=4", "es.execution=" + sys.argv[3]])
     s = meta_train(cfg, sys.argv[1], progress=False)
@@ -103,7 +103,7 @@ def test_evaluation_chains_independent_of_device_count(tmp_path):
 
 
 def test_population_mesh_divides_population():
-    from meta_train.es import population_mesh
+    from l2e.devices import population_mesh
 
     for p in (2, 4, 6):
         mesh = population_mesh(p)

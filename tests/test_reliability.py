@@ -3,7 +3,7 @@ uninterrupted run), atomic checkpoints, log repair, divergent inner chains, dive
 
 The kill test runs `python -m meta_train` as subprocesses on a tiny task (generated 8x8 images, MLP 8)
 with a shared JAX persistent compilation cache, so each launch costs ~7 s of CPU: one uninterrupted run and
-one run that is killed five times (the fault-injection hook L2E_FAULT=<point>:<n> in meta_train/train.py
+one run that is killed five times (the fault-injection hook L2E_FAULT=<point>:<n>, meta_train/faults.py,
 sends SIGKILL to the process itself) and resumed after each kill — 7 launches.
 """
 from __future__ import annotations
@@ -22,8 +22,9 @@ import numpy as np
 import pytest
 
 import l2e
+from l2e.checkpoint import committed_steps
 from meta_train import PRESETS, apply_overrides, meta_train
-from meta_train.train import RunDirError, committed_steps, read_log
+from meta_train.run_dir import RunDirError, read_log
 
 ROOT = Path(__file__).resolve().parents[1]
 OVERRIDES = ["num_outer=8", "checkpoint_every=2", "tasks.mlp_hidden=8", "tasks.channels=",
@@ -185,15 +186,9 @@ def test_nan_gradients_get_the_penalty_and_meta_params_stay_finite(tmp_path, mon
         bad = l2e.Posterior(lambda p, b: posterior.nll(p, b) * jnp.nan, posterior.log_prior, posterior.data_size)
         return real(bad, sampler)
 
-    es.population_chunk.cache_clear()
-    es.member_chunk.cache_clear()
-    monkeypatch.setattr(es, "build_kernel", nan_kernel)
-    try:
-        cfg = apply_overrides(TINY, ["num_outer=2"])
-        summary = meta_train(cfg, tmp_path / "nan", progress=False)
-    finally:
-        es.population_chunk.cache_clear()
-        es.member_chunk.cache_clear()
+    monkeypatch.setattr(es, "build_kernel", nan_kernel)  # every run compiles its own programs
+    cfg = apply_overrides(TINY, ["num_outer=2"])
+    summary = meta_train(cfg, tmp_path / "nan", progress=False)
     rows = _check_divergence_run(tmp_path / "nan", summary, expect_divergent=True)
     assert all(r["divergent_members"] == cfg.es.population and r["meta_loss"] is None for r in rows)
     assert all(r["loss_plus"] == [None] and r["fitness"] == [cfg.es.divergence_penalty] * 2 for r in rows)
@@ -204,15 +199,15 @@ def test_nan_gradients_get_the_penalty_and_meta_params_stay_finite(tmp_path, mon
 def test_one_diverging_member_is_penalised(tmp_path, monkeypatch):
     """One member's chain is NaN (its meta-parameters poisoned inside the inner loop only): it gets the
     penalty, the other member its real loss; the meta-parameters move and stay finite."""
-    import meta_train.train as train
+    import meta_train.outer as outer
 
-    real = train.evaluate_population
+    real = outer.evaluate_population
 
     def poisoned(spec, population, *args, **kw):
         population = jax.tree.map(lambda x: x.at[0].set(jnp.nan), population)
         return real(spec, population, *args, **kw)
 
-    monkeypatch.setattr(train, "evaluate_population", poisoned)
+    monkeypatch.setattr(outer, "evaluate_population", poisoned)
     cfg = apply_overrides(TINY, ["num_outer=2"])
     summary = meta_train(cfg, tmp_path / "one", progress=False)
     rows = _check_divergence_run(tmp_path / "one", summary, expect_divergent=True)
@@ -257,3 +252,37 @@ def test_evaluation_report_says_divergent_chains_are_excluded(tmp_path):
     assert "excluded from the BMA" in md
     report = json.loads((tmp_path / "rep" / "report.json").read_text())
     assert report["tasks"][next(iter(report["tasks"]))]["methods"]["sghmc"]["divergent_chains"] == 1
+
+
+# --------------------------------------------------------------------------- atomic writes and the directory lock
+
+
+def test_atomic_write_replaces_whole_files_and_leaves_no_temporaries(tmp_path, monkeypatch):
+    from l2e import io
+    from l2e.io import atomic_write_bytes, atomic_write_json
+
+    target = tmp_path / "sub" / "report.json"
+    atomic_write_json(target, {"b": 1, "a": [1, 2]})
+    assert target.read_text() == '{\n  "a": [\n    1,\n    2\n  ],\n  "b": 1\n}'
+    atomic_write_bytes(target, b"new")
+    assert target.read_bytes() == b"new" and [p.name for p in target.parent.iterdir()] == ["report.json"]
+
+    def no_space(*_):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(io.os, "replace", no_space)
+    with pytest.raises(OSError, match="No space"):
+        atomic_write_bytes(target, b"newer")
+    monkeypatch.undo()
+    assert target.read_bytes() == b"new" and [p.name for p in target.parent.iterdir()] == ["report.json"]
+
+
+def test_directory_lock_is_exclusive_and_released(tmp_path):
+    from l2e.io import DirectoryLock, LockHeldError
+
+    with DirectoryLock(tmp_path) as lock:
+        assert lock.held
+        with pytest.raises(LockHeldError, match="in use"):
+            DirectoryLock(tmp_path).acquire()
+    DirectoryLock(tmp_path).acquire().release()
+    assert list(tmp_path.iterdir()) == []
