@@ -1,11 +1,15 @@
-"""Flax classifiers of the task family: small CNNs (plain or residual) and MLPs, all returning logits (B, C)."""
+"""Flax networks of the task family: classifiers (small CNNs, plain or residual; MLPs; the paper's evaluation
+nets) returning logits (B, C), and the location/scale MLP of the regression tasks."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+from tasks.likelihoods.gaussian import SCALE_MAX, SCALE_MIN
 
 MODEL_KINDS = ("cnn", "mlp", "fmnist_1conv", "resnet20_frn")
 IMAGE_KINDS = frozenset({"cnn", "fmnist_1conv", "resnet20_frn"})
@@ -85,6 +89,23 @@ class MLP(nn.Module):
         for i, width in enumerate(self.hidden):
             h = nn.relu(nn.Dense(width, name=f"dense_{i}")(h))
         return nn.Dense(self.num_classes, name="head")(h)
+
+
+class RegressionMLP(nn.Module):
+    """[Dense(h) → ReLU] for h in hidden → Dense(2) ("head"); x (B, d) → (loc (B,), scale (B,)),
+    scale = exp(raw log-scale) clipped to [SCALE_MIN, SCALE_MAX]."""
+
+    hidden: tuple[int, ...] = (16, 16)
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        h = x.reshape(x.shape[0], -1)
+        for i, width in enumerate(self.hidden):
+            h = nn.relu(nn.Dense(width, name=f"dense_{i}")(h))
+        out = nn.Dense(2, name="head")(h)
+        log_scale = jnp.clip(out[:, 1], math.log(SCALE_MIN), math.log(SCALE_MAX))
+        return out[:, 0], jnp.exp(log_scale)
+
 
 
 class FilterResponseNorm(nn.Module):

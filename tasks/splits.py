@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
-from tasks.datasets import Dataset
+from tasks.data.base import Dataset
 
 Data = tuple[jax.Array, jax.Array]  # (x (n, ...) float32, y (n,) int32)
 

@@ -1,16 +1,16 @@
-"""A task: dataset splits + flax model + mean cross-entropy likelihood + Gaussian prior, as pure jittable functions."""
+"""A classification task: dataset splits + flax classifier + categorical likelihood + Gaussian prior, as pure
+jittable functions (`Task`), described by a `TaskSpec`."""
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import jax
-import jax.numpy as jnp
 
-from l2e.types import Posterior
+from tasks.base import TaskBase, TaskCache, cached_data
 from tasks.datasets import check_dataset_name, load_dataset
+from tasks.likelihoods import Classification
 from tasks.models import IMAGE_KINDS, ModelSpec, build_model
-from tasks.splits import Data, Splits, make_splits
+from tasks.splits import Splits, make_splits
 
 
 @dataclass(frozen=True)
@@ -37,51 +37,24 @@ class TaskSpec:
         return f"{self.dataset}/{self.model.name}"
 
 
-@functools.lru_cache(maxsize=8)
-def _splits(dataset: str, data_dir: str | None, max_train: int | None) -> tuple[Splits, int]:
+def load_splits(dataset: str, data_dir: str | None, max_train: int | None) -> tuple[Splits, int]:
+    """(splits, number of classes) of a classification dataset."""
     ds = load_dataset(dataset, data_dir, max_train)
     return make_splits(ds), ds.num_classes
 
 
-class TaskBase:
-    """What every task shares: Gaussian prior N(0, σ² I) from `spec.prior_variance`, the Posterior, minibatches.
-
-    Subclasses set `spec`, `splits`, `data_size` and define `nll(params, batch)`.
-    """
-
-    def log_prior(self, params) -> jax.Array:
-        """log N(θ; 0, σ² I) up to a constant: −Σθ² / (2σ²)."""
-        sq = sum(jnp.sum(jnp.square(p)) for p in jax.tree.leaves(params))
-        return -0.5 * sq / self.spec.prior_variance
-
-    @property
-    def posterior(self) -> Posterior:
-        return Posterior(self.nll, self.log_prior, self.data_size)
-
-    @property
-    def train_data(self) -> Data:
-        return self.splits.train
-
-    def log_density(self, params) -> jax.Array:
-        """Full-batch unnormalised log posterior ℓ(θ) = −N·mean NLL(train) + log p(θ) (for NUTS, MCLMC/MILE)."""
-        return -self.data_size * self.nll(params, self.splits.train) + self.log_prior(params)
-
-    @staticmethod
-    def sample_batch(key: jax.Array, data: Data, batch_size: int) -> Data:
-        """Uniform minibatch with replacement; pure (batch_size must be static under jit)."""
-        x, y = data
-        idx = jax.random.randint(key, (batch_size,), 0, x.shape[0])
-        return x[idx], y[idx]
-
-
 class Task(TaskBase):
-    """A built task. All methods are pure and jittable; data always comes in as arguments (batches)."""
+    """A built classification task (see TaskBase): batches (x (B, *input_shape) float32, y (B,) int32),
+    model outputs logits (B, num_classes), `predict` gives log-softmax (K, B, num_classes)."""
 
-    kind = "classification"
+    likelihood = Classification()
 
-    def __init__(self, spec: TaskSpec):
+    def __init__(self, spec: TaskSpec, cache: TaskCache | None = None):
+        """Load the data of `spec` (through `cache` when given: tasks on the same data share its arrays)."""
         self.spec = spec
-        self.splits, self.num_classes = _splits(spec.dataset, spec.data_dir, spec.max_train)
+        key = ("classification", spec.dataset, spec.data_dir, spec.max_train)
+        self.splits, self.num_classes = cached_data(
+            cache, key, lambda: load_splits(spec.dataset, spec.data_dir, spec.max_train))
         self.model = build_model(spec.model, self.num_classes)
         self.data_size: int = int(self.splits.train[0].shape[0])
         self.input_shape: tuple[int, ...] = tuple(self.splits.train[0].shape[1:])
@@ -91,34 +64,13 @@ class Task(TaskBase):
     def __repr__(self) -> str:
         return f"Task({self.spec.name}, N={self.data_size}, input_shape={self.input_shape}, classes={self.num_classes})"
 
-    def init_params(self, key: jax.Array):
-        """Fresh flax "params" dict (without the outer {"params": ...} wrapper)."""
-        return self.model.init(key, jnp.zeros((1, *self.input_shape), jnp.float32))["params"]
-
     def logits(self, params, x: jax.Array) -> jax.Array:
-        """x: (B, *input_shape) → logits (B, num_classes)."""
-        return self.model.apply({"params": params}, x)
-
-    def nll(self, params, batch: Data) -> jax.Array:
-        """Mean cross-entropy (nats per example) of batch = (x (B, ...), y (B,) int)."""
-        x, y = batch
-        logp = jax.nn.log_softmax(self.logits(params, x))
-        return -jnp.mean(jnp.take_along_axis(logp, y[:, None].astype(jnp.int32), axis=1))
+        """x: (B, *input_shape) → logits (B, num_classes) (= `apply`)."""
+        return self.apply(params, x)
 
 
-
-@functools.lru_cache(maxsize=None)
-def build_task(spec: TaskSpec) -> Task:
-    """Build (and cache per spec) the Task of `spec`; tasks on the same data share its arrays."""
-    return Task(spec)
-
-
-def build(spec) -> TaskBase:
-    """Build any task spec: a `TaskSpec` (classification) or a `tasks.regression.RegressionSpec`."""
-    from tasks.regression import RegressionSpec, build_regression_task
-
-    if isinstance(spec, RegressionSpec):
-        return build_regression_task(spec)
-    if isinstance(spec, TaskSpec):
-        return build_task(spec)
-    raise TypeError(f"not a task spec: {spec!r}")
+def build_task(spec: TaskSpec, cache: TaskCache | None = None) -> Task:
+    """The Task of `spec`: built once per `cache` (a new one each call without a cache)."""
+    if cache is None:
+        return Task(spec)
+    return cache.task(spec, lambda: Task(spec, cache))

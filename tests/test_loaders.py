@@ -12,18 +12,9 @@ import numpy as np
 import pytest
 
 from tasks import DatasetError, load_dataset, make_splits
-from tasks.datasets import (
-    CIFAR10_MEAN, CIFAR10_STD, DATASETS, MEDMNIST_CLASSES, TFDS_SOURCES, _load_full, check_dataset_name, read_npz,
-)
+from tasks.datasets import CIFAR10_MEAN, CIFAR10_STD, DATASETS, MEDMNIST_CLASSES, TFDS_SOURCES, check_dataset_name, read_npz
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
-
-@pytest.fixture(autouse=True)
-def _fresh_cache():
-    _load_full.cache_clear()
-    yield
-    _load_full.cache_clear()
 
 
 def one_line(e: pytest.ExceptionInfo) -> str:
@@ -105,14 +96,12 @@ def test_kmnist_npz(tmp_path):
         np.savez_compressed(tmp_path / f"kmnist-{split}-labels.npz", (np.arange(n) % 10).astype(np.uint8))
     ds = load_dataset("kmnist", data_dir=str(tmp_path))
     assert ds.x_train.shape == (30, 28, 28, 1) and ds.y_test.tolist() == list(range(10)) and ds.num_classes == 10
-    _load_full.cache_clear()
     good = (tmp_path / "kmnist-train-imgs.npz").read_bytes()
     (tmp_path / "kmnist-train-imgs.npz").write_bytes(good[: len(good) // 2])  # truncated archive
     with pytest.raises(DatasetError) as e:
         load_dataset("kmnist", data_dir=str(tmp_path))
     assert "not a readable npz file" in one_line(e) and "kmnist-train-imgs.npz" in str(e.value)
     (tmp_path / "kmnist-train-imgs.npz").unlink()
-    _load_full.cache_clear()
     with pytest.raises(DatasetError, match="missing train-images-idx3-ubyte.*or kmnist-train-imgs.npz"):
         load_dataset("kmnist", data_dir=str(tmp_path))
 
@@ -278,7 +267,6 @@ def test_mnist_falls_back_to_tfds_without_local_copy(monkeypatch, tmp_path):
     ds = load_dataset("fashion_mnist")
     assert calls and calls[0]["name"] == "fashion_mnist" and ds.x_train.shape == (16, 28, 28, 1)
     _write_idx_dir(tmp_path / "fashion_mnist")  # a local copy wins over TFDS
-    _load_full.cache_clear()
     assert load_dataset("fashion_mnist").x_train.shape == (20, 28, 28, 1) and len(calls) == 1
 
 

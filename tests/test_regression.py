@@ -12,11 +12,10 @@ import pytest
 
 import l2e
 from l2e.types import Posterior
-from tasks import DatasetError
-from tasks.regression import (
-    SCALE_MAX, SCALE_MIN, RegressionData, RegressionSpec, RegressionTask, build_regression_task, load_uci,
-    synthetic_1d, synthetic_1d_function,
-)
+from tasks import DatasetError, TaskCache
+from tasks.data.uci import RegressionData, load_uci, synthetic_1d, synthetic_1d_function
+from tasks.likelihoods.gaussian import SCALE_MAX, SCALE_MIN
+from tasks.regression import RegressionSpec, RegressionTask, build_regression_task
 
 UCI_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "uci"
 needs_uci = pytest.mark.skipif(
@@ -234,11 +233,12 @@ def _numpy_forward(params, x):
 
 def test_task_nll_matches_hand_computation(tmp_path):
     _write_toy(tmp_path)
+    cache = TaskCache()
     task = build_regression_task(RegressionSpec("uci:toy", hidden=(3,), prior_variance=0.5, protocol="standard",
-                                                data_dir=str(tmp_path)))
+                                                data_dir=str(tmp_path)), cache)
     assert isinstance(task, RegressionTask) and task.kind == "regression"
     assert build_regression_task(RegressionSpec("uci:toy", hidden=(3,), prior_variance=0.5, protocol="standard",
-                                                data_dir=str(tmp_path))) is task
+                                                data_dir=str(tmp_path)), cache) is task
     params = task.init_params(jax.random.key(0))
     assert jax.tree.map(jnp.shape, params) == {
         "dense_0": {"kernel": (2, 3), "bias": (3,)}, "head": {"kernel": (3, 2), "bias": (2,)}}
@@ -270,11 +270,13 @@ def test_scale_is_clipped_and_predict_shapes():
         np.testing.assert_allclose(np.asarray(scale), want, rtol=1e-5)
         assert np.isfinite(float(nll(p, task.train_data)))
     stacked = jax.tree.map(lambda *a: jnp.stack(a), *(init(k) for k in jax.random.split(jax.random.key(1), 3)))
-    loc, scale = task.predict(stacked, x)
-    assert loc.shape == scale.shape == (3, 6) and bool(jnp.all(scale > 0))
+    out = task.predict(stacked, x)
+    assert out.shape == (3, 6, 2) and bool(jnp.all(out[..., 1] > 0))
+    np.testing.assert_array_equal(out[1, :, 0], apply(jax.tree.map(lambda a: a[1], stacked), x)[0])
     # one sample: the metrics' NLL (−LPPD) is the task's mean NLL on that split
     one = jax.tree.map(lambda a: a[:1], stacked)
-    m = task.metrics(one, "test")
+    xt, yt = task.splits.test
+    m = task.metrics(np.asarray(task.predict(one, xt)), np.asarray(yt))
     assert set(m) >= {"lppd", "nll", "rmse", "calibration_error", "coverage"}
     assert m["nll"] == pytest.approx(float(nll(jax.tree.map(lambda a: a[0], one), task.splits.test)), rel=1e-4)
 
@@ -289,7 +291,7 @@ def test_sghmc_on_yacht_reduces_nll():
     def run(key, params):
         def body(state, k):
             kb, ks = jax.random.split(k)
-            state = alg.step(ks, state, task.sample_batch(kb, task.train_data, 32))
+            state, _ = alg.step(ks, state, task.sample_batch(kb, task.train_data, 32))
             return state, task.nll(state.position, task.train_data)
 
         return jax.lax.scan(body, alg.init(params), jax.random.split(key, 600))

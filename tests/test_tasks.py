@@ -12,10 +12,11 @@ import pytest
 
 from l2e.types import Posterior
 from tasks import (
-    Dataset, DatasetError, ModelSpec, TaskDistribution, TaskSpec, build_model, build_task, load_dataset,
+    Dataset, DatasetError, ModelSpec, TaskCache, TaskDistribution, TaskSpec, build_model, build_task, load_dataset,
     make_splits, read_idx,
 )
-from tasks.datasets import _tfds_to_dataset, read_npz_images
+from tasks.data.tfds import tfds_to_dataset
+from tasks.datasets import read_npz_images
 
 MNIST_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mnist"
 
@@ -50,9 +51,9 @@ def test_builtin_datasets(name, n_train, n_test, shape, classes):
 
 def test_datasets_deterministic_and_distinct():
     a, b = load_dataset("synthetic_images"), load_dataset("synthetic_images_b")
-    from tasks.datasets import _synthetic
+    from tasks.data.images import synthetic
 
-    fresh = _synthetic("synthetic_images", seed=1234, num_classes=10)
+    fresh = synthetic("synthetic_images", seed=1234, num_classes=10)
     np.testing.assert_array_equal(a.x_train, fresh.x_train)
     assert not np.allclose(a.x_train[:10], b.x_train[:10])
 
@@ -141,12 +142,12 @@ def test_tfds_conversion():
     rng = np.random.default_rng(0)
     train = (rng.integers(0, 256, (6, 4, 4), dtype=np.uint8), np.array([0, 1, 2, 0, 1, 2], np.int64))
     test = (rng.integers(0, 256, (3, 4, 4, 3), dtype=np.uint8)[..., :1], np.array([2, 1, 0]))
-    ds = _tfds_to_dataset(train, test, "tfds:fake", 3)
+    ds = tfds_to_dataset(train, test, "tfds:fake", 3)
     assert isinstance(ds, Dataset) and ds.num_classes == 3
     assert ds.x_train.shape == (6, 4, 4, 1) and ds.x_test.shape == (3, 4, 4, 1)
     assert ds.x_train.dtype == np.float32 and ds.y_train.dtype == np.int32
     np.testing.assert_allclose(ds.x_train[..., 0], train[0] / 255.0, rtol=1e-6)
-    assert _tfds_to_dataset(train, test, "tfds:fake", None).num_classes == 3
+    assert tfds_to_dataset(train, test, "tfds:fake", None).num_classes == 3
 
 
 def test_tfds_not_installed(monkeypatch):
@@ -210,8 +211,11 @@ def test_model_spec_validation():
 
 
 def test_task_nll_prior_posterior():
-    task = build_task(TaskSpec("digits", ModelSpec(channels=4, depth=1), prior_variance=0.5))
-    assert task is build_task(TaskSpec("digits", ModelSpec(channels=4, depth=1), prior_variance=0.5))
+    cache = TaskCache()
+    task = build_task(TaskSpec("digits", ModelSpec(channels=4, depth=1), prior_variance=0.5), cache)
+    assert task is build_task(TaskSpec("digits", ModelSpec(channels=4, depth=1), prior_variance=0.5), cache)
+    other = build_task(TaskSpec("digits", ModelSpec(channels=8, depth=2)), cache)  # same data, shared arrays
+    assert other.splits is task.splits and build_task(task.spec) is not task
     assert task.spec.name == "digits/cnn-c4-d1" and task.data_size == 1150 and task.input_shape == (8, 8, 1)
     params = task.init_params(jax.random.key(0))
     assert "params" not in params and "conv_0" in params

@@ -1,0 +1,146 @@
+"""Gaussian location/scale regression likelihood: the training NLL and the predictive-mixture metrics of
+METRICS §2 (float64 numpy; all on the standardised target scale).
+
+Shapes: S pooled posterior samples (chains × draws, or ensemble members), n test points; mu / sigma (S, n).
+The predictive scale σ = exp(raw log-scale) is clipped to [SCALE_MIN, SCALE_MAX] (MILE), in the model and again
+before every metric.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["GaussianRegression", "HALF_LOG_2PI", "SCALE_MAX", "SCALE_MIN", "calibration_error", "gaussian_nll",
+           "regression_curve", "regression_lppd", "regression_metrics", "regression_rmse"]
+
+SCALE_MIN, SCALE_MAX = 1e-6, 1e6
+HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def gaussian_nll(y, loc, scale):
+    """Elementwise −log N(y | loc, scale²) = ½·log 2π + log scale + ½·((y − loc)/scale)² in nats (broadcasting).
+
+    jax inputs (or tracers) give a jax array in their dtype (the training loss); numpy inputs a numpy array.
+    """
+    xp = jnp if any(isinstance(a, jax.Array) for a in (y, loc, scale)) else np
+    return HALF_LOG_2PI + xp.log(scale) + 0.5 * xp.square((y - loc) / scale)
+
+
+def _f64(x) -> np.ndarray:
+    return np.asarray(x, dtype=np.float64)
+
+
+def _clip_sigma(sigma) -> np.ndarray:
+    return np.clip(_f64(sigma), SCALE_MIN, SCALE_MAX)
+
+
+def regression_lppd(y, mu, sigma) -> float:
+    """LPPD = (1/n) Σ_i log[(1/S) Σ_s N(y_i | μ_s(x_i), σ_s(x_i)²)]; y (n,), mu/sigma (S, n) pooled over
+    chains and samples (σ clipped to [SCALE_MIN, SCALE_MAX]).  NLL = −LPPD."""
+    y, mu, sigma = _f64(y), _f64(mu), _clip_sigma(sigma)
+    lp = -gaussian_nll(y[None], mu, sigma)
+    mx = lp.max(0)
+    return float(np.mean(mx + np.log(np.mean(np.exp(lp - mx), axis=0))))
+
+
+def regression_rmse(y, mu) -> float:
+    """RMSE of the mixture mean ŷ_i = mean_s μ_s(x_i); y (n,), mu (S, n)."""
+    y, mu = _f64(y), _f64(mu)
+    return float(np.sqrt(np.mean((y - mu.mean(0)) ** 2)))
+
+
+def calibration_error(y, mu, sigma, key: int = 0, num_draws: int = 1,
+                      levels: Sequence[float] = (0.5, 0.75, 0.9, 0.95)) -> tuple[float, np.ndarray]:
+    """Kuleshov-style calibration error per MILE: draw `num_draws` y ~ N(μ_s, σ_s²) per sample s, take the
+    central interval [q_{α/2}, q_{1−α/2}] of the pooled draws per test point, coverage ĉ_l = fraction of y inside;
+    CalE = sqrt(mean_l (ĉ_l − (1 − α_l))²).  Returns (CalE, coverages (L,)); `levels` are 1 − α_l; `key` seeds
+    numpy's default_rng."""
+    y, mu, sigma = _f64(y), _f64(mu), _clip_sigma(sigma)
+    rng = np.random.default_rng(key)
+    draws = mu[None] + sigma[None] * rng.standard_normal((num_draws,) + mu.shape)
+    draws = draws.reshape(-1, y.shape[0])
+    cov = []
+    for lev in levels:
+        lo, hi = np.quantile(draws, [(1 - lev) / 2, 1 - (1 - lev) / 2], axis=0)
+        cov.append(np.mean((y >= lo) & (y <= hi)))
+    cov = np.asarray(cov)
+    return float(np.sqrt(np.mean((cov - np.asarray(levels)) ** 2))), cov
+
+
+def regression_metrics(y, mu, sigma, key: int = 0, num_draws: int = 1) -> dict:
+    """LPPD, NLL, RMSE, calibration error and coverage curve (list over the levels of `calibration_error`) of a
+    Gaussian location/scale predictive mixture; y (n,), mu/sigma (S, n)."""
+    lppd = regression_lppd(y, mu, sigma)
+    cal, cov = calibration_error(y, mu, sigma, key, num_draws)
+    return {"lppd": lppd, "nll": -lppd, "rmse": regression_rmse(y, mu), "calibration_error": cal,
+            "coverage": cov.tolist()}
+
+
+def regression_curve(y, pred) -> dict:
+    """LPPD and RMSE of the mixture of the first k samples, k = 1..K (collection order); y (n,), pred (K, n, 2)
+    [loc, scale].  Returns dict(num_samples=[1..K], lppd=[..], rmse=[..]) of python lists."""
+    out = {"num_samples": [], "lppd": [], "rmse": []}
+    for k in range(1, pred.shape[0] + 1):
+        out["num_samples"].append(k)
+        out["lppd"].append(regression_lppd(y, pred[:k, :, 0], pred[:k, :, 1]))
+        out["rmse"].append(regression_rmse(y, pred[:k, :, 0]))
+    return out
+
+
+class GaussianRegression:
+    """Gaussian likelihood p(y | x, θ) = N(y | μ(x; θ), σ(x; θ)²) of a location/scale network.
+
+    Model outputs: (loc (B,), scale (B,)).  Per-sample predictions (`predictive`, stacked by `Task.predict`):
+    (B, 2) [loc, scale].  Scores and metrics take those stacked predictions, outputs (K, n, 2), and targets
+    y (n,) (standardised units); the K samples are pooled into one equal-weight mixture.
+    """
+
+    kind = "regression"
+    metric_keys = ("lppd", "nll", "rmse", "calibration_error", "coverage")
+    """The keys of `metrics`."""
+    curve_keys = ("lppd", "rmse")
+    """The metric lists of `curve` (besides "num_samples")."""
+    score_name = "NLL (−LPPD)"
+    error_metric = "rmse"
+    """What `error_and_nll`'s error is."""
+
+    @staticmethod
+    def mean_nll(out: tuple[jax.Array, jax.Array], y: jax.Array) -> jax.Array:
+        """Mean Gaussian negative log-likelihood (nats per example, ½·log 2π included) of out = (loc (B,),
+        scale (B,)) and y (B,)."""
+        loc, scale = out
+        return jnp.mean(gaussian_nll(y, loc, scale))
+
+    @staticmethod
+    def predictive(out: tuple[jax.Array, jax.Array]) -> jax.Array:
+        """One sample's prediction: (B, 2) [loc, scale]."""
+        return jnp.stack(out, axis=-1)
+
+    @staticmethod
+    def score(outputs, y) -> float:
+        """Tuning score: NLL = −LPPD of the pooled predictive mixture of outputs (K, n, 2) (may be inf or nan)."""
+        return -regression_lppd(y, outputs[..., 0], outputs[..., 1])
+
+    @staticmethod
+    def metrics(outputs, y) -> dict:
+        """`regression_metrics` (LPPD, NLL, RMSE, calibration error, coverage) of outputs (K, n, 2)."""
+        return regression_metrics(y, outputs[..., 0], outputs[..., 1])
+
+    @staticmethod
+    def curve(outputs, y) -> dict:
+        """`regression_curve`: mixture LPPD and RMSE over the first k = 1..K samples (collection order)."""
+        return regression_curve(y, outputs)
+
+    @staticmethod
+    def error_and_nll(outputs, y) -> tuple[np.ndarray, np.ndarray]:
+        """Per sample (each network alone, not the mixture) of outputs (K, n, 2): RMSE of its loc (K,) and mean
+        Gaussian NLL (K,), float64."""
+        out = _f64(outputs)
+        y = np.asarray(y)
+        loc, scale = out[..., 0], _clip_sigma(out[..., 1])
+        err = np.sqrt(np.mean((y[None] - loc) ** 2, axis=1))
+        return err, np.mean(gaussian_nll(y[None], loc, scale), axis=1)
