@@ -1,7 +1,9 @@
 """Evaluation of learned and hand-designed samplers on held-out tasks (`python -m evaluate`).
 
-Submodules: metrics (predictive metrics), report (JSON / Markdown / plot writers), config (EvalConfig,
-presets), methods (run_l2e, run_sghmc, run_csghmc, run_deep_ensemble), run (`evaluate`).
+Submodules: config (EvalConfig, presets), methods (one module per method, registered by name in
+methods/registry.py), budget (equal-budget schedules, gradient accounting), run (`evaluate`), entries (a
+method's report entry: metrics, ESS, loss barrier, reference row, 1-D band), report / plots (JSON, Markdown,
+PNG), reference / hmc_reference (reference posteriors), metrics / diagnostics (estimators).
 The heavy names are imported lazily so `evaluate.metrics` stays a numpy-only import.
 """
 from __future__ import annotations
@@ -9,11 +11,11 @@ from __future__ import annotations
 import importlib
 
 _LAZY = {
-    "EvalConfig": "evaluate.config", "MethodGrid": "evaluate.config", "PRESETS": "evaluate.config",
-    "METHODS": "evaluate.config", "get_preset": "evaluate.config",
-    "MethodResult": "evaluate.methods", "run_method": "evaluate.methods",
-    "evaluate": "evaluate.run", "load_l2e": "evaluate.run", "format_table": "evaluate.run",
-    "write_report": "evaluate.report",
+    "EvalConfig": "evaluate.config", "PRESETS": "evaluate.config", "get_preset": "evaluate.config",
+    "METHODS": "evaluate.methods", "REGISTRY": "evaluate.methods", "MethodResult": "evaluate.methods",
+    "MethodSettings": "evaluate.methods", "run_method": "evaluate.methods",
+    "evaluate": "evaluate.run", "load_l2e": "evaluate.run",
+    "format_table": "evaluate.report", "write_report": "evaluate.report",
 }
 
 __all__ = sorted(_LAZY)

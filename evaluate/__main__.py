@@ -20,19 +20,14 @@ import sys
 from pathlib import Path
 
 from evaluate.report import probe_writable
+from l2e.io import ConfigError, OneLineErrorParser, apply_overrides, one_line
 
 RUN_MARKERS = ("config.json", "log.jsonl", "checkpoints")
 """Files of a meta-training run directory: evaluate never writes its report into one."""
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, status 2 (argparse's own usage dump is multi-line)
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m evaluate", description=__doc__.splitlines()[0])
+    p = OneLineErrorParser(prog="python -m evaluate", description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="default", help="configuration preset: default, smoke, full (every method; UCI yacht + digits), regression_1d or paper (CIFAR-10 ResNet20-FRN + FMNIST; needs the TFDS data) (default: default)")
     p.add_argument("--output", default="runs/evaluate", help="report directory (default: runs/evaluate)")
     p.add_argument("--sampler", default=None,
@@ -40,8 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: the shipped checkpoint)")
     p.add_argument("--seed", type=int, default=None, help="evaluation seed (overrides the preset's)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config field, e.g. --set num_steps=500 --set grid.sghmc_lrs=0.01,0.1 "
-                        "--set methods=l2e,sghmc --set tune=false")
+                   help="override a config field, e.g. --set num_steps=500 --set settings.sghmc.lrs=0.01,0.1 "
+                        "--set methods=l2e,sghmc --set tune=false (method settings: settings.<method>.<field>)")
     p.add_argument("--reference", action="append", default=[], metavar="[TASK=]PATH",
                    help="reference predictive probabilities (text, one row per test example, one column per "
                         "class, e.g. HMC) for TASK (default: the only task); adds agreement and total variation "
@@ -78,7 +73,7 @@ def _parse_references(items: list[str]) -> dict:
 
 
 def build_reference_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m evaluate reference",
+    p = OneLineErrorParser(prog="python -m evaluate reference",
                 description="Full-batch NUTS reference (test-set predictive + diagnostics) of evaluation tasks.")
     p.add_argument("--output", required=True, help="reference directory (gets reference.json and one folder per task)")
     p.add_argument("--preset", default="default", help="configuration preset whose tasks are used (default: default)")
@@ -101,71 +96,86 @@ def build_reference_parser() -> argparse.ArgumentParser:
     return p
 
 
-def reference_main(argv) -> int:
-    """`python -m evaluate reference ...`: validate everything, then compute and write task by task."""
-    args = build_reference_parser().parse_args(argv)
-    from evaluate.config import ConfigError, apply_overrides, get_preset
-    from tasks.datasets import DatasetError
+def _reference_inputs(args):
+    """(cfg, task names, selected task indices, output dir, built tasks); raises ConfigError / DatasetError /
+    ValueError on bad input, before anything is computed."""
+    from evaluate.config import get_preset
+    from evaluate.hmc_reference import check_reference_output
+    from tasks import TaskCache, build
 
-    try:
-        for flag, value, low in (("--chains", args.chains, 1), ("--warmup", args.warmup, 0),
-                                 ("--samples", args.samples, 4), ("--thinning", args.thinning, 1),
-                                 ("--max-doublings", args.max_doublings, 1)):
-            if value < low:
-                raise ConfigError(f"{flag} must be ≥ {low}, got {value}")
-        cfg = get_preset(args.preset)
-        cfg = apply_overrides(cfg, list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else []))
-        names = cfg.task_names()
-        for name in args.tasks:
-            if name not in names:
-                raise ConfigError(f"unknown task {name!r}; tasks of this configuration: {', '.join(names)}")
-        selected = [i for i, n in enumerate(names) if not args.tasks or n in args.tasks]
-        out = Path(args.output)
-        from evaluate.hmc_reference import check_reference_output
+    for flag, value, low in (("--chains", args.chains, 1), ("--warmup", args.warmup, 0),
+                             ("--samples", args.samples, 4), ("--thinning", args.thinning, 1),
+                             ("--max-doublings", args.max_doublings, 1)):
+        if value < low:
+            raise ConfigError(f"{flag} must be ≥ {low}, got {value}")
+    cfg = get_preset(args.preset)
+    cfg = apply_overrides(cfg, list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else []))
+    names = cfg.task_names()
+    for name in args.tasks:
+        if name not in names:
+            raise ConfigError(f"unknown task {name!r}; tasks of this configuration: {', '.join(names)}")
+    selected = [i for i, n in enumerate(names) if not args.tasks or n in args.tasks]
+    out = Path(args.output)
+    check_reference_output(out, args.overwrite, ConfigError)
+    cache = TaskCache()
+    built = {i: build(cfg.tasks[i], cache) for i in selected}  # dataset errors surface here
+    return cfg, names, selected, out, built
 
-        check_reference_output(out, args.overwrite, ConfigError)
-        import tasks as tasks_lib
 
-        built = {i: tasks_lib.build(cfg.tasks[i]) for i in selected}  # dataset errors surface here
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-    except (ConfigError, DatasetError, ValueError) as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"error: {msg}", file=sys.stderr)
-        return 2
+def _write_references(args, cfg, names, selected, out: Path, built: dict) -> None:
+    """Compute and write the reference of each selected task, printing a summary line per task."""
     import jax
     from tqdm import tqdm
 
     from evaluate.hmc_reference import compute_reference, summary_line, write_reference
 
     root = jax.random.PRNGKey(cfg.seed)
-    try:
-        for i in selected:
-            name = names[i]
-            with tqdm(total=args.chains * args.samples, desc=f"NUTS {name}", unit="draw", disable=args.quiet,
-                      dynamic_ncols=True) as bar:
-                def progress(chain, draw, bar=bar):
-                    bar.set_postfix_str(f"chain {chain + 1}/{args.chains}", refresh=False)
-                    bar.update(1)
+    for i in selected:
+        name = names[i]
+        with tqdm(total=args.chains * args.samples, desc=f"NUTS {name}", unit="draw", disable=args.quiet,
+                  dynamic_ncols=True) as bar:
+            def progress(chain, draw, bar=bar):
+                bar.set_postfix_str(f"chain {chain + 1}/{args.chains}", refresh=False)
+                bar.update(1)
 
-                arrays, meta = compute_reference(built[i], jax.random.fold_in(root, i), args.chains, args.warmup,
-                                                 args.samples, args.thinning, args.init,
-                                                 max_num_doublings=args.max_doublings, name=name, seed=cfg.seed,
-                                                 progress=progress)
-                meta["key"] = f"fold_in(PRNGKey({cfg.seed}), {i}) (task index {i} of preset {args.preset!r})"
-            task_dir = write_reference(out, name, arrays, meta)
-            print(summary_line(meta) + f" -> {task_dir}", flush=True)
-            if not meta["converged"]:
-                print(f"WARNING: {name}: the NUTS reference did not converge by the rule "
-                      f"'{meta['convergence_rule']}'; see {task_dir / 'metadata.json'}", file=sys.stderr, flush=True)
+            arrays, meta = compute_reference(built[i], jax.random.fold_in(root, i), args.chains, args.warmup,
+                                             args.samples, args.thinning, args.init,
+                                             max_num_doublings=args.max_doublings, name=name, seed=cfg.seed,
+                                             progress=progress)
+            meta["key"] = f"fold_in(PRNGKey({cfg.seed}), {i}) (task index {i} of preset {args.preset!r})"
+        task_dir = write_reference(out, name, arrays, meta)
+        print(summary_line(meta) + f" -> {task_dir}", flush=True)
+        if not meta["converged"]:
+            print(f"WARNING: {name}: the NUTS reference did not converge by the rule "
+                  f"'{meta['convergence_rule']}'; see {task_dir / 'metadata.json'}", file=sys.stderr, flush=True)
+
+
+def _os_error_line(e: OSError) -> str:
+    return f"error: {e.strerror or type(e).__name__}: {e.filename or ''}".rstrip(": ")
+
+
+def reference_main(argv) -> int:
+    """`python -m evaluate reference ...`: validate everything, then compute and write task by task."""
+    args = build_reference_parser().parse_args(argv)
+    from tasks.datasets import DatasetError
+
+    try:
+        inputs = _reference_inputs(args)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except (ConfigError, DatasetError, ValueError) as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
+    try:
+        _write_references(args, *inputs)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
     except OSError as e:
-        print(f"error: {e.strerror or type(e).__name__}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
+        print(_os_error_line(e), file=sys.stderr)
         return 2
-    print(f"reference: {out / 'reference.json'}")
+    print(f"reference: {inputs[3] / 'reference.json'}")
     return 0
 
 
@@ -175,8 +185,9 @@ def main(argv=None) -> int:
         return reference_main(argv[1:])
     args = build_parser().parse_args(argv)
     import l2e
-    from evaluate.config import ConfigError, apply_overrides, get_preset
-    from evaluate.run import evaluate, format_table
+    from evaluate.config import get_preset
+    from evaluate.report import format_table
+    from evaluate.run import evaluate
     from tasks.datasets import DatasetError
 
     user_errors = (ConfigError, l2e.CheckpointError, DatasetError, ValueError)
@@ -192,11 +203,10 @@ def main(argv=None) -> int:
         print("error: interrupted", file=sys.stderr)
         return 130
     except user_errors as e:  # one line, exit 2; anything else is a bug and keeps its traceback
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"error: {msg}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     except OSError as e:  # e.g. the report could not be written after all
-        print(f"error: {e.strerror or type(e).__name__}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
+        print(_os_error_line(e), file=sys.stderr)
         return 2
     print(format_table(results))
     print(f"report: {results['paths']['markdown']} (json: {results['paths']['json']}, "

@@ -1,136 +1,44 @@
-"""Evaluation configuration: frozen dataclasses, presets, and `key=value` overrides (as in meta_train)."""
+"""Evaluation configuration: the frozen `EvalConfig`, presets, and `key=value` overrides (l2e.io).
+
+Per-method settings (tuning grids, fixed hyperparameters, full-batch budgets) live in the group
+`settings.<method>` (`evaluate.methods.registry.MethodSettings`), e.g. `--set settings.sghmc.lrs=0.01,0.1`.
+"""
 from __future__ import annotations
 
 import dataclasses
 import json
 
+from evaluate.methods.registry import METHODS, MethodSettings, get_method, method_settings
 from l2e.chains import ChainSchedule
-from meta_train.config import ConfigError, apply_overrides
+from l2e.io import ConfigError, apply_overrides
 from tasks.models import ModelSpec
 from tasks.regression import RegressionSpec
 from tasks.task import TaskSpec
 
-__all__ = ["DEFAULT_METHODS", "FULL_BATCH_METHODS", "METHODS", "ConfigError", "EvalConfig", "MethodGrid", "PRESETS",
-           "apply_overrides", "get_preset"]
+__all__ = ["DEFAULT_METHODS", "METHODS", "ConfigError", "EvalConfig", "MethodSettings", "PRESETS",
+           "apply_overrides", "get_preset", "method_settings"]
 
-METHODS = ("l2e", "sghmc", "csghmc", "psgld", "fsghmc", "deep_ensemble", "noisy_de", "mile", "nuts_bde")
-"""Every known method, in the order they are run and reported (the deep ensemble runs before the full-batch
-methods, which start from its members)."""
 DEFAULT_METHODS = ("l2e", "sghmc", "csghmc", "deep_ensemble")
 """The methods of `EvalConfig()` and of the "default" / "smoke" presets."""
-FULL_BATCH_METHODS = ("mile", "nuts_bde")
-"""Full-batch methods with their own budget (EvalConfig.mile_* / nuts_*); the rest share G minibatch gradients."""
-GRID_METHODS = ("l2e", "sghmc", "csghmc", "psgld", "fsghmc", "deep_ensemble", "noisy_de")
-"""Methods with a learning-rate grid (tuned on inner-valid); mile / nuts_bde have none (ε₀ = the DE lr)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class MethodGrid:
-    """Learning-rate grids (tuned on inner-validation BMA NLL) and the fixed hyperparameters of each method.
-
-    All learning rates are in mean-loss units (see shared/spec/BASELINES.md §0).  With `tune=False`
-    each method uses the **first** value of its grid.
-
-    sghmc: physical SGHMC, lr = ε²·N, friction C; tuned over sghmc_lrs × sghmc_frictions (with C = 0.1
-      the chain is underdamped for ~10⁴ steps and diverges at useful learning rates).
-    csghmc: cyclical SGHMC in SGD-with-momentum form; `csghmc_cycles` cycles (None → one cycle per
-      sample, so cycles = num_samples), cosine step size from lr₀, exploration ratio, momentum decay a.
-    l2e: the checkpoint's sampler configuration with its learning_rate replaced by each grid value.
-    deep_ensemble: num_samples members, each SGD with momentum `de_momentum` (optax.sgd, heavy ball)
-      and a cosine decay of the learning rate to 0 over the member's steps, on the MAP objective
-      mean NLL − log p(θ)/N (the Gaussian prior acts as weight decay).
-    psgld: pSGLD (BASELINES §4), RMSprop decay psgld_rho, stabiliser psgld_lam, T = 1.
-    fsghmc: functional SGHMC (BASELINES §5), friction fsghmc_friction, RBF GP prior (median-heuristic
-      lengthscale, variance fsghmc_kernel_variance) at fsghmc_measurement_points points redrawn every step,
-      relative jitter fsghmc_jitter; fsghmc_weight_prior adds the task's weight prior (flagged deviation).
-    noisy_de: the deep-ensemble pipeline with SGHMC noise at T = 1 (BASELINES §7), momentum de_momentum.
-    """
-
-    sghmc_lrs: tuple[float, ...] = (0.01, 0.03, 0.1)
-    sghmc_frictions: tuple[float, ...] = (3.0, 10.0, 30.0)
-    csghmc_lrs: tuple[float, ...] = (0.03, 0.1, 0.3)
-    csghmc_cycles: int | None = None
-    csghmc_exploration_ratio: float = 0.8
-    csghmc_momentum_decay: float = 0.1
-    l2e_lrs: tuple[float, ...] = (0.25, 0.5, 1.0)
-    de_lrs: tuple[float, ...] = (0.03, 0.1, 0.3)
-    de_momentum: float = 0.9
-    psgld_lrs: tuple[float, ...] = (0.001, 0.003, 0.01)
-    psgld_rho: float = 0.99
-    psgld_lam: float = 1e-5
-    fsghmc_lrs: tuple[float, ...] = (0.01, 0.03, 0.1)
-    fsghmc_friction: float = 10.0
-    fsghmc_measurement_points: int = 40
-    fsghmc_kernel_variance: float = 1.0
-    fsghmc_jitter: float = 1e-3
-    fsghmc_weight_prior: bool = True
-    noisy_de_lrs: tuple[float, ...] = (0.03, 0.1, 0.3)
-
-    def __post_init__(self):
-        for name in ("sghmc_lrs", "sghmc_frictions", "csghmc_lrs", "l2e_lrs", "de_lrs", "psgld_lrs", "fsghmc_lrs",
-                     "noisy_de_lrs"):
-            values = tuple(float(v) for v in getattr(self, name))
-            object.__setattr__(self, name, values)
-            if not values:
-                raise ConfigError(f"grid.{name} must hold at least one learning rate")
-            if not all(0 < v < float("inf") for v in values):
-                raise ConfigError(f"grid.{name} must hold positive finite learning rates, got {values}")
-        for name in ("csghmc_momentum_decay", "psgld_lam", "fsghmc_friction", "fsghmc_kernel_variance",
-                     "fsghmc_jitter"):
-            if not 0 < getattr(self, name) < float("inf"):
-                raise ConfigError(f"grid.{name} must be positive, got {getattr(self, name)}")
-        if not 0.0 <= self.psgld_rho <= 1.0:
-            raise ConfigError(f"grid.psgld_rho must be in [0, 1], got {self.psgld_rho}")
-        if self.fsghmc_measurement_points < 1:
-            raise ConfigError(f"grid.fsghmc_measurement_points must be a positive integer, got "
-                              f"{self.fsghmc_measurement_points}")
-        if not 0.0 <= self.csghmc_exploration_ratio < 1.0:
-            raise ConfigError(f"grid.csghmc_exploration_ratio must be in [0, 1), got {self.csghmc_exploration_ratio}")
-        if not 0.0 <= self.de_momentum < 1.0:
-            raise ConfigError(f"grid.de_momentum must be in [0, 1), got {self.de_momentum}")
-        if self.csghmc_cycles is not None and self.csghmc_cycles < 1:
-            raise ConfigError(f"grid.csghmc_cycles must be a positive integer or None, got {self.csghmc_cycles}")
-
-    def points(self, method: str) -> list[dict]:
-        """The tuning grid of `method`: hyperparameter dicts (SGHMC: learning rate × friction); [{}] for a
-        method without a grid (mile, nuts_bde)."""
-        if method == "sghmc":
-            return [{"learning_rate": lr, "friction": c} for lr in self.sghmc_lrs for c in self.sghmc_frictions]
-        if method in FULL_BATCH_METHODS:
-            return [{}]
-        return [{"learning_rate": lr} for lr in self.lrs(method)]
-
-    def lrs(self, method: str) -> tuple[float, ...]:
-        """The learning-rate grid of `method`."""
-        return {"sghmc": self.sghmc_lrs, "csghmc": self.csghmc_lrs, "l2e": self.l2e_lrs,
-                "deep_ensemble": self.de_lrs, "psgld": self.psgld_lrs, "fsghmc": self.fsghmc_lrs,
-                "noisy_de": self.noisy_de_lrs}[method]
 
 
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
     """Everything that determines an evaluation run (with the seed and checkpoint, its numbers are reproducible).
 
-    tasks / held_out: the evaluation tasks and, in parallel, why each is held out of meta-training.
-    num_steps: G, the number of minibatch gradient evaluations every method gets.
-    num_samples: K, samples per method (SGHMC / L2E: thinned from one chain; cSGHMC: one per cycle end
-      of the last K cycles; deep ensemble: K members of G/K steps).  G must be a multiple of K.
-    thinning: steps between SGHMC / L2E samples (None → G // (2K): the K samples span the last half).
+    tasks / held_out: the evaluation tasks (classification `TaskSpec`s or `tasks.regression.RegressionSpec`s)
+      and, in parallel, why each is held out of meta-training.
+    methods: registered method names (evaluate.methods.registry), run and reported in this order.
+    num_steps: G, the number of minibatch gradient evaluations every minibatch method gets.
+    num_samples: K, samples per method (single chains: thinned from one chain; cSGHMC: one per cycle end of the
+      last K cycles; ensembles: K members of G/K updates).  G must be a multiple of K.
+    thinning: updates between single-chain samples (None → G // (2K): the K samples span the last half).
     batch_size: minibatch size; chunk: updates per compiled call (Python-unrolled, see l2e.chains).
     eval_batch: test-set examples per compiled prediction call (the last batch is padded).
-    tune: tune each method's learning rate over its grid (else the first grid value is used);
-    tune_examples: the first this many `inner_valid` examples score the grid (BMA NLL; regression: NLL = −LPPD
-      of the pooled Gaussian mixture).
-    Tasks are classification `TaskSpec`s or `tasks.regression.RegressionSpec`s.
-
-    Full-batch methods (own budgets, not G; every gradient is a full-batch one):
-    fullbatch_chains: chains of MILE / NUTS-BDE = the first this many deep-ensemble members (≤ num_samples),
-      which are their initial positions (the DE's tuned lr is MILE's ε₀);
-    mile_steps: MILE warm-up (n₁, n₂, n₃) MCLMC steps per chain (MILE's own default (40000, 5000, 5000) is
-      scaled down in the presets); mile_samples draws per chain, mile_thinning steps apart (2 full-batch
-      gradients per step);
-    nuts_warmup: window-adaptation transitions per chain; nuts_samples draws per chain nuts_thinning apart;
-      nuts_max_doublings: tree depth cap (≤ 2^d leapfrog steps per transition; MILE's BDE uses 10).
+    tune: tune each method over its grid (else the first grid point is used); tune_examples: the first this
+      many `inner_valid` examples score the grid (`task.score`: BMA NLL; regression −LPPD of the pooled mixture).
+    settings: the settings of every registered method (tuning grids in mean-loss units, see
+      shared/spec/BASELINES.md §0; full-batch methods' chains and budgets).
     barrier_examples: test examples of the loss-barrier path (METRICS §4).
     """
 
@@ -146,24 +54,14 @@ class EvalConfig:
     eval_batch: int = 256
     tune: bool = True
     tune_examples: int = 256
-    grid: MethodGrid = MethodGrid()
+    settings: MethodSettings = MethodSettings()
     title: str = "L2E evaluation on held-out tasks"
-    fullbatch_chains: int = 2
-    mile_steps: tuple[int, ...] = (400, 50, 50)
-    mile_samples: int = 10
-    mile_thinning: int = 10
-    nuts_warmup: int = 50
-    nuts_samples: int = 10
-    nuts_thinning: int = 1
-    nuts_max_doublings: int = 10
     barrier_examples: int = 500
 
     def __post_init__(self):
         object.__setattr__(self, "tasks", tuple(self.tasks))
         object.__setattr__(self, "methods", tuple(self.methods))
-        if not self.held_out:
-            object.__setattr__(self, "held_out", ("",) * len(self.tasks))
-        object.__setattr__(self, "held_out", tuple(self.held_out))
+        object.__setattr__(self, "held_out", tuple(self.held_out) or ("",) * len(self.tasks))
         if not self.tasks:
             raise ConfigError("tasks must not be empty")
         for spec in self.tasks:
@@ -171,61 +69,45 @@ class EvalConfig:
                 raise ConfigError(f"tasks must hold TaskSpec or RegressionSpec entries, got {type(spec).__name__}")
         if len(self.held_out) != len(self.tasks):
             raise ConfigError(f"held_out has {len(self.held_out)} entries for {len(self.tasks)} tasks")
-        if not self.methods:
-            raise ConfigError("methods must not be empty")
-        for m in self.methods:
-            if m not in METHODS:
-                raise ConfigError(f"unknown method {m!r}; known: {', '.join(METHODS)}")
-        if len(set(self.methods)) != len(self.methods):
-            raise ConfigError(f"methods has duplicates: {self.methods}")
+        self._check_sizes()
+        self._check_methods()
+
+    def _check_sizes(self) -> None:
         for name in ("num_steps", "num_samples", "batch_size", "chunk", "eval_batch", "tune_examples",
-                     "fullbatch_chains", "mile_samples", "mile_thinning", "nuts_samples", "nuts_thinning",
-                     "nuts_max_doublings", "barrier_examples"):
+                     "barrier_examples"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
         if self.num_steps % self.num_samples:
             raise ConfigError(
                 f"num_steps ({self.num_steps}) must be a multiple of num_samples ({self.num_samples}): "
-                "deep-ensemble members and cSGHMC cycles split the budget evenly")
-        if len(self.mile_steps) != 3 or any(int(v) < 0 for v in self.mile_steps) or int(self.mile_steps[0]) < 1:
-            raise ConfigError(f"mile_steps must be three non-negative integers (n1 ≥ 1, n2, n3), got {self.mile_steps}")
-        if self.nuts_warmup < 0:
-            raise ConfigError(f"nuts_warmup must be a non-negative integer, got {self.nuts_warmup}")
-        if any(m in FULL_BATCH_METHODS for m in self.methods) and self.fullbatch_chains > self.num_samples:
-            raise ConfigError(f"fullbatch_chains ({self.fullbatch_chains}) must be ≤ num_samples ({self.num_samples}): "
-                              "MILE / NUTS-BDE start from that many deep-ensemble members")
+                "ensemble members and cSGHMC cycles split the budget evenly")
         if self.thinning is not None and self.thinning <= 0:
             raise ConfigError(f"thinning must be a positive integer or None, got {self.thinning}")
-        cycles = self.cycles
-        if cycles < self.num_samples:
-            raise ConfigError(f"grid.csghmc_cycles ({cycles}) must be ≥ num_samples ({self.num_samples})")
-        if self.num_steps % cycles:
-            raise ConfigError(f"num_steps ({self.num_steps}) must be a multiple of grid.csghmc_cycles ({cycles})")
-        try:  # the schedules every method will use must be valid
-            self.schedule("sghmc"), self.schedule("csghmc"), self.schedule("deep_ensemble")
-        except ValueError as e:
-            raise ConfigError(str(e).splitlines()[0]) from None
 
-    @property
-    def cycles(self) -> int:
-        """Number of cSGHMC cycles."""
-        return self.grid.csghmc_cycles or self.num_samples
+    def _check_methods(self) -> None:
+        """Known, distinct methods whose settings fit this config (their warm start's too)."""
+        if not self.methods:
+            raise ConfigError("methods must not be empty")
+        if len(set(self.methods)) != len(self.methods):
+            raise ConfigError(f"methods has duplicates: {self.methods}")
+        used = set(self.methods)
+        if any(get_method(m).warm_start for m in self.methods):
+            used.add("deep_ensemble")
+        for name in METHODS:
+            if name in used:
+                get_method(name).validate(self, getattr(self.settings, name))
 
     @property
     def sample_thinning(self) -> int:
-        """Steps between consecutive SGHMC / L2E samples."""
+        """Updates between consecutive single-chain samples."""
         return self.thinning or max(1, self.num_steps // (2 * self.num_samples))
 
     def schedule(self, method: str) -> ChainSchedule:
-        """The ChainSchedule of one chain of `method` (for the deep ensemble: of one member)."""
-        g, k = self.num_steps, self.num_samples
-        if method in ("sghmc", "l2e", "psgld", "fsghmc"):
-            return ChainSchedule(g, k, self.sample_thinning, self.batch_size, self.chunk)
-        if method == "csghmc":
-            return ChainSchedule(g, k, g // self.cycles, self.batch_size, self.chunk)
-        if method in ("deep_ensemble", "noisy_de"):
-            return ChainSchedule(g // k, 1, g // k, self.batch_size, self.chunk)
-        raise ConfigError(f"unknown method {method!r}")
+        """The ChainSchedule of one chain of `method` (of one member for an ensemble)."""
+        m = get_method(method)
+        if m.schedule is None:
+            raise ConfigError(f"method {method!r} has no minibatch chain schedule")
+        return m.schedule(self, getattr(self.settings, method))
 
     def task_names(self) -> list[str]:
         """Report names of the tasks: spec.name (+ "-n<max_train>"), "#2", "#3"… for repeats."""
@@ -241,11 +123,12 @@ class EvalConfig:
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
 
-_ALL_METHODS_GRID = MethodGrid(
-    sghmc_lrs=(0.003, 0.01, 0.03, 0.1), sghmc_frictions=(10.0,), csghmc_lrs=(0.01, 0.03, 0.1, 0.3),
-    l2e_lrs=(0.25, 0.5, 1.0), de_lrs=(0.003, 0.01, 0.03, 0.1), psgld_lrs=(0.0003, 0.001, 0.003),
-    fsghmc_lrs=(0.003, 0.01, 0.03, 0.1), noisy_de_lrs=(0.003, 0.01, 0.03, 0.1))
-"""Tuning grids of the `full` and `regression_1d` presets (every method)."""
+_EVERY_METHOD_GRID = dict(
+    sghmc=dict(lrs=(0.003, 0.01, 0.03, 0.1), frictions=(10.0,)), csghmc=dict(lrs=(0.01, 0.03, 0.1, 0.3)),
+    l2e=dict(lrs=(0.25, 0.5, 1.0)), deep_ensemble=dict(lrs=(0.003, 0.01, 0.03, 0.1)),
+    psgld=dict(lrs=(0.0003, 0.001, 0.003)), fsghmc=dict(lrs=(0.003, 0.01, 0.03, 0.1)),
+    noisy_de=dict(lrs=(0.003, 0.01, 0.03, 0.1)))
+"""Tuning grids of the `full` and `regression_1d` presets (the other registered methods: their defaults)."""
 
 PRESETS: dict[str, EvalConfig] = {
     # under a minute end to end (compilation included): one tiny task, a short budget, 1–2 lrs per method
@@ -253,8 +136,8 @@ PRESETS: dict[str, EvalConfig] = {
         tasks=(TaskSpec("digits", ModelSpec("cnn", channels=4, depth=1), max_train=400),),
         held_out=("none (smoke test: inside the meta-training distribution)",),
         num_steps=60, num_samples=3, thinning=10, batch_size=32, chunk=2, eval_batch=128, tune_examples=64,
-        grid=MethodGrid(sghmc_lrs=(0.03, 0.1), sghmc_frictions=(10.0,), csghmc_lrs=(0.1,), l2e_lrs=(0.5,),
-                        de_lrs=(0.1,)),
+        settings=method_settings(sghmc=dict(lrs=(0.03, 0.1), frictions=(10.0,)), csghmc=dict(lrs=(0.1,)),
+                                 l2e=dict(lrs=(0.5,)), deep_ensemble=dict(lrs=(0.1,))),
         title="L2E evaluation (smoke)",
     ),
     # ≲ 10 minutes on 2 CPU cores; meta-training's default distribution is digits + synthetic_images,
@@ -272,7 +155,8 @@ PRESETS: dict[str, EvalConfig] = {
         ),
         num_steps=1000, num_samples=10, batch_size=64, chunk=2,
     ),
-    # every method on a UCI regression task and a small image task (≲ 15 min on 2 CPU cores).  MILE / NUTS-BDE budgets are scaled far down from MILE's
+    # every method on a UCI regression task and a small image task (≲ 15 min on 2 CPU cores).  MILE / NUTS-BDE
+    # budgets are scaled far down from MILE's
     # (50k warm-up + 10k sampling steps; NUTS 100 warm-up, 1000 draws, 12 chains): 2 chains (the first 2 DE
     # members), MILE warm-up (n1, n2, n3) = (800, 100, 100) + 10 draws 10 steps apart, NUTS 100 warm-up + 10 draws
     # with trees capped at 2^7 leapfrog steps.  yacht needs shared/data/uci (or $L2E_DATA_DIR/uci).
@@ -288,9 +172,9 @@ PRESETS: dict[str, EvalConfig] = {
         ),
         methods=METHODS,
         num_steps=2000, num_samples=10, batch_size=64, chunk=2,
-        grid=_ALL_METHODS_GRID,
-        fullbatch_chains=2, mile_steps=(800, 100, 100), mile_samples=10, mile_thinning=10,
-        nuts_warmup=100, nuts_samples=10, nuts_thinning=1, nuts_max_doublings=7,
+        settings=method_settings(**_EVERY_METHOD_GRID,
+                                 mile=dict(chains=2, steps=(800, 100, 100), samples=10, thinning=10),
+                                 nuts_bde=dict(chains=2, warmup=100, samples=10, thinning=1, max_doublings=7)),
         title="L2E evaluation: every baseline (full)",
     ),
     # the 1-D "in-between uncertainty" problem (tasks.regression.synthetic_1d): the band plot of every method
@@ -299,9 +183,9 @@ PRESETS: dict[str, EvalConfig] = {
         held_out=("dataset+task (1-D regression with a gap in the inputs)",),
         methods=METHODS,
         num_steps=2000, num_samples=10, batch_size=64, chunk=2,
-        grid=_ALL_METHODS_GRID,
-        fullbatch_chains=2, mile_steps=(2000, 250, 250), mile_samples=10, mile_thinning=20,
-        nuts_warmup=200, nuts_samples=10, nuts_thinning=2, nuts_max_doublings=8,
+        settings=method_settings(**_EVERY_METHOD_GRID,
+                                 mile=dict(chains=2, steps=(2000, 250, 250), samples=10, thinning=20),
+                                 nuts_bde=dict(chains=2, warmup=200, samples=10, thinning=2, max_doublings=8)),
         title="L2E evaluation: 1-D in-between uncertainty",
     ),
     # the paper's CIFAR-10 comparison (spec §6, the released code's schedule) on a machine with the data (TFDS
@@ -324,8 +208,8 @@ PRESETS: dict[str, EvalConfig] = {
         methods=("l2e", "csghmc", "deep_ensemble"),
         num_steps=192_000, num_samples=10, thinning=16_000, batch_size=128, chunk=10, eval_batch=500,
         tune=False,
-        grid=MethodGrid(l2e_lrs=(2.0,), csghmc_lrs=(0.5,), csghmc_cycles=12, csghmc_exploration_ratio=0.94,
-                        csghmc_momentum_decay=0.01, de_lrs=(0.1,), de_momentum=0.9),
+        settings=method_settings(l2e=dict(lrs=(2.0,)), deep_ensemble=dict(lrs=(0.1,), momentum=0.9),
+                                 csghmc=dict(lrs=(0.5,), cycles=12, exploration_ratio=0.94, momentum_decay=0.01)),
         title="L2E evaluation: the paper's CIFAR-10 / Fashion-MNIST comparison",
     ),
 }

@@ -10,9 +10,9 @@ the network's own initialiser) or at a draw θ ~ N(0, σ² I) of the prior with 
 key = fold_in(PRNGKey(seed), t) with t the task's index in the configuration, so a task's reference does
 not depend on which other tasks are selected.
 
-Predictive on the test split: classification — BMA probabilities (n, C), the mean over all chains × draws of
-softmax(logits), and per-chain BMA probabilities (chains, n, C); regression — per-draw loc and scale (S, n),
-S = chains × draws (chain-major), in the task's standardised target units.
+Predictive on the test split (`task.predict` of every draw): classification — BMA probabilities (n, C), the mean
+over all chains × draws of softmax(logits), and per-chain BMA probabilities (chains, n, C); regression — per-draw
+loc and scale (S, n), S = chains × draws (chain-major), in the task's standardised target units.
 
 Convergence (all in the metadata): function-space split R̂ (rank-normalised, across chains) per test point of
 the per-draw probability of the BMA-predicted class (classification) or of the loc (regression);
@@ -22,18 +22,17 @@ weight-space bulk ESS and split R̂ per parameter; chainwise cR̂ (4 splits); pe
 Files (`write_reference`): OUT/<slug>/probs.txt (classification; NeurIPS-2021 BDL text layout, "%.18e",
 read by `evaluate.reference.load_reference_probs`) or OUT/<slug>/predictive.npz (regression: loc, scale
 float32 (S, n)), OUT/<slug>/metadata.json, and the index OUT/reference.json
-{task name: {"dir": slug, "kind": ..., "metadata": "<slug>/metadata.json"}}.  Every file is written to a
-temporary file and renamed.
+{task name: {"dir": slug, "kind": ..., "metadata": "<slug>/metadata.json"}}.  Every file is written atomically
+(l2e.io).
 """
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import io
 import json
 import math
-import os
 import re
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,7 +41,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from evaluate import diagnostics, metrics
+from evaluate import diagnostics
+from evaluate.metrics import agreement
+from l2e.io import atomic_write_bytes, atomic_write_text
+from tasks.likelihoods import categorical, gaussian
 
 __all__ = ["CONVERGENCE_RULE", "INDEX", "INITS", "check_reference_output", "compute_reference", "slugify",
            "summary_line", "write_reference"]
@@ -86,17 +88,12 @@ def _init_positions(task, key: jax.Array, num_chains: int, init: str):
     return jax.tree.map(lambda *xs: jnp.stack(xs), *inits)
 
 
-def _predict(task, samples, num_chains: int, num_samples: int) -> dict:
-    """Per-draw test predictions: classification log-probs (chains, draws, n, C); regression loc, scale
-    (chains, draws, n)."""
+def _predict(task, samples, num_chains: int) -> np.ndarray:
+    """`task.predict` of every draw on the test split: (chains, draws, n, C) log-probabilities or
+    (chains, draws, n, 2) [loc, scale]."""
     x, _ = task.splits.test
-    chains = [jax.tree.map(lambda a, c=c: a[c], samples) for c in range(num_chains)]
-    if task.kind == "classification":
-        fn = jax.jit(jax.vmap(lambda p: jax.nn.log_softmax(task.logits(p, x))))
-        return {"log_probs": np.stack([np.asarray(fn(ch)) for ch in chains])}
     fn = jax.jit(task.predict)
-    out = [fn(ch, x) for ch in chains]
-    return {"loc": np.stack([np.asarray(o[0]) for o in out]), "scale": np.stack([np.asarray(o[1]) for o in out])}
+    return np.stack([np.asarray(fn(jax.tree.map(lambda a, c=c: a[c], samples), x)) for c in range(num_chains)])
 
 
 def _flat_draws(samples) -> np.ndarray:
@@ -118,6 +115,43 @@ def _weight_diagnostics(flat: np.ndarray) -> dict:
         out["chainwise_rhat_frac_below_1.1"] = float(np.mean([np.mean(np.where(np.isnan(r), 1.0, r) < 1.1)
                                                               for r in crhat]))
     return out
+
+
+def _classification_summary(task, lp: np.ndarray, y: np.ndarray) -> dict:
+    """Reference files, function-space R̂, test metrics and data record of classification draws lp (m, s, n, C)."""
+    m, s, n, c = lp.shape
+    probs = categorical.bma_probs(lp.reshape(m * s, n, c))
+    chain_probs = np.stack([categorical.bma_probs(lp[i]) for i in range(m)])
+    pred_class = probs.argmax(1)
+    p_pred = np.exp(np.take_along_axis(lp, pred_class[None, None, :, None], axis=3)[..., 0])  # (m, s, n)
+    fs = {"quantity": "per-draw probability of the BMA-predicted class, per test point",
+          "split_rhat": _rhat_summary(diagnostics.split_rhat(p_pred)),
+          "chain_accuracy": [categorical.accuracy(p, y) for p in chain_probs],
+          "chain_agreement_min": float(min(agreement(p, probs) for p in chain_probs))}
+    test = {"accuracy": categorical.accuracy(probs, y), "nll": categorical.nll(probs, y),
+            "ece": categorical.ece(probs, y)}
+    data = {"classes": int(task.num_classes), "test_labels_sha256": labels_sha256(y)}
+    return {"arrays": {"probs": probs, "chain_probs": chain_probs}, "function_space": fs, "test": test,
+            "data": data}
+
+
+def _regression_summary(task, out: np.ndarray, y: np.ndarray) -> dict:
+    """Reference files, function-space R̂, test metrics and data record of regression draws out (m, s, n, 2)."""
+    loc, scale = out[..., 0], out[..., 1]  # (m, s, n)
+    m, s, n = loc.shape
+    arrays = {"loc": loc.reshape(m * s, n).astype(np.float32), "scale": scale.reshape(m * s, n).astype(np.float32)}
+    fs = {"quantity": "per-draw predictive loc, per test point",
+          "split_rhat": _rhat_summary(diagnostics.split_rhat(loc)),
+          "split_rhat_scale": _rhat_summary(diagnostics.split_rhat(scale))}
+    lppd = gaussian.regression_lppd(y, arrays["loc"], arrays["scale"])
+    test = {"lppd": lppd, "nll": -lppd, "rmse": gaussian.regression_rmse(y, arrays["loc"]),
+            "units": "standardised target (MILE convention)"}
+    return {"arrays": arrays, "function_space": fs, "test": test,
+            "data": {"test_y_mean": float(np.mean(y)), "test_y_std": float(np.std(y))}}
+
+
+_SUMMARY = {"classification": _classification_summary, "regression": _regression_summary}
+"""task.kind -> the summary of its draws' test predictions (the reference file formats differ by kind)."""
 
 
 def compute_reference(task, key: jax.Array, num_chains: int = 4, num_warmup: int = 200, num_samples: int = 100,
@@ -142,79 +176,43 @@ def compute_reference(task, key: jax.Array, num_chains: int = 4, num_warmup: int
                                      max_num_doublings=max_num_doublings, progress=progress)
     sampling_seconds = time.perf_counter() - t0
     flat = _flat_draws(samples)
-    finite = bool(np.all(np.isfinite(flat)))
-    pred = _predict(task, samples, num_chains, num_samples)
-    _, y = task.splits.test
-    y = np.asarray(y)
-    arrays: dict = {}
-    if task.kind == "classification":
-        lp = pred["log_probs"]  # (m, n_draws, n, C)
-        m, s, n, c = lp.shape
-        probs = metrics.bma_probs(lp.reshape(m * s, n, c))
-        arrays["probs"] = probs
-        arrays["chain_probs"] = np.stack([metrics.bma_probs(lp[i]) for i in range(m)])
-        pred_class = probs.argmax(1)
-        p_pred = np.exp(np.take_along_axis(lp, pred_class[None, None, :, None], axis=3)[..., 0])  # (m, s, n)
-        fs = {"quantity": "per-draw probability of the BMA-predicted class, per test point",
-              "split_rhat": _rhat_summary(diagnostics.split_rhat(p_pred))}
-        chain_acc = [metrics.accuracy(p, y) for p in arrays["chain_probs"]]
-        fs["chain_accuracy"] = chain_acc
-        fs["chain_agreement_min"] = float(min(metrics.agreement(p, probs) for p in arrays["chain_probs"]))
-        test = {"accuracy": metrics.accuracy(probs, y), "nll": metrics.nll(probs, y), "ece": metrics.ece(probs, y)}
-    else:
-        loc, scale = pred["loc"], pred["scale"]  # (m, s, n)
-        m, s, n = loc.shape
-        arrays["loc"] = loc.reshape(m * s, n).astype(np.float32)
-        arrays["scale"] = scale.reshape(m * s, n).astype(np.float32)
-        fs = {"quantity": "per-draw predictive loc, per test point",
-              "split_rhat": _rhat_summary(diagnostics.split_rhat(loc)),
-              "split_rhat_scale": _rhat_summary(diagnostics.split_rhat(scale))}
-        lppd = diagnostics.regression_lppd(y, arrays["loc"], arrays["scale"])
-        test = {"lppd": lppd, "nll": -lppd, "rmse": diagnostics.regression_rmse(y, arrays["loc"]),
-                "units": "standardised target (MILE convention)"}
-    weight = _weight_diagnostics(flat) if finite else {"num_params": int(flat.shape[2]), "non_finite": True}
-    divergent = int(info.num_divergent.sum())
-    fs_max = fs["split_rhat"]["max"]
-    converged = bool(finite and fs_max is not None and fs_max < 1.1 and divergent == 0)
-    spec = task.spec
-    data = {"train": int(task.data_size), "test": int(y.shape[0]), "input_shape": list(task.input_shape)}
-    if task.kind == "classification":
-        data["classes"] = int(task.num_classes)
-        data["test_labels_sha256"] = labels_sha256(y)
-    else:
-        data["test_y_mean"], data["test_y_std"] = float(np.mean(y)), float(np.std(y))
+    y = np.asarray(task.splits.test[1])
+    summary = _SUMMARY[task.kind](task, _predict(task, samples, num_chains), y)
+    sampler = {"algorithm": "NUTS (blackjax) after Stan window adaptation, diagonal mass matrix, full batch",
+               "chains": int(num_chains), "warmup": int(num_warmup), "samples_per_chain": int(num_samples),
+               "thinning": int(thinning), "total_draws": int(num_chains * num_samples), "init": init,
+               "target_acceptance_rate": float(target_acceptance_rate), "max_num_doublings": int(max_num_doublings)}
+    metadata = _metadata(task, name, seed, sampler, info, flat, summary, sampling_seconds)
+    return summary["arrays"], metadata
+
+
+def _metadata(task, name, seed, sampler: dict, info, flat: np.ndarray, summary: dict, seconds: float) -> dict:
+    """The JSON metadata of a reference: task, sampler, per-chain NUTS statistics, diagnostics, convergence."""
     import blackjax
 
-    metadata = {
-        "task": name or spec.name,
-        "kind": task.kind,
-        "spec": json.loads(json.dumps(dataclasses.asdict(spec))),
-        "prior_variance": float(spec.prior_variance),
-        "temperature": 1.0,
-        "data": data,
-        "sampler": {"algorithm": "NUTS (blackjax) after Stan window adaptation, diagonal mass matrix, full batch",
-                    "chains": int(num_chains), "warmup": int(num_warmup), "samples_per_chain": int(num_samples),
-                    "thinning": int(thinning), "total_draws": int(num_chains * num_samples), "init": init,
-                    "target_acceptance_rate": float(target_acceptance_rate),
-                    "max_num_doublings": int(max_num_doublings)},
+    finite = bool(np.all(np.isfinite(flat)))
+    weight = _weight_diagnostics(flat) if finite else {"num_params": int(flat.shape[2]), "non_finite": True}
+    divergent = int(info.num_divergent.sum())
+    fs_max = summary["function_space"]["split_rhat"]["max"]
+    spec = task.spec
+    data = {"train": int(task.data_size), "test": int(task.splits.test[1].shape[0]),
+            "input_shape": list(task.input_shape), **summary["data"]}
+    return {
+        "task": name or spec.name, "kind": task.kind, "spec": json.loads(json.dumps(dataclasses.asdict(spec))),
+        "prior_variance": float(spec.prior_variance), "temperature": 1.0, "data": data, "sampler": sampler,
         "seed": seed,
         "per_chain": {"step_size": info.step_size.tolist(), "acceptance_rate": info.acceptance_rate.tolist(),
                       "num_divergent": info.num_divergent.tolist(), "num_grad_evals": info.num_grad_evals.tolist(),
                       "seconds": info.seconds.tolist()},
-        "num_divergent": divergent,
-        "num_grad_evals": int(info.num_grad_evals.sum()),
-        "seconds": float(sampling_seconds),
-        "finite": finite,
-        "function_space": fs,
-        "weight_space": weight,
-        "test": test,
-        "converged": converged,
+        "num_divergent": divergent, "num_grad_evals": int(info.num_grad_evals.sum()), "seconds": float(seconds),
+        "finite": finite, "function_space": summary["function_space"], "weight_space": weight,
+        "test": summary["test"],
+        "converged": bool(finite and fs_max is not None and fs_max < 1.1 and divergent == 0),
         "convergence_rule": CONVERGENCE_RULE,
         "versions": {"jax": jax.__version__, "blackjax": getattr(blackjax, "__version__", "unknown"),
                      "numpy": np.__version__},
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    return arrays, metadata
 
 
 def nuts_chains_fn():
@@ -252,18 +250,10 @@ def slugify(name: str) -> str:
     return slug or "task"
 
 
-def _atomic_write(path: Path, write: Callable[[object], None], mode: str = "w") -> None:
-    """write(file object) into a temporary file next to `path`, then rename it onto `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, mode) as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+def _npy_bytes(save: Callable[[io.BytesIO], None]) -> bytes:
+    buf = io.BytesIO()
+    save(buf)
+    return buf.getvalue()
 
 
 def check_reference_output(out: Path, overwrite: bool, error=ValueError) -> None:
@@ -306,16 +296,15 @@ def write_reference(out, name: str, arrays: dict, metadata: dict) -> Path:
     while slug in taken:
         slug, i = f"{base}-{i}", i + 1
     task_dir = out / slug
-    if metadata["kind"] == "classification":
-        _atomic_write(task_dir / "probs.txt", lambda f: np.savetxt(f, arrays["probs"], fmt="%.18e"))
-        _atomic_write(task_dir / "chain_probs.npz",
-                      lambda f: np.savez_compressed(f, probs=arrays["chain_probs"].astype(np.float32)), "wb")
-    else:
-        _atomic_write(task_dir / "predictive.npz",
-                      lambda f: np.savez(f, loc=arrays["loc"].astype(np.float32),
-                                         scale=arrays["scale"].astype(np.float32)), "wb")
-    _atomic_write(task_dir / "metadata.json", lambda f: f.write(json.dumps(metadata, indent=2) + "\n"))
+    if "probs" in arrays:  # a predictive per test point (classification)
+        atomic_write_bytes(task_dir / "probs.txt", _npy_bytes(lambda f: np.savetxt(f, arrays["probs"], fmt="%.18e")))
+        atomic_write_bytes(task_dir / "chain_probs.npz", _npy_bytes(
+            lambda f: np.savez_compressed(f, probs=arrays["chain_probs"].astype(np.float32))))
+    else:  # per-draw Gaussian predictives (regression)
+        atomic_write_bytes(task_dir / "predictive.npz", _npy_bytes(
+            lambda f: np.savez(f, loc=arrays["loc"].astype(np.float32), scale=arrays["scale"].astype(np.float32))))
+    atomic_write_text(task_dir / "metadata.json", json.dumps(metadata, indent=2) + "\n")
     index[name] = {"dir": slug, "kind": metadata["kind"], "metadata": f"{slug}/metadata.json",
                    "converged": metadata["converged"]}
-    _atomic_write(out / INDEX, lambda f: f.write(json.dumps(index, indent=2) + "\n"))
+    atomic_write_text(out / INDEX, json.dumps(index, indent=2) + "\n")
     return task_dir

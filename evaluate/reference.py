@@ -235,7 +235,7 @@ def load_references(references: dict | None, names: list[str], tasks: list) -> d
             if is_dir:
                 out[name] = load_reference_dir(path, name, task)
                 continue
-            if getattr(task, "kind", "classification") != "classification":
+            if task.kind != "classification":
                 raise ReferenceDataError(f"--reference {path}: task {name!r} is {task.kind}; a text file of class "
                                          "probabilities fits only classification (give a reference directory)")
             _, y_test = task.splits.test

@@ -1,4 +1,4 @@
-"""Report writers for evaluation results: JSON, Markdown tables, and PNG plots.
+"""Report writers for evaluation results: JSON, Markdown tables, the plain-text table; PNGs via evaluate.plots.
 
 Input is the plain dict of `evaluate.run.evaluate`::
 
@@ -19,7 +19,6 @@ A metric column appears when at least one method has it; missing entries are ren
 """
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
@@ -29,16 +28,16 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["plot_barriers", "plot_band", "plot_curves", "plot_ess", "render_markdown", "write_json",
-           "write_markdown", "write_report"]
+from evaluate import plots
+from l2e.io import atomic_write_bytes
+
+__all__ = ["format_table", "probe_writable", "render_markdown", "write_json", "write_markdown", "write_report"]
 
 TABLE_METRICS = {
     "classification": ("acc", "nll", "ece", "pairwise_kld", "agreement", "total_variation"),
     "regression": ("lppd", "nll", "rmse", "calibration_error"),
 }
 BUDGET_COLUMNS = ("gradient", "grad_evals", "epochs", "seconds")
-CURVE_METRICS = {"classification": (("acc", "BMA accuracy"), ("nll", "BMA NLL")),
-                 "regression": (("lppd", "LPPD"), ("rmse", "RMSE"))}
 _BEST = {"acc": max, "nll": min, "lppd": max, "rmse": min, "agreement": max, "total_variation": min,
          "calibration_error": min}
 REFERENCE_METHOD = "hmc"
@@ -46,25 +45,6 @@ _MISSING = "—"
 
 
 # --------------------------------------------------------------------------- utils
-def _atomic_write_bytes(path, data: bytes) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return path
-
-
 def probe_writable(out: Path, error) -> None:
     """Raise `error` unless `out` (or its nearest existing ancestor) is a directory where a file can really be
     created (os.access is not enough: root, read-only mounts)."""
@@ -131,7 +111,7 @@ def _tasks(results: dict) -> dict:
 def write_json(results: dict, path) -> Path:
     """Write ``results`` as indented JSON with sorted keys, atomically. Returns the path."""
     text = json.dumps(results, sort_keys=True, indent=2, default=_json_default)
-    return _atomic_write_bytes(path, (text + "\n").encode("utf-8"))
+    return atomic_write_bytes(path, (text + "\n").encode("utf-8"))
 
 
 # --------------------------------------------------------------------------- Markdown
@@ -254,151 +234,7 @@ def render_markdown(results: dict) -> str:
 
 def write_markdown(results: dict, path) -> Path:
     """Write ``render_markdown(results)`` to ``path`` atomically. Returns the path."""
-    return _atomic_write_bytes(path, render_markdown(results).encode("utf-8"))
-
-
-# --------------------------------------------------------------------------- plots
-def _figure(nrows: int, ncols: int, width: float, height: float):
-    """A (Figure, axes (nrows, ncols)) on the Agg canvas (no pyplot global state)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height * nrows))
-    FigureCanvasAgg(fig)
-    return fig, fig.subplots(nrows, ncols, squeeze=False)
-
-
-def _save(fig, path) -> Path:
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    return _atomic_write_bytes(path, buf.getvalue())
-
-
-def _empty(ax, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes)
-
-
-def plot_curves(results: dict, path) -> Path:
-    """BMA metric versus number of samples, one row per task (accuracy and NLL; regression: LPPD and RMSE)."""
-    from matplotlib.ticker import MaxNLocator
-
-    names = sorted(_tasks(results))
-    fig, axes = _figure(max(1, len(names)), 2, 11, 3.6)
-    if not names:
-        for ax in axes[0]:
-            _empty(ax, "no tasks")
-    for row, name in enumerate(names):
-        task = _tasks(results)[name]
-        methods = task.get("methods", {}) or {}
-        for col, (key, label) in enumerate(CURVE_METRICS[_kind(task)]):
-            ax = axes[row, col]
-            drawn = 0
-            for mname in sorted(methods):
-                curve = methods[mname].get("curve") or {}
-                ys = curve.get(key)
-                if not ys:
-                    continue
-                ys = np.asarray(ys, dtype=float)
-                xs = np.asarray(curve.get("num_samples") or np.arange(1, len(ys) + 1), dtype=float)
-                (line,) = ax.plot(xs, ys, marker="o", markersize=3, label=mname)
-                sd = curve.get(f"{key}_sd")
-                if sd is not None and len(sd) == len(ys):
-                    sd = np.asarray(sd, dtype=float)
-                    ax.fill_between(xs, ys - sd, ys + sd, alpha=0.2, color=line.get_color())
-                drawn += 1
-            ax.set_title(f"{name}: {label}")
-            ax.set_xlabel("number of samples")
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_ylabel(label)
-            ax.grid(True, alpha=0.3)
-            if drawn:
-                ax.legend(fontsize="small")
-            else:
-                _empty(ax, "no curves")
-    return _save(fig, path)
-
-
-def _has(results: dict, key: str) -> bool:
-    return any(m.get(key) for t in _tasks(results).values() for m in (t.get("methods") or {}).values())
-
-
-def plot_ess(results: dict, path) -> Path:
-    """Bar charts per task: ESS per second of sampler wall time and ESS per 1000 gradient evaluations."""
-    names = sorted(_tasks(results))
-    fig, axes = _figure(max(1, len(names)), 2, 11, 3.4)
-    for row, name in enumerate(names):
-        methods = {k: m["ess"] for k, m in (_tasks(results)[name].get("methods") or {}).items() if m.get("ess")}
-        for col, (key, label) in enumerate((("ess_per_second", "ESS / s"), ("ess_per_1k_grads", "ESS / 1000 grads"))):
-            ax = axes[row, col]
-            vals = [(k, _number(e.get(key))) for k, e in methods.items()]
-            vals = [(k, float(v)) for k, v in vals if v is not None and math.isfinite(float(v))]
-            if not vals:
-                _empty(ax, "no ESS")
-            else:
-                ax.bar([k for k, _ in vals], [v for _, v in vals], color="tab:blue", alpha=0.8)
-                ax.tick_params(axis="x", labelrotation=30)
-                ax.grid(True, axis="y", alpha=0.3)
-            ax.set_title(f"{name}: {label} (mean over coordinates)")
-    return _save(fig, path)
-
-
-def plot_barriers(results: dict, path) -> Path:
-    """Loss along the linear path between two samples, per task: test error (regression: RMSE) and NLL."""
-    names = sorted(_tasks(results))
-    fig, axes = _figure(max(1, len(names)), 2, 11, 3.4)
-    for row, name in enumerate(names):
-        task = _tasks(results)[name]
-        err_label = "RMSE" if _kind(task) == "regression" else "test error"
-        for col, (key, label) in enumerate((("error", err_label), ("nll", "NLL"))):
-            ax = axes[row, col]
-            drawn = 0
-            for mname, m in (task.get("methods") or {}).items():
-                bar = m.get("barrier") or {}
-                if not bar.get(key):
-                    continue
-                ax.plot(bar["lambdas"], bar[key], marker=".", label=f"{mname} (B={_fmt('x', bar.get(f'{key}_barrier'))})")
-                drawn += 1
-            ax.set_title(f"{name}: {label} along θ(λ) = (1−λ)θ_a + λθ_b")
-            ax.set_xlabel("λ")
-            ax.grid(True, alpha=0.3)
-            if drawn:
-                ax.legend(fontsize="x-small")
-            else:
-                _empty(ax, "no barriers")
-    return _save(fig, path)
-
-
-def _band_tasks(results: dict) -> list[str]:
-    return sorted(n for n, t in _tasks(results).items() if (t.get("band") or {}).get("methods"))
-
-
-def plot_band(results: dict, path) -> Path:
-    """1-D regression: predictive mean and 95 % band per method (one panel each), training data as dots."""
-    names = _band_tasks(results)
-    panels = [(n, m) for n in names for m in _tasks(results)[n]["band"]["methods"]]
-    ncols = min(3, max(1, len(panels)))
-    nrows = max(1, math.ceil(len(panels) / ncols))
-    fig, axes = _figure(nrows, ncols, 4.2 * ncols, 3.4)
-    for ax in axes.ravel()[len(panels):]:
-        ax.set_axis_off()
-    for ax, (name, mname) in zip(axes.ravel(), panels):
-        band = _tasks(results)[name]["band"]
-        b = band["methods"][mname]
-        x = np.asarray(band["x"], dtype=float)
-        ax.fill_between(x, np.asarray(b["lower"], float), np.asarray(b["upper"], float), alpha=0.3,
-                        label="95 % predictive")
-        ax.plot(x, np.asarray(b["mean"], float), lw=1.5, label="mean")
-        if band.get("y") is not None:
-            ax.plot(x, np.asarray(band["y"], float), ".", ms=2, color="gray", alpha=0.5, label="test")
-        ax.plot(np.asarray(band["x_train"], float), np.asarray(band["y_train"], float), "k.", ms=3, label="train")
-        ax.set_title(f"{mname} ({name})", fontsize="small")
-        ax.grid(True, alpha=0.3)
-    if panels:
-        axes.ravel()[0].legend(fontsize="x-small")
-    else:
-        _empty(axes[0, 0], "no 1-D regression task")
-    return _save(fig, path)
+    return atomic_write_bytes(path, render_markdown(results).encode("utf-8"))
 
 
 # --------------------------------------------------------------------------- all
@@ -413,12 +249,38 @@ def write_report(results: dict, out_dir) -> dict[str, Path]:
     paths = {
         "json": write_json(results, out / "report.json"),
         "markdown": write_markdown(results, out / "report.md"),
-        "curves": plot_curves(results, out / "bma_curves.png"),
+        "curves": plots.plot_curves(results, out / "bma_curves.png"),
     }
-    if _has(results, "ess"):
-        paths["ess"] = plot_ess(results, out / "ess.png")
-    if _has(results, "barrier"):
-        paths["barriers"] = plot_barriers(results, out / "barriers.png")
-    if _band_tasks(results):
-        paths["band"] = plot_band(results, out / "regression_band.png")
+    if plots.has_entry(results, "ess"):
+        paths["ess"] = plots.plot_ess(results, out / "ess.png")
+    if plots.has_entry(results, "barrier"):
+        paths["barriers"] = plots.plot_barriers(results, out / "barriers.png")
+    if plots.band_tasks(results):
+        paths["band"] = plots.plot_band(results, out / "regression_band.png")
     return paths
+
+
+def format_table(results: dict) -> str:
+    """A compact plain-text table per task kind: task, method, acc/lppd, nll, ece/rmse, kld/calibration,
+    gradient evaluations (m = minibatch, f = full batch), epochs, samples, divergent chains, seconds, mean ESS."""
+    def f(v, spec):
+        return "—" if v is None else format(v, spec)
+
+    lines = []
+    for tname, task in results["tasks"].items():
+        reg = task.get("kind") == "regression"
+        c1, c3, c4 = ("lppd", "rmse", "cal") if reg else ("acc", "ece", "kld")
+        k1, k3, k4 = ("lppd", "rmse", "calibration_error") if reg else ("acc", "ece", "pairwise_kld")
+        header = (f"{'task':<34} {'method':<13} {c1:>7} {'nll':>7} {c3:>7} {c4:>7} {'grads':>8} {'epochs':>7} "
+                  f"{'K':>4} {'div':>3} {'sec':>7} {'ess':>6}")
+        lines += [header, "-" * len(header)]
+        for mname, m in task["methods"].items():
+            grads = "—" if m.get("grad_evals") is None else f"{m['grad_evals']}{str(m.get('gradient', ' '))[0]}"
+            ess = (m.get("ess") or {}).get("mean_ess")
+            lines.append(
+                f"{tname[:34]:<34} {mname:<13} {f(m.get(k1), '.4f'):>7} {f(m.get('nll'), '.4f'):>7} "
+                f"{f(m.get(k3), '.4f'):>7} {f(m.get(k4), '.3f'):>7} {grads:>8} {f(m.get('epochs'), '.1f'):>7} "
+                f"{f(m.get('num_samples'), 'd'):>4} {f(m.get('divergent_chains'), 'd'):>3} "
+                f"{f(m.get('seconds'), '.2f'):>7} {f(ess, '.1f'):>6}")
+        lines.append("")
+    return "\n".join(lines).rstrip()

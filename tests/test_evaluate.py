@@ -12,7 +12,8 @@ import jax
 import pytest
 
 import l2e
-from evaluate.config import DEFAULT_METHODS, ConfigError, EvalConfig, MethodGrid, PRESETS, apply_overrides, get_preset
+from evaluate.config import DEFAULT_METHODS, ConfigError, EvalConfig, PRESETS, apply_overrides, get_preset
+from evaluate.methods import MethodSettings, get_method
 from evaluate.run import evaluate, load_l2e
 
 REPO = Path(__file__).resolve().parents[1]
@@ -85,8 +86,8 @@ def test_smoke_report(smoke):
         assert m["num_samples"] == 3 and m["divergent_chains"] == 0
         assert m["curve"]["num_samples"] == [1, 2, 3] and len(m["curve"]["nll"]) == 3
         hp = m["hyperparameters"]
-        assert hp["tuned"] and hp["learning_rate"] in PRESETS["smoke"].grid.lrs(name)
-        points = PRESETS["smoke"].grid.points(name)
+        points = get_method(name).points(getattr(PRESETS["smoke"].settings, name))
+        assert hp["tuned"] and hp["learning_rate"] in [p["learning_rate"] for p in points]
         assert len(hp["grid"]) == len(points) and all(k.startswith("lr=") for k in hp["grid"])
     assert "| sghmc |" in (out / "report.md").read_text()
 
@@ -104,7 +105,7 @@ def test_same_seed_same_numbers_other_seed_differs(smoke, checkpoint, tmp_path):
 
 def test_divergent_method_is_excluded_and_counted(checkpoint):
     cfg = apply_overrides(get_preset("smoke"), ["tune=false", "methods=sghmc,deep_ensemble",
-                                                "grid.sghmc_lrs=1e6", "grid.de_lrs=1e6"])
+                                                "settings.sghmc.lrs=1e6", "settings.deep_ensemble.lrs=1e6"])
     results = evaluate(cfg, None, progress=False)
     (task,) = results["tasks"].values()
     for name, m in task["methods"].items():
@@ -125,14 +126,14 @@ def test_config_validation():
     with pytest.raises(ConfigError, match="unknown method"):
         apply_overrides(cfg, ["methods=l2e,sgld"])
     with pytest.raises(ConfigError):
-        apply_overrides(cfg, ["grid.sghmc_lrs=-1"])
-    assert apply_overrides(cfg, ["grid.sghmc_lrs=0.1,0.2"]).grid.sghmc_lrs == (0.1, 0.2)
+        apply_overrides(cfg, ["settings.sghmc.lrs=-1"])
+    assert apply_overrides(cfg, ["settings.sghmc.lrs=0.1,0.2"]).settings.sghmc.lrs == (0.1, 0.2)
     with pytest.raises(ConfigError):
         EvalConfig(tasks=())
     default = get_preset("default")
     assert len(default.tasks) >= 2 and all(default.held_out)
     assert default.schedule("sghmc").sample_steps[0] > default.num_steps // 2
-    assert isinstance(default.grid, MethodGrid)
+    assert isinstance(default.settings, MethodSettings)
 
 
 def _cli(*args, cwd=REPO):

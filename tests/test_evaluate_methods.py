@@ -3,32 +3,36 @@ regression path (LPPD/RMSE/calibration, 1-D band), ESS / barrier fields, the HMC
 determinism — all through `evaluate()` on tiny tasks with smoke-sized budgets."""
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import numpy as np
 import pytest
 
-from evaluate.config import (FULL_BATCH_METHODS, METHODS, ConfigError, EvalConfig, MethodGrid, apply_overrides,
-                             get_preset)
-from evaluate.run import evaluate, load_l2e, mixture_interval
+from evaluate.config import METHODS, ConfigError, EvalConfig, apply_overrides, get_preset, method_settings
+from evaluate.entries import band, hmc_entry, mixture_interval
+from evaluate.methods import REGISTRY
+from evaluate.run import evaluate, load_l2e
 from tasks import ModelSpec, TaskSpec, build
 from tasks.regression import RegressionSpec
 
 G, K, B = 40, 4, 16
-GRID = MethodGrid(sghmc_lrs=(0.03,), sghmc_frictions=(10.0,), csghmc_lrs=(0.1,), l2e_lrs=(0.5,), de_lrs=(0.1,),
-                  psgld_lrs=(0.003,), fsghmc_lrs=(0.03,), noisy_de_lrs=(0.1,), fsghmc_measurement_points=8)
 MILE_STEPS, MILE_SAMPLES, MILE_THIN = (30, 5, 5), 4, 2
+SETTINGS = dict(sghmc=dict(lrs=(0.03,), frictions=(10.0,)), csghmc=dict(lrs=(0.1,)), l2e=dict(lrs=(0.5,)),
+                deep_ensemble=dict(lrs=(0.1,)), psgld=dict(lrs=(0.003,)), noisy_de=dict(lrs=(0.1,)),
+                fsghmc=dict(lrs=(0.03,), measurement_points=8),
+                mile=dict(chains=2, steps=MILE_STEPS, samples=MILE_SAMPLES, thinning=MILE_THIN),
+                nuts_bde=dict(chains=2, warmup=10, samples=4, max_doublings=5))
+FULL_BATCH_METHODS = tuple(m for m in METHODS if REGISTRY[m].full_batch)
+ENSEMBLES = ("deep_ensemble", "noisy_de")
 CLS = TaskSpec("iris", ModelSpec("mlp", hidden=(8,)))
 REG = RegressionSpec("synthetic_1d", hidden=(8,))
 TIMING = {"seconds", "ess_per_second", "seconds_per_step", "sghmc_seconds_per_step", "seconds_per_step_vs_sghmc"}
 
 
-def tiny(spec, methods=METHODS, **kw) -> EvalConfig:
+def tiny(spec, methods=METHODS, settings=None, **kw) -> EvalConfig:
     base = dict(tasks=(spec,), held_out=("none (test)",), methods=methods, num_steps=G, num_samples=K, thinning=5,
-                batch_size=B, chunk=2, eval_batch=128, tune_examples=32, grid=GRID, fullbatch_chains=2,
-                mile_steps=MILE_STEPS, mile_samples=MILE_SAMPLES, mile_thinning=MILE_THIN, nuts_warmup=10,
-                nuts_samples=4, nuts_max_doublings=5, barrier_examples=50)
+                batch_size=B, chunk=2, eval_batch=128, tune_examples=32, barrier_examples=50,
+                settings=method_settings(**{**SETTINGS, **(settings or {})}))
     return EvalConfig(**{**base, **kw})
 
 
@@ -72,7 +76,7 @@ def _check_common(task: dict, n_train: int):
             assert m["gradient"] == f"minibatch (B={B})"
             assert m["epochs"] == pytest.approx(G * B / n_train)
             assert m["num_samples"] == K
-            if name in ("deep_ensemble", "noisy_de"):
+            if name in ENSEMBLES:
                 assert m["ess"] is None
             else:
                 assert m["ess"]["chains"] == 1 and m["ess"]["draws_per_chain"] == K
@@ -84,8 +88,7 @@ def _check_common(task: dict, n_train: int):
         b = m["barrier"]
         assert len(b["lambdas"]) == 21 and len(b["error"]) == 21 and len(b["nll"]) == 21
         assert math.isfinite(b["error_barrier"]) and math.isfinite(b["nll_barrier"]) and b["error_barrier"] >= -1e-9
-        assert b["pair"] == ("members 0 and 1" if name in ("deep_ensemble", "noisy_de")
-                             else "first and last sample of chain 0")
+        assert b["pair"] == ("members 0 and 1" if name in ENSEMBLES else "first and last sample of chain 0")
     mile = task["methods"]["mile"]
     assert mile["grad_evals"] == 2 * 2 * (sum(MILE_STEPS) + MILE_SAMPLES * MILE_THIN)
     assert task["methods"]["nuts_bde"]["grad_evals"] > 0
@@ -101,7 +104,7 @@ def test_classification_every_method(cls_results):
         for key in ("acc", "nll", "ece", "pairwise_kld"):
             assert math.isfinite(m[key]), (name, key)
         assert m["curve"]["num_samples"] == list(range(1, m["num_samples"] + 1)) and len(m["curve"]["acc"]) == m["num_samples"]
-        if name in ("l2e", "sghmc", "psgld", "fsghmc", "deep_ensemble", "noisy_de"):
+        if REGISTRY[name].tuned:
             assert m["hyperparameters"]["tuned"] and len(m["hyperparameters"]["grid"]) == 1
     assert "band" not in task
     # the warm start is the reported deep ensemble: its lr is MILE's ε₀
@@ -143,7 +146,8 @@ def test_same_seed_same_numbers(cls_results, sampler):
 
 def test_divergent_new_methods_are_counted_and_excluded():
     cfg = tiny(CLS, methods=("psgld", "fsghmc", "noisy_de"), tune=False,
-               grid=dataclasses.replace(GRID, psgld_lrs=(1e6,), fsghmc_lrs=(1e8,), noisy_de_lrs=(1e8,)))
+               settings=dict(psgld=dict(lrs=(1e6,)), fsghmc=dict(lrs=(1e8,), measurement_points=8),
+                             noisy_de=dict(lrs=(1e8,))))
     (task,) = evaluate(cfg, None, progress=False)["tasks"].values()
     for name, m in task["methods"].items():
         assert m["divergent_chains"] > 0, name
@@ -185,21 +189,21 @@ def test_presets_and_validation():
     assert any(getattr(t, "dataset", "") == "uci:yacht" for t in full.tasks)
     assert get_preset("regression_1d").tasks[0].dataset == "synthetic_1d"
     assert get_preset("default").methods == ("l2e", "sghmc", "csghmc", "deep_ensemble")
-    assert apply_overrides(full, ["mile_steps=10,2,2"]).mile_steps == (10, 2, 2)
-    with pytest.raises(ConfigError, match="mile_steps"):
-        apply_overrides(full, ["mile_steps=10,2"])
-    with pytest.raises(ConfigError, match="fullbatch_chains"):
-        apply_overrides(full, [f"fullbatch_chains={full.num_samples + 1}"])
+    assert apply_overrides(full, ["settings.mile.steps=10,2,2"]).settings.mile.steps == (10, 2, 2)
+    with pytest.raises(ConfigError, match="settings.mile.steps"):
+        apply_overrides(full, ["settings.mile.steps=10,2"])
+    with pytest.raises(ConfigError, match="settings.nuts_bde.chains"):
+        apply_overrides(full, [f"settings.nuts_bde.chains={full.num_samples + 1}"])
     with pytest.raises(ConfigError, match="TaskSpec or RegressionSpec"):
         EvalConfig(tasks=("digits",))
-    with pytest.raises(ConfigError):
-        apply_overrides(full, ["grid.psgld_lrs=-1"])
+    with pytest.raises(ConfigError, match="settings.psgld.lrs must hold positive"):
+        apply_overrides(full, ["settings.psgld.lrs=-1"])
+    with pytest.raises(ConfigError, match="unknown method 'nope'"):
+        apply_overrides(full, ["methods=sghmc,nope"])
 
 
 def test_regression_reference_row_and_band():
     """A regression reference ((S, n) loc / scale, as evaluate.reference returns) gets an "hmc" entry and band."""
-    from evaluate.run import _band, hmc_entry
-
     task = build(REG)
     y = np.asarray(task.splits.test[1])
     ref = {"path": "ref-dir", "kind": "regression", "loc": np.stack([y, y + 0.1]), "scale": np.full((2, y.size), 0.2),
@@ -207,5 +211,5 @@ def test_regression_reference_row_and_band():
     e = hmc_entry(ref, task)
     assert e["grad_evals"] == 1234 and e["epochs"] == 1234 and e["seconds"] == 5.0 and e["num_samples"] == 2
     assert math.isfinite(e["lppd"]) and e["rmse"] == pytest.approx(0.05, abs=1e-6)
-    band = _band(task, {}, ref)
-    assert set(band["methods"]) == {"hmc"} and len(band["methods"]["hmc"]["lower"]) == y.size
+    b = band(task, {}, ref)
+    assert set(b["methods"]) == {"hmc"} and len(b["methods"]["hmc"]["lower"]) == y.size

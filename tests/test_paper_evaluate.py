@@ -33,7 +33,7 @@ def test_paper_preset_is_the_papers_protocol():
     assert cfg.methods == ("l2e", "csghmc", "deep_ensemble")
     # 600 epochs of 40960/128 = 320 steps; samples at the end of epochs 150, 200, …, 600
     assert cfg.schedule("l2e").sample_steps == tuple(320 * e for e in range(150, 601, 50))
-    assert cfg.grid.l2e_lrs == (2.0,) and not cfg.tune
+    assert cfg.settings.l2e.lrs == (2.0,) and not cfg.tune
 
 
 def test_paper_cifar10_comparison_with_hmc_reference(fake_paper_data, tmp_path):
@@ -48,7 +48,7 @@ def test_paper_cifar10_comparison_with_hmc_reference(fake_paper_data, tmp_path):
     np.savetxt(ref, probs, fmt="%.18e")
     out = tmp_path / "report"
     rc = main(["--preset", "paper", "--output", str(out), "--quiet",
-               "--set", "num_samples=2", "--set", "grid.csghmc_cycles=2", "--set", "thinning=2",
+               "--set", "num_samples=2", "--set", "settings.csghmc.cycles=2", "--set", "thinning=2",
                "--set", "num_steps=8", "--set", "batch_size=8", "--set", "chunk=1", "--set", "eval_batch=16",
                "--set", "barrier_examples=8",
                "--reference", f"cifar10/resnet20-frn={ref}"])

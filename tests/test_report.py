@@ -1,8 +1,9 @@
-"""Tests for evaluate.report on a fake results dict."""
+"""Tests for evaluate.report and evaluate.plots on a fake results dict."""
 import json
 
 import numpy as np
 
+from evaluate import plots as P
 from evaluate import report as R
 
 
@@ -107,10 +108,10 @@ def test_markdown_missing_values_and_write(tmp_path):
 
 
 def test_plot_curves_returns_png_path(tmp_path):
-    out = R.plot_curves(fake_results(), tmp_path / "c.png")
+    out = P.plot_curves(fake_results(), tmp_path / "c.png")
     assert out == tmp_path / "c.png"
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    empty = R.plot_curves({"config": {}, "tasks": {}}, tmp_path / "e.png")
+    empty = P.plot_curves({"config": {}, "tasks": {}}, tmp_path / "e.png")
     assert empty.read_bytes()[:4] == b"\x89PNG"
 
 

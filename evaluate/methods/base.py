@@ -1,0 +1,106 @@
+"""What a method is: `Method` (settings dataclass, tuning grid, chain schedule, runner) and `Run`, the context
+one runner call gets; plus the checks settings dataclasses share.
+
+A method module (evaluate/methods/<name>.py) defines a frozen settings dataclass, a runner
+`run(ctx: Run, key, hp) -> MethodResult` and `METHOD = Method(...)`; registry.py lists the module.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, NamedTuple
+
+from l2e.io import ConfigError
+
+__all__ = ["Method", "Run", "check_grid", "check_in", "check_positive", "lr_grid"]
+
+
+class Run(NamedTuple):
+    """The context of one runner call.
+
+    task: the built task; cfg: the EvalConfig; settings: the method's settings (cfg.settings.<name>);
+    split: "test" / "inner_valid" / ... (a Splits field) or an (x, y) tuple to predict on;
+    cache: the evaluation's CompileCache.
+    """
+
+    task: Any
+    cfg: Any
+    settings: Any
+    split: Any
+    cache: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """One evaluated method.
+
+    name: the registry key (report name, `methods=` entry, `--set settings.<name>.<field>=…`).
+    settings: frozen dataclass type of the method's configuration (tuning grid and fixed hyperparameters);
+      default-constructible; its __post_init__ raises ConfigError on bad values.
+    run: runner(ctx: Run, key, hp) -> MethodResult; key = (init key, chain key); hp = one grid point plus
+      what `needs_sampler` / `warm_start` add.
+    grid: settings -> tuning points (hyperparameter dicts, tried in order; the first is used without tuning);
+      None: no tuning (one run with hp = {}).
+    schedule: (cfg, settings) -> ChainSchedule of one chain / ensemble member; None for full-batch methods.
+    check: (cfg, settings) -> None, raising ConfigError for settings that do not fit cfg (beyond the schedule).
+    full_batch: uses full-batch gradients and its own budget (else the shared G minibatch gradients).
+    needs_sampler: hp gets "meta_params" and "sampler" (the L2E checkpoint).
+    warm_start: hp gets "init_positions", "step_size0" and "warm_start" from the deep ensemble's final run.
+    """
+
+    name: str
+    settings: type
+    run: Callable
+    grid: Callable[[Any], list[dict]] | None = None
+    schedule: Callable | None = None
+    check: Callable | None = None
+    full_batch: bool = False
+    needs_sampler: bool = False
+    warm_start: bool = False
+
+    @property
+    def tuned(self) -> bool:
+        return self.grid is not None
+
+    def points(self, settings) -> list[dict]:
+        """The tuning grid of `settings` ([{}] without a grid)."""
+        return self.grid(settings) if self.grid is not None else [{}]
+
+    def validate(self, cfg, settings) -> None:
+        """Raise ConfigError (one line) unless `settings` fit `cfg` (the schedule can be built, `check` passes)."""
+        try:
+            if self.schedule is not None:
+                self.schedule(cfg, settings)
+            if self.check is not None:
+                self.check(cfg, settings)
+        except ValueError as e:
+            raise ConfigError(str(e).splitlines()[0]) from None
+
+
+def lr_grid(settings) -> list[dict]:
+    """[{"learning_rate": lr} for lr in settings.lrs]."""
+    return [{"learning_rate": lr} for lr in settings.lrs]
+
+
+def check_grid(settings, where: str, *names: str) -> None:
+    """Each named field becomes a tuple of floats that must be non-empty, positive and finite."""
+    for name in names:
+        values = tuple(float(v) for v in getattr(settings, name))
+        object.__setattr__(settings, name, values)
+        if not values:
+            raise ConfigError(f"{where}.{name} must hold at least one value")
+        if not all(0 < v < float("inf") for v in values):
+            raise ConfigError(f"{where}.{name} must hold positive finite values, got {values}")
+
+
+def check_positive(settings, where: str, *names: str) -> None:
+    """Each named field must be positive and finite."""
+    for name in names:
+        if not 0 < getattr(settings, name) < float("inf"):
+            raise ConfigError(f"{where}.{name} must be positive, got {getattr(settings, name)}")
+
+
+def check_in(settings, where: str, name: str, low: float, high: float, closed: bool = True) -> None:
+    """Field `name` must lie in [low, high] (closed) or [low, high)."""
+    v = getattr(settings, name)
+    if not (low <= v <= high if closed else low <= v < high):
+        raise ConfigError(f"{where}.{name} must be in [{low:g}, {high:g}{']' if closed else ')'}, got {v}")

@@ -1,0 +1,70 @@
+"""Cyclical SGHMC (BASELINES §3) in SGD-with-momentum form: one chain of G updates in M cycles with a cosine
+step size from lr₀; a sample at the end of each of the last K cycles (the last update of a cycle is in its
+sampling phase)."""
+from __future__ import annotations
+
+import dataclasses
+
+import l2e
+from evaluate.budget import single_chain_schedule
+from evaluate.methods.base import Method, check_grid, check_in, check_positive, lr_grid
+from evaluate.methods.driver import lr_args, run_single_chain
+from l2e.io import ConfigError
+
+__all__ = ["CSGHMCSettings", "METHOD", "num_cycles", "run_csghmc"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CSGHMCSettings:
+    """lrs: initial learning rates lr₀ (mean-loss units); cycles: M (None → one cycle per sample, M = K);
+    exploration_ratio: fraction of each cycle without noise; momentum_decay: a = 1 − momentum."""
+
+    lrs: tuple[float, ...] = (0.03, 0.1, 0.3)
+    cycles: int | None = None
+    exploration_ratio: float = 0.8
+    momentum_decay: float = 0.1
+
+    def __post_init__(self):
+        where = "settings.csghmc"
+        check_grid(self, where, "lrs")
+        check_positive(self, where, "momentum_decay")
+        check_in(self, where, "exploration_ratio", 0.0, 1.0, closed=False)
+        if self.cycles is not None and self.cycles < 1:
+            raise ConfigError(f"{where}.cycles must be a positive integer or None, got {self.cycles}")
+
+
+def num_cycles(cfg, s: CSGHMCSettings) -> int:
+    """M: s.cycles, or one cycle per sample."""
+    return s.cycles or cfg.num_samples
+
+
+def _schedule(cfg, s: CSGHMCSettings):
+    cycles = num_cycles(cfg, s)
+    if cycles < cfg.num_samples:
+        raise ConfigError(f"settings.csghmc.cycles ({cycles}) must be ≥ num_samples ({cfg.num_samples})")
+    if cfg.num_steps % cycles:
+        raise ConfigError(f"num_steps ({cfg.num_steps}) must be a multiple of settings.csghmc.cycles ({cycles})")
+    return single_chain_schedule(cfg, thinning=cfg.num_steps // cycles)
+
+
+def _kernel(task, num_steps: int, cycles: int, exploration_ratio: float, momentum_decay: float):
+    def kernel(key, state, batch, args):
+        alg = l2e.cyclical_sghmc(task.posterior, args["lr"], num_steps=num_steps, num_cycles=cycles,
+                                 exploration_ratio=exploration_ratio, momentum_decay=momentum_decay)
+        return alg.step(key, state, batch)
+
+    return kernel
+
+
+def run_csghmc(ctx, key, hp: dict):
+    """One cyclical-SGHMC chain; hp: learning_rate (lr₀)."""
+    s, cfg = ctx.settings, ctx.cfg
+    static = (cfg.num_steps, num_cycles(cfg, s), s.exploration_ratio, s.momentum_decay)
+    hp = {**hp, "num_cycles": static[1], "exploration_ratio": s.exploration_ratio,
+          "momentum_decay": s.momentum_decay}
+    init = l2e.cyclical_sghmc(ctx.task.posterior, 1.0, *static[:2], static[2], static[3]).init
+    return run_single_chain(ctx, key, hp, _schedule(cfg, s), ("csghmc",) + static, lambda: _kernel(ctx.task, *static),
+                            init, lr_args(hp))
+
+
+METHOD = Method("csghmc", CSGHMCSettings, run_csghmc, grid=lr_grid, schedule=_schedule)

@@ -1,0 +1,46 @@
+"""L2E: the learned sampler of a meta-training checkpoint, one chain of G updates with the SGHMC sample schedule;
+the checkpoint's sampler configuration with its learning_rate replaced by each grid value."""
+from __future__ import annotations
+
+import dataclasses
+
+import l2e
+from evaluate.budget import single_chain_schedule
+from evaluate.methods.base import Method, check_grid, lr_grid
+from evaluate.methods.driver import lr_args, run_single_chain
+
+__all__ = ["L2ESettings", "METHOD", "run_l2e"]
+
+
+@dataclasses.dataclass(frozen=True)
+class L2ESettings:
+    """lrs: learning rates lr = ε²·N replacing the checkpoint's."""
+
+    lrs: tuple[float, ...] = (0.25, 0.5, 1.0)
+
+    def __post_init__(self):
+        check_grid(self, "settings.l2e", "lrs")
+
+
+def _kernel(task, sampler: l2e.L2EConfig):
+    def kernel(key, state, batch, args):
+        config = dataclasses.replace(sampler, learning_rate=args["lr"])  # traced lr skips the positivity check
+        return l2e.build_kernel(task.posterior, config)(key, state, batch, args["meta"])
+
+    return kernel
+
+
+def run_l2e(ctx, key, hp: dict):
+    """One L2E chain; hp: learning_rate, "meta_params" and "sampler" (the checkpoint's L2EConfig)."""
+    meta_params, sampler = hp["meta_params"], hp["sampler"]
+    static = dataclasses.replace(sampler, learning_rate=1.0)  # lr is traced; the rest is compiled in
+    args = {**lr_args(hp), "meta": meta_params}
+    init = l2e.l2e(ctx.task.posterior, meta_params, static).init
+    record = {"learning_rate": hp["learning_rate"], "thinning": ctx.cfg.sample_thinning,
+              "sampler": {k: v for k, v in dataclasses.asdict(sampler).items() if k != "learning_rate"}}
+    return run_single_chain(ctx, key, record, single_chain_schedule(ctx.cfg), ("l2e", static),
+                            lambda: _kernel(ctx.task, static), init, args)
+
+
+METHOD = Method("l2e", L2ESettings, run_l2e, grid=lr_grid, schedule=lambda cfg, s: single_chain_schedule(cfg),
+                needs_sampler=True)

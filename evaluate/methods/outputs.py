@@ -1,0 +1,100 @@
+"""`MethodResult` and what turns a run's samples into one: prediction on a split, divergence filtering.
+
+A chain (ensemble member) with a non-finite sample or a non-finite prediction is divergent: its samples are
+dropped (never averaged) and counted in `divergent_chains`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["MethodResult", "finalise", "finite_samples", "predict_outputs", "split_data"]
+
+
+@dataclasses.dataclass
+class MethodResult:
+    """Output of one run on one split; only the **finite** samples are kept (collection order).
+
+    outputs: (K, n, C) float32 log-softmax (classification) or (K, n, 2) [loc, scale] (regression, standardised
+      target units) of the kept samples (`task.predict`).
+    grad_evals: gradient evaluations done (minibatch ones, or full-batch ones when gradient == "full-batch");
+    seconds: wall time of the chain(s), compilation excluded unless hyperparameters say otherwise;
+    divergent_chains: chains / members with a non-finite sample; num_requested: samples asked for.
+    samples: the kept parameter samples, a pytree of numpy leaves (K, ...); chain_ids (K,) int: the chain
+      (ensemble member) of each; num_chains: chains run; draws_per_chain: samples requested per chain.
+    gradient: "minibatch" or "full-batch"; batch_size: B of a minibatch method (None for full batch).
+    """
+
+    outputs: np.ndarray
+    grad_evals: int
+    seconds: float
+    divergent_chains: int
+    hyperparameters: dict
+    num_requested: int = 0
+    samples: Any = None
+    chain_ids: np.ndarray | None = None
+    num_chains: int = 1
+    draws_per_chain: int = 0
+    gradient: str = "minibatch"
+    batch_size: int | None = None
+
+    @property
+    def num_finite(self) -> int:
+        return int(self.outputs.shape[0])
+
+
+def split_data(task, split) -> tuple[jax.Array, jax.Array]:
+    """(x, y) of a named split of the task (train / inner_valid / outer_valid / test) or the given tuple."""
+    if isinstance(split, str):
+        if split not in ("train", "inner_valid", "outer_valid", "test"):
+            raise ValueError(f"unknown split {split!r}")
+        return getattr(task.splits, split)
+    return split
+
+
+def _predict_fn(task, cache):
+    """jit(task.predict): (K-stacked params, x (B, ...)) -> (K, B, C) or (K, B, 2), one per task spec."""
+    return cache.get(("predict", task.spec), lambda: jax.jit(task.predict))
+
+
+def predict_outputs(task, samples, x, batch: int, cache) -> np.ndarray:
+    """`task.predict` of K stacked parameter samples on inputs x, in batches padded to `batch` rows (one
+    compilation per task): (K, n, C) log-probabilities or (K, n, 2) [loc, scale]."""
+    fn = _predict_fn(task, cache)
+    n = int(x.shape[0])
+    out = []
+    for start in range(0, n, batch):
+        xb = x[start:start + batch]
+        m = int(xb.shape[0])
+        if m < batch:
+            xb = jnp.concatenate([xb, jnp.zeros((batch - m, *xb.shape[1:]), xb.dtype)])
+        out.append(np.asarray(fn(samples, xb))[:, :m])
+    return np.concatenate(out, axis=1)
+
+
+def finite_samples(tree) -> np.ndarray:
+    """(K,) bool: every leaf of sample k (leading axis) is finite."""
+    leaves = jax.tree.leaves(tree)
+    k = leaves[0].shape[0]
+    ok = np.ones(k, bool)
+    for leaf in leaves:
+        ok &= np.asarray(jnp.all(jnp.isfinite(leaf.reshape(k, -1)), axis=1))
+    return ok
+
+
+def finalise(ctx, samples, chain_of_sample: list[int], grad_evals: int, seconds: float, hp: dict,
+             num_chains: int = 1, gradient: str = "minibatch") -> MethodResult:
+    """Predict the samples on ctx.split, drop non-finite samples, count the chains they belong to as divergent."""
+    x, _ = split_data(ctx.task, ctx.split)
+    out = predict_outputs(ctx.task, samples, x, ctx.cfg.eval_batch, ctx.cache)
+    ok = finite_samples(samples) & np.all(np.isfinite(out), axis=(1, 2))
+    divergent = len({c for c, good in zip(chain_of_sample, ok) if not good})
+    kept = jax.tree.map(lambda a: np.asarray(a)[ok], samples)
+    chain_ids = np.asarray(chain_of_sample, dtype=np.int64)[ok]
+    return MethodResult(out[ok], grad_evals, seconds, divergent, hp, num_requested=len(ok), samples=kept,
+                        chain_ids=chain_ids, num_chains=num_chains, draws_per_chain=len(ok) // num_chains,
+                        gradient=gradient, batch_size=None if gradient == "full-batch" else ctx.cfg.batch_size)

@@ -1,0 +1,71 @@
+"""The method registry: name → `Method` (settings dataclass, tuning grid, chain schedule, runner).
+
+Adding a baseline: write evaluate/methods/<name>.py defining `METHOD = Method("<name>", ...)` and add its
+module name to METHOD_MODULES below.  It is then a valid `methods=` entry, its settings are the group
+`settings.<name>` of EvalConfig (`--set settings.<name>.<field>=…`), and the `full` preset runs it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+from evaluate.methods.base import Method, Run
+from evaluate.methods.cache import CompileCache
+from l2e.io import ConfigError
+
+__all__ = ["METHODS", "METHOD_MODULES", "MethodSettings", "REGISTRY", "get_method", "method_settings", "run_method"]
+
+METHOD_MODULES = (  # one line per method, in the order methods run and are reported
+    "l2e",
+    "sghmc",
+    "csghmc",
+    "psgld",
+    "fsghmc",
+    "deep_ensemble",  # before the full-batch methods, which start from its members
+    "noisy_de",
+    "mile",
+    "nuts_bde",
+)
+
+
+def _load(modules) -> dict[str, Method]:
+    methods = {}
+    for module in modules:
+        method = importlib.import_module(f"evaluate.methods.{module}").METHOD
+        if method.name in methods:
+            raise ValueError(f"method {method.name!r} registered twice")
+        methods[method.name] = method
+    return methods
+
+
+REGISTRY: dict[str, Method] = _load(METHOD_MODULES)
+METHODS: tuple[str, ...] = tuple(REGISTRY)
+"""Every registered method, in run / report order."""
+
+MethodSettings = dataclasses.make_dataclass(
+    "MethodSettings",
+    [(name, m.settings, dataclasses.field(default_factory=m.settings)) for name, m in REGISTRY.items()],
+    frozen=True)
+MethodSettings.__module__ = __name__
+MethodSettings.__doc__ = "The settings of every registered method: field <name> holds REGISTRY[<name>].settings."
+
+
+def get_method(name: str) -> Method:
+    """REGISTRY[name]; ConfigError naming the known methods otherwise."""
+    if name not in REGISTRY:
+        raise ConfigError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
+    return REGISTRY[name]
+
+
+def method_settings(**per_method: dict) -> MethodSettings:
+    """MethodSettings with the given fields per method (the others at their defaults), e.g.
+    method_settings(sghmc={"lrs": (0.03, 0.1), "frictions": (10.0,)}, l2e={"lrs": (0.5,)})."""
+    return MethodSettings(**{name: get_method(name).settings(**fields) for name, fields in per_method.items()})
+
+
+def run_method(name: str, task, key, hp: dict, cfg, split="test", cache: CompileCache | None = None):
+    """One run of method `name` on `task` -> MethodResult (see Method.run); cache: the evaluation's
+    CompileCache (a fresh one when None)."""
+    method = get_method(name)
+    ctx = Run(task, cfg, getattr(cfg.settings, name), split, CompileCache() if cache is None else cache)
+    return method.run(ctx, key, hp)
