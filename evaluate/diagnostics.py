@@ -1,32 +1,41 @@
-"""Convergence and sample-quality diagnostics (see shared/spec/METRICS.md §2–§4), float64 numpy.
+"""Convergence diagnostics of parameter draws (METRICS §3), float64.
 
 Shapes: single-chain draws (n, ...) with the sample axis first; multi-chain draws (m, n, ...) with chains first.
-Per-coordinate statistics are returned with the trailing shape (...).  Predictive metrics on classifiers live in
-`evaluate.metrics` (AUROC is reused from there).
+Per-coordinate statistics are returned with the trailing shape (...).
+
+One ESS and one R̂ estimator of each kind the spec defines:
+  * `ess_single_chain`: METRICS' single-chain Geyer ESS, our own (its docstring says why no library's);
+  * `ess_bulk`: rank-normalised split ESS (Vehtari et al. 2021), `blackjax.diagnostics.ess_bulk`;
+  * R̂: `blackjax.diagnostics.potential_scale_reduction` (Gelman–Rubin, the spec's formula), applied to the
+    sub-chains each variant defines: `split_rhat` (halves of every chain), `chainwise_rhat` (k contiguous
+    sub-chains of one chain, Sommer et al. 2024), rank-normalised by default (`rank_normalize`).
+blackjax's estimators are jax code; they run here with 64-bit jax enabled, on float64 inputs.
 """
 from __future__ import annotations
 
 import math
 import time
-from typing import Callable, Sequence
+from typing import Callable
 
+import blackjax.diagnostics as bjd
 import jax
 import numpy as np
 from scipy.special import ndtri
 from scipy.stats import rankdata
 
-from evaluate.metrics import auroc
-
-__all__ = [
-    "autocorrelation", "ess_single_chain", "ess_multi_chain", "ess_bulk", "ess_per_time", "rank_normalize",
-    "split_rhat", "chainwise_rhat", "rhat_fraction_per_leaf", "ood_auroc_msp", "regression_lppd",
-    "regression_rmse", "calibration_error", "regression_metrics", "loss_barrier", "divergent_chains",
-    "time_per_step",
-]
+__all__ = ["autocorrelation", "chainwise_rhat", "ess_bulk", "ess_single_chain", "rank_normalize",
+           "rhat_fraction_per_leaf", "split_rhat", "time_per_step"]
 
 
 def _f64(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
+
+
+def _blackjax_f64(fn: Callable, x: np.ndarray) -> np.ndarray:
+    """fn(x) of a blackjax diagnostic (chains on axis 0, draws on axis 1) in 64-bit jax, shaped x.shape[2:]."""
+    with jax.enable_x64(True), np.errstate(invalid="ignore", divide="ignore"):
+        out = np.asarray(fn(x), dtype=np.float64)
+    return out.reshape(x.shape[2:])
 
 
 def autocorrelation(x) -> np.ndarray:
@@ -57,31 +66,21 @@ def _tau_from_rho(rho: np.ndarray) -> np.ndarray:
 
 
 def ess_single_chain(x) -> np.ndarray:
-    """Single-chain ESS per coordinate of x (n, ...) = n/τ̂ (FFT autocovariance + Geyer initial monotone
-    sequence; the estimator of MILE's phase III, matches `l2e.mclmc.ess_geyer`).  Returns shape (...)."""
+    """Single-chain ESS per coordinate of x (n, ...) = n/τ̂, exactly METRICS §3's definition: ρ̂_t = γ̂_t/γ̂_0
+    (FFT autocovariance), Geyer's initial positive and monotone sequence τ̂ = −1 + 2 Σ_{k≤k*} P_k, capped at
+    ESS ≤ n·log10(n).  Returns shape (...).  The estimator of MILE's phase III (`l2e.ess_geyer`, in-graph).
+
+    Ours, not blackjax's `effective_sample_size` or ArviZ's `ess(method="identity")`: with one chain those use
+    Stan's multi-chain ρ̂_t = 1 − (W − γ̂_t)/var⁺ = γ̂_t/γ̂_0 − 1/(n − 1) and add the next even-lag term to τ̂,
+    which on the 10-draw chains evaluate reports changes the ESS by up to ~60 % (tests/test_diagnostics.py
+    shows the numbers; the estimators agree to ~1 % on long chains)."""
     x = _f64(x)
     return x.shape[0] / _tau_from_rho(autocorrelation(x))
 
 
-def ess_multi_chain(x) -> np.ndarray:
-    """Multi-chain ESS (Stan / Vehtari et al. 2021, no rank transform, no split) of x (m, n, ...):
-    ρ̂_t = 1 − (W − mean_j γ̂_{j,t})/var⁺ with W the mean within-chain variance (ddof 1), var⁺ = (n−1)/n·W + B/n;
-    ESS = m·n/τ̂ (Geyer).  Agrees with `blackjax.diagnostics.effective_sample_size`."""
-    x = _f64(x)
-    m, n = x.shape[:2]
-    acov = np.stack([autocorrelation(c) * np.var(c, axis=0) for c in x])  # (m, n, ...) biased γ̂_t
-    w = np.mean(np.var(x, axis=1, ddof=1), axis=0)
-    var_plus = (n - 1) / n * w + (np.var(x.mean(1), axis=0, ddof=1) if m > 1 else 0.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rho = 1.0 - (w - acov.mean(0)) / var_plus
-    rho = np.where(np.isfinite(rho), rho, 0.0)
-    rho[0] = 1.0
-    return m * n / _tau_from_rho(rho)
-
-
 def rank_normalize(x) -> np.ndarray:
     """z = Φ⁻¹((r − 3/8)/(S + 1/4)) with r the average ranks over all S pooled draws of x (m, n, ...),
-    per coordinate."""
+    per coordinate (Vehtari et al. 2021)."""
     x = _f64(x)
     m, n = x.shape[:2]
     flat = x.reshape(m * n, -1)
@@ -97,26 +96,15 @@ def _split(x: np.ndarray, k: int) -> np.ndarray:
 
 
 def ess_bulk(x) -> np.ndarray:
-    """Rank-normalised split ("bulk") ESS of x (m, n, ...), Vehtari et al. (2021); m = 1 allowed."""
-    return ess_multi_chain(rank_normalize(_split(_f64(x), 2)))
-
-
-def ess_per_time(ess, seconds: float, grad_evals: int | None = None) -> dict:
-    """Sum of per-coordinate ESS, per second of sampler wall time and per 1000 gradient evaluations."""
-    total = float(np.sum(_f64(ess)))
-    out = {"ess_sum": total, "ess_per_s": total / seconds}
-    if grad_evals is not None:
-        out["ess_per_1000_grads"] = 1000.0 * total / grad_evals
-    return out
+    """Rank-normalised split ("bulk") ESS of x (m, n, ...), Vehtari et al. (2021), m = 1 allowed:
+    `blackjax.diagnostics.ess_bulk` (agrees with ArviZ's `ess(method="bulk")`)."""
+    return _blackjax_f64(bjd.ess_bulk, _f64(x))
 
 
 def _rhat(x: np.ndarray) -> np.ndarray:
-    """R̂ over the chain axis of x (m, n, ...): sqrt(((n−1)/n·W + B/n)/W)."""
-    n = x.shape[1]
-    w = np.mean(np.var(x, axis=1, ddof=1), axis=0)
-    b_over_n = np.var(np.mean(x, axis=1), axis=0, ddof=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.sqrt(((n - 1) / n * w + b_over_n) / w)
+    """R̂ over the chain axis of x (m ≥ 2, n, ...): sqrt(((n−1)/n·W + B/n)/W), W the mean within-chain variance,
+    B/n the variance of the chain means (both ddof 1); NaN where W = 0."""
+    return _blackjax_f64(bjd.potential_scale_reduction, x)
 
 
 def split_rhat(x, rank: bool = True) -> np.ndarray:
@@ -145,82 +133,6 @@ def rhat_fraction_per_leaf(samples, threshold: float = 1.1, num_splits: int = 4,
         return float(np.mean(fr))
 
     return jax.tree.map(leaf, samples)
-
-
-def ood_auroc_msp(probs_in, probs_out) -> float:
-    """OOD AUROC with the max-softmax-probability score: in-distribution = positives.
-    probs_in (n_in, C), probs_out (n_out, C): BMA predictive probabilities."""
-    return auroc(_f64(probs_in).max(-1), _f64(probs_out).max(-1))
-
-
-def _gauss_logpdf(y, mu, sigma):
-    return -0.5 * np.log(2 * np.pi) - np.log(sigma) - 0.5 * ((y - mu) / sigma) ** 2
-
-
-def _clip_sigma(sigma):
-    return np.clip(_f64(sigma), 1e-6, 1e6)
-
-
-def regression_lppd(y, mu, sigma) -> float:
-    """LPPD = (1/n) Σ_i log[(1/S) Σ_s N(y_i | μ_s(x_i), σ_s(x_i)²)]; y (n,), mu/sigma (S, n) pooled over
-    chains and samples (σ clipped to [1e-6, 1e6]).  NLL = −LPPD."""
-    y, mu, sigma = _f64(y), _f64(mu), _clip_sigma(sigma)
-    lp = _gauss_logpdf(y[None], mu, sigma)
-    mx = lp.max(0)
-    return float(np.mean(mx + np.log(np.mean(np.exp(lp - mx), axis=0))))
-
-
-def regression_rmse(y, mu) -> float:
-    """RMSE of the mixture mean ŷ_i = mean_s μ_s(x_i); y (n,), mu (S, n)."""
-    y, mu = _f64(y), _f64(mu)
-    return float(np.sqrt(np.mean((y - mu.mean(0)) ** 2)))
-
-
-def calibration_error(y, mu, sigma, key: int = 0, num_draws: int = 1,
-                      levels: Sequence[float] = (0.5, 0.75, 0.9, 0.95)) -> tuple[float, np.ndarray]:
-    """Kuleshov-style calibration error per MILE: draw `num_draws` y ~ N(μ_s, σ_s²) per sample s, take the
-    central interval [q_{α/2}, q_{1−α/2}] of the pooled draws per test point, coverage ĉ_l = fraction of y inside;
-    CalE = sqrt(mean_l (ĉ_l − (1 − α_l))²).  Returns (CalE, coverages (L,)); `levels` are 1 − α_l."""
-    y, mu, sigma = _f64(y), _f64(mu), _clip_sigma(sigma)
-    rng = np.random.default_rng(key)
-    draws = mu[None] + sigma[None] * rng.standard_normal((num_draws,) + mu.shape)
-    draws = draws.reshape(-1, y.shape[0])
-    cov = []
-    for lev in levels:
-        lo, hi = np.quantile(draws, [(1 - lev) / 2, 1 - (1 - lev) / 2], axis=0)
-        cov.append(np.mean((y >= lo) & (y <= hi)))
-    cov = np.asarray(cov)
-    return float(np.sqrt(np.mean((cov - np.asarray(levels)) ** 2))), cov
-
-
-def regression_metrics(y, mu, sigma, key: int = 0, num_draws: int = 1) -> dict:
-    """LPPD, NLL, RMSE, calibration error and coverage curve of a Gaussian location/scale predictive mixture."""
-    lppd = regression_lppd(y, mu, sigma)
-    cal, cov = calibration_error(y, mu, sigma, key, num_draws)
-    return {"lppd": lppd, "nll": -lppd, "rmse": regression_rmse(y, mu), "calibration_error": cal,
-            "coverage": cov.tolist()}
-
-
-def loss_barrier(loss_fn: Callable, params_a, params_b, num_points: int = 21) -> tuple[float, np.ndarray, np.ndarray]:
-    """Barrier along θ(λ) = (1 − λ)θ_a + λθ_b on λ ∈ linspace(0, 1, num_points):
-    B = max_λ [loss(λ) − ((1 − λ)loss(0) + λ·loss(1))].  Returns (B, lambdas, losses).
-    `loss_fn(params) -> scalar` (e.g. test error or NLL of one network, not a BMA)."""
-    lams = np.linspace(0.0, 1.0, num_points)
-    losses = np.asarray([float(loss_fn(jax.tree.map(lambda a, b: (1 - t) * a + t * b, params_a, params_b)))
-                         for t in lams])
-    barrier = float(np.max(losses - ((1 - lams) * losses[0] + lams * losses[-1])))
-    return barrier, lams, losses
-
-
-def divergent_chains(samples) -> tuple[int, np.ndarray]:
-    """Chains with any non-finite value: samples is a pytree of leaves (m chains, ...).
-    Returns (count, mask (m,) bool)."""
-    leaves = jax.tree.leaves(samples)
-    m = np.asarray(leaves[0]).shape[0]
-    bad = np.zeros(m, bool)
-    for x in leaves:
-        bad |= ~np.all(np.isfinite(np.asarray(x).reshape(m, -1)), axis=1)
-    return int(bad.sum()), bad
 
 
 def time_per_step(step_fn: Callable, *args, num_repeats: int = 20) -> float:

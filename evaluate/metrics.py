@@ -1,136 +1,35 @@
-"""Predictive metrics for posterior samples of classifiers (see shared/spec/METRICS.md).
+"""Predictive metrics evaluate reports (see shared/spec/METRICS.md §1).
 
-All functions are pure, accept numpy or jax arrays, and compute in float64 numpy.
-Shapes: K posterior samples, n test points, C classes.  ``log_probs`` are
-log-softmax outputs, ``probs`` are probabilities; ``labels`` are integer classes.
-Metrics on a single predictive (``(n, C)``) are applied to the BMA predictive.
+The metrics of a task's own likelihood — BMA accuracy / NLL / ECE / pairwise KLD of classifiers, LPPD / RMSE /
+calibration of Gaussian regressors — live with the likelihoods in tasks.likelihoods and are re-exported here
+(evaluate applies them to reference predictives too).  Defined here: comparisons of a predictive with a
+reference (agreement, total variation), predictive entropy and its decomposition, and OOD AUROC.
+
+All functions are pure, accept numpy or jax arrays, and compute in float64 numpy.  Shapes: K posterior samples,
+n test points, C classes; ``log_probs`` are log-softmax outputs, ``probs`` probabilities.
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = [
-    "bma_log_probs",
-    "bma_probs",
-    "accuracy",
-    "nll",
-    "nll_from_log_probs",
-    "ece",
-    "pairwise_kld",
-    "pairwise_kld_from_log_probs",
-    "agreement",
-    "total_variation",
-    "predictive_entropy",
-    "uncertainty_decomposition",
-    "auroc",
-    "bma_curve",
-    "classification_metrics",
-]
+from tasks.likelihoods.categorical import (
+    accuracy, bma_curve, bma_log_probs, bma_probs, classification_metrics, ece, nll, nll_from_log_probs,
+    pairwise_kld, pairwise_kld_from_log_probs,
+)
+from tasks.likelihoods.gaussian import (
+    calibration_error, regression_curve, regression_lppd, regression_metrics, regression_rmse,
+)
 
-_TINY = np.finfo(np.float64).tiny
+__all__ = [
+    "accuracy", "agreement", "auroc", "bma_curve", "bma_log_probs", "bma_probs", "calibration_error",
+    "classification_metrics", "ece", "nll", "nll_from_log_probs", "ood_auroc_msp", "pairwise_kld",
+    "pairwise_kld_from_log_probs", "predictive_entropy", "regression_curve", "regression_lppd", "regression_metrics",
+    "regression_rmse", "total_variation", "uncertainty_decomposition",
+]
 
 
 def _f64(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
-
-
-def _labels(labels, n: int) -> np.ndarray:
-    y = np.asarray(labels).astype(np.int64).reshape(-1)
-    if y.shape[0] != n:
-        raise ValueError(f"labels has {y.shape[0]} entries, predictions have {n} rows")
-    return y
-
-
-def _logsumexp(a: np.ndarray, axis: int) -> np.ndarray:
-    """Stable log(sum(exp(a))) along ``axis`` (handles all -inf slices)."""
-    m = np.max(a, axis=axis, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0.0)
-    with np.errstate(divide="ignore"):
-        out = np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True)) + m
-    return np.squeeze(out, axis=axis)
-
-
-def bma_log_probs(log_probs) -> np.ndarray:
-    """Log of the BMA predictive: logsumexp_k log p_k - log K.  (K,n,C) -> (n,C)."""
-    lp = _f64(log_probs)
-    if lp.ndim != 3:
-        raise ValueError(f"expected log_probs of shape (K, n, C), got {lp.shape}")
-    return _logsumexp(lp, axis=0) - np.log(lp.shape[0])
-
-
-def bma_probs(log_probs) -> np.ndarray:
-    """BMA predictive p̄ = mean_k p_k, computed in log space.  (K,n,C) -> (n,C)."""
-    return np.exp(bma_log_probs(log_probs))
-
-
-def accuracy(probs, labels) -> float:
-    """Fraction of points whose argmax class equals the label.  probs (n,C), labels (n,)."""
-    p = _f64(probs)
-    y = _labels(labels, p.shape[0])
-    return float(np.mean(np.argmax(p, axis=-1) == y))
-
-
-def nll_from_log_probs(log_probs, labels) -> float:
-    """Mean -log p(y) from log-probabilities.  log_probs (n,C), labels (n,)."""
-    lp = _f64(log_probs)
-    y = _labels(labels, lp.shape[0])
-    return float(-np.mean(lp[np.arange(lp.shape[0]), y]))
-
-
-def nll(probs, labels) -> float:
-    """Mean -log p(y) from probabilities, clipped at float64 tiny.  probs (n,C), labels (n,)."""
-    p = _f64(probs)
-    y = _labels(labels, p.shape[0])
-    py = np.clip(p[np.arange(p.shape[0]), y], _TINY, None)
-    return float(-np.mean(np.log(py)))
-
-
-def ece(probs, labels, num_bins: int = 15) -> float:
-    """Expected calibration error with equal-width left-open bins ((b-1)/B, b/B].
-
-    ECE = sum_b (n_b/n) |acc_b - conf_b| over non-empty bins, conf = max_c p_c.
-    probs (n,C), labels (n,).  Returned as a fraction.
-    """
-    p = _f64(probs)
-    y = _labels(labels, p.shape[0])
-    conf = np.max(p, axis=-1)
-    correct = (np.argmax(p, axis=-1) == y).astype(np.float64)
-    edges = np.linspace(0.0, 1.0, num_bins + 1)
-    # first edge >= conf  ->  bin b with edges[b-1] < conf <= edges[b]; 0-based = b-1
-    idx = np.clip(np.searchsorted(edges, conf, side="left") - 1, 0, num_bins - 1)
-    sum_acc = np.bincount(idx, weights=correct, minlength=num_bins)
-    sum_conf = np.bincount(idx, weights=conf, minlength=num_bins)
-    # sum_b (n_b/n)|acc_b - conf_b| = (1/n) sum_b |sum_acc_b - sum_conf_b|
-    return float(np.sum(np.abs(sum_acc - sum_conf)) / p.shape[0])
-
-
-def pairwise_kld_from_log_probs(log_probs) -> float:
-    """Mean over points of the mean over ordered pairs j != k of KL(p_j || p_k).
-
-    log_probs (K,n,C) log-softmax outputs of the K samples.  0 when all samples agree;
-    0 for K = 1.  Uses sum_{j,k} KL(p_j||p_k) = K sum_j sum_c p_j (log p_j - mean_k log p_k),
-    i.e. O(K n C).
-    """
-    lp = _f64(log_probs)
-    if lp.ndim != 3:
-        raise ValueError(f"expected log_probs of shape (K, n, C), got {lp.shape}")
-    K = lp.shape[0]
-    if K < 2:
-        return 0.0
-    p = np.exp(lp)
-    with np.errstate(invalid="ignore"):
-        mean_lp = np.mean(lp, axis=0, keepdims=True)
-        terms = np.where(p > 0, p * (lp - mean_lp), 0.0)  # p=0 contributes 0
-    total = K * np.sum(terms, axis=(0, 2))  # (n,) sum over all ordered pairs
-    return float(np.mean(total / (K * K - K)))
-
-
-def pairwise_kld(sample_probs) -> float:
-    """Pairwise KLD (see ``pairwise_kld_from_log_probs``) from probabilities (K,n,C).
-
-    Probabilities are clipped at float64 tiny before the log; prefer the log-prob variant.
-    """
-    return pairwise_kld_from_log_probs(np.log(np.clip(_f64(sample_probs), _TINY, None)))
 
 
 def agreement(probs, ref_probs) -> float:
@@ -172,7 +71,7 @@ def auroc(scores_in, scores_out) -> float:
     """AUROC = P(s_in > s_out) + 0.5 P(s_in = s_out) (Mann-Whitney U / (n_in n_out)).
 
     scores_in (n_in,) scores of in-distribution points (positives), scores_out (n_out,).
-    For MSP use ``probs.max(-1)`` of the BMA predictive.
+    For MSP use ``probs.max(-1)`` of the BMA predictive (`ood_auroc_msp`).
     """
     s_in = _f64(scores_in).reshape(-1)
     s_out = np.sort(_f64(scores_out).reshape(-1))
@@ -181,35 +80,7 @@ def auroc(scores_in, scores_out) -> float:
     return float(np.sum(below + 0.5 * ties) / (s_in.size * s_out.size))
 
 
-def bma_curve(log_probs, labels, num_bins: int = 15) -> dict:
-    """BMA ACC / NLL / ECE using the first k samples, k = 1..K (collection order).
-
-    log_probs (K,n,C), labels (n,).  Returns dict(num_samples=[1..K], acc=[..], nll=[..],
-    ece=[..]) of python lists.
-    """
-    lp = _f64(log_probs)
-    if lp.ndim != 3:
-        raise ValueError(f"expected log_probs of shape (K, n, C), got {lp.shape}")
-    K = lp.shape[0]
-    cum = np.logaddexp.accumulate(lp, axis=0)  # log sum_{j<=k} p_j
-    out = {"num_samples": [], "acc": [], "nll": [], "ece": []}
-    for k in range(1, K + 1):
-        blp = cum[k - 1] - np.log(k)
-        bp = np.exp(blp)
-        out["num_samples"].append(k)
-        out["acc"].append(accuracy(bp, labels))
-        out["nll"].append(nll_from_log_probs(blp, labels))
-        out["ece"].append(ece(bp, labels, num_bins))
-    return out
-
-
-def classification_metrics(log_probs, labels, num_bins: int = 15) -> dict:
-    """ACC, NLL, ECE of the BMA and pairwise KLD among samples.  log_probs (K,n,C), labels (n,)."""
-    blp = bma_log_probs(log_probs)
-    bp = np.exp(blp)
-    return {
-        "acc": accuracy(bp, labels),
-        "nll": nll_from_log_probs(blp, labels),
-        "ece": ece(bp, labels, num_bins),
-        "pairwise_kld": pairwise_kld_from_log_probs(log_probs),
-    }
+def ood_auroc_msp(probs_in, probs_out) -> float:
+    """OOD AUROC with the max-softmax-probability score: in-distribution = positives.
+    probs_in (n_in, C), probs_out (n_out, C): BMA predictive probabilities."""
+    return auroc(_f64(probs_in).max(-1), _f64(probs_out).max(-1))
