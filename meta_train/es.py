@@ -33,6 +33,7 @@ from jax.sharding import Mesh
 from l2e.chains import ChainSchedule, make_chunk, run_chain
 from l2e.devices import DeviceDataCache, member_device, per_member, population_mesh, replicate, shard_population
 from l2e.l2e import L2EConfig, build_kernel, init as l2e_init
+from tasks.base import TaskCache
 from tasks.task import Task, TaskSpec, build_task
 
 
@@ -51,14 +52,20 @@ def outer_keys(seed: int, iteration: int) -> OuterKeys:
 
 
 class ProgramCache:
-    """The compiled inner-loop programs of a run (keyed by what they are built from) and its data copies:
-    replicated over a mesh (the `max_replicated` most recently used) and per device (`devices`)."""
+    """What one meta-training run builds once: its tasks (`tasks`, a tasks.TaskCache), compiled inner-loop
+    programs (keyed by what they are built from) and data copies, replicated over a mesh (the
+    `max_replicated` most recently used) and per device (`devices`)."""
 
-    def __init__(self, max_replicated: int = 8):
+    def __init__(self, max_replicated: int = 8, tasks: TaskCache | None = None):
+        self.tasks = TaskCache() if tasks is None else tasks
+        self.devices = DeviceDataCache()
+        self.max_replicated = max_replicated
         self._programs: dict[tuple, Callable] = {}
         self._replicated: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
-        self.max_replicated = max_replicated
-        self.devices = DeviceDataCache()
+
+    def task(self, spec: TaskSpec) -> Task:
+        """The task of `spec`, built once."""
+        return build_task(spec, self.tasks)
 
     def program(self, key: tuple, build: Callable[[], Callable]) -> Callable:
         """The program cached under `key`, built by `build()` on first use."""
@@ -72,7 +79,7 @@ class ProgramCache:
         if key in self._replicated:
             self._replicated.move_to_end(key)
         else:
-            task = build_task(spec)
+            task = self.task(spec)
             self._replicated[key] = (replicate(task.train_data, mesh), replicate(task.splits.outer_valid, mesh))
             if len(self._replicated) > self.max_replicated:
                 self._replicated.popitem(last=False)
@@ -88,7 +95,7 @@ def member_chunk(cache: ProgramCache, spec: TaskSpec, sampler: L2EConfig, schedu
     """Jitted single-member chunk (state, key, start, data, meta_params) -> state; runs on its inputs' device."""
 
     def build():
-        task = build_task(spec)
+        task = cache.task(spec)
         chunk = make_chunk(build_kernel(task.posterior, sampler), Task.sample_batch, schedule.batch_size,
                            schedule.chunk_length)
         return jax.jit(_states_only(chunk))
@@ -102,7 +109,7 @@ def population_chunk(cache: ProgramCache, spec: TaskSpec, sampler: L2EConfig, sc
     axis 0 (sharded over `mesh`); key, start and data are shared."""
 
     def build():
-        task = build_task(spec)
+        task = cache.task(spec)
         chunk = make_chunk(build_kernel(task.posterior, sampler), Task.sample_batch, schedule.batch_size,
                            schedule.chunk_length)
         states = per_member(_states_only(chunk), mesh, (True, False, False, False, True))
@@ -125,14 +132,14 @@ def bma_nll_fn(task: Task):
 
 def member_meta_loss(cache: ProgramCache, spec: TaskSpec):
     """Jitted BMA NLL of one member's samples (leaves (K, ...)) on (x, y)."""
-    return cache.program(("member_meta_loss", spec), lambda: jax.jit(bma_nll_fn(build_task(spec))))
+    return cache.program(("member_meta_loss", spec), lambda: jax.jit(bma_nll_fn(cache.task(spec))))
 
 
 def population_meta_loss(cache: ProgramCache, spec: TaskSpec, mesh: Mesh):
     """Jitted BMA NLL per member: samples leaves (P, K, ...), x (B, ...), y (B,) → (P,), replicated over
     `mesh` (so every host can read it)."""
     return cache.program(("population_meta_loss", spec, mesh), lambda: per_member(
-        bma_nll_fn(build_task(spec)), mesh, (True, False, False), out_replicated=True))
+        bma_nll_fn(cache.task(spec)), mesh, (True, False, False), out_replicated=True))
 
 
 def execution_mode(es_or_mode) -> str:
@@ -151,7 +158,7 @@ def _loss_indices(keys: OuterKeys, n: int, meta_loss_examples: int) -> jax.Array
 
 def _sequential_samples(cache, spec, population, keys, sampler, schedule, progress):
     """Each member's thinned samples (a list of position pytrees per member) and the member devices."""
-    task = build_task(spec)
+    task = cache.task(spec)
     p = jax.tree.leaves(population)[0].shape[0]
     chunk = member_chunk(cache, spec, sampler, schedule)
     theta0 = task.init_params(keys.init)
@@ -176,7 +183,7 @@ def _sequential_samples(cache, spec, population, keys, sampler, schedule, progre
 def _sequential_population(cache, spec, population, keys, sampler, schedule, meta_loss_examples, progress):
     """Members as ordinary single-chain programs, member m on local device m mod n_devices; their chunks are
     dispatched asynchronously (members interleaved), so devices run concurrently."""
-    task = build_task(spec)
+    task = cache.task(spec)
     t0 = time.perf_counter()
     samples, placed = _sequential_samples(cache, spec, population, keys, sampler, schedule, progress)
     idx = _loss_indices(keys, task.splits.outer_valid[0].shape[0], meta_loss_examples)
@@ -193,7 +200,7 @@ def _sequential_population(cache, spec, population, keys, sampler, schedule, met
 
 def _vmap_population(cache, spec, population, keys, sampler, schedule, meta_loss_examples, progress):
     """The population as one vmapped program per device of `population_mesh(P)`."""
-    task = build_task(spec)
+    task = cache.task(spec)
     p = jax.tree.leaves(population)[0].shape[0]
     mesh = population_mesh(p)
     theta0 = task.init_params(keys.init)

@@ -23,17 +23,15 @@ PLOT_EVERY_S = 60.0
 """The meta-loss plot is redrawn at a checkpoint at most this often, and always when the run stops."""
 
 
-def check_inputs(config: MetaTrainConfig) -> None:
-    """Load every dataset and build every task of the distribution once, so that bad data (missing
-    directory, truncated or mis-shaped files, a CNN on tabular data) is reported before the output
+def check_inputs(config: MetaTrainConfig, cache: ProgramCache) -> None:
+    """Load every dataset and build every task of the distribution once (into `cache`), so that bad data
+    (missing directory, truncated or mis-shaped files, a CNN on tabular data) is reported before the output
     directory is touched."""
-    from tasks.task import build_task
-
     data_dir = config.tasks.data_dir
     if data_dir is not None and not Path(data_dir).is_dir():
         raise ConfigError(f"tasks.data_dir does not exist or is not a directory: {data_dir}")
     for spec in config.tasks.specs():
-        build_task(spec)
+        cache.task(spec)
 
 
 def initial_meta_params(config: MetaTrainConfig):
@@ -47,13 +45,12 @@ def initial_meta_params(config: MetaTrainConfig):
 class _Loop:
     """The state of the outer loop of one process: strategy, ES state, log rows, run directory."""
 
-    def __init__(self, config: MetaTrainConfig, run: RunDir, fault):
-        self.config, self.run, self.fault = config, run, fault
+    def __init__(self, config: MetaTrainConfig, run: RunDir, fault, cache: ProgramCache):
+        self.config, self.run, self.fault, self.cache = config, run, fault, cache
         phi0 = initial_meta_params(config)
         self.strategy = make_strategy(config.es, phi0)
         self.es_params = self.strategy.default_params
         self.template = self.strategy.init(jax.random.PRNGKey(config.seed), phi0, self.es_params)
-        self.cache = ProgramCache()
         self.seen: set = set()
         self.last_plot = time.perf_counter()
 
@@ -110,10 +107,11 @@ def meta_train(config: MetaTrainConfig, out: str | Path, resume: bool = False, o
     stop_after: stop once this many outer iterations are done (for tests of resumption).
     """
     fault = fault_plan()
-    check_inputs(config)
+    cache = ProgramCache()
+    check_inputs(config, cache)
     run = RunDir(out).open(config, resume, overwrite)
     try:
-        return _train(_Loop(config, run, fault), resume, progress, stop_after)
+        return _train(_Loop(config, run, fault, cache), resume, progress, stop_after)
     finally:
         run.close()
 
