@@ -25,7 +25,7 @@ def _initialize_distributed() -> int:
     return 0
 
 
-def build_parser(presets) -> "argparse.ArgumentParser":
+def build_parser(presets) -> argparse.ArgumentParser:
     from l2e.io import OneLineErrorParser
 
     p = OneLineErrorParser(prog="python -m meta_train", description=__doc__.splitlines()[0])
