@@ -4,26 +4,29 @@ Shapes: single-chain draws (n, ...) with the sample axis first; multi-chain draw
 Per-coordinate statistics are returned with the trailing shape (...).
 
 One ESS and one R̂ estimator of each kind the spec defines:
-  * `ess_single_chain`: METRICS' single-chain Geyer ESS, our own (its docstring says why no library's);
+  * `ess_single_chain`: METRICS' single-chain Geyer ESS, our own `l2e.ess_geyer` (its docstring says why
+    no library's);
   * `ess_bulk`: rank-normalised split ESS (Vehtari et al. 2021), `blackjax.diagnostics.ess_bulk`;
   * R̂: `blackjax.diagnostics.potential_scale_reduction` (Gelman–Rubin, the spec's formula), applied to the
     sub-chains each variant defines: `split_rhat` (halves of every chain), `chainwise_rhat` (k contiguous
     sub-chains of one chain, Sommer et al. 2024), rank-normalised by default (`rank_normalize`).
-blackjax's estimators are jax code; they run here with 64-bit jax enabled, on float64 inputs.
+The jax estimators (l2e's and blackjax's) run here with 64-bit jax enabled, on float64 inputs.
 """
 from __future__ import annotations
 
-import math
 import time
 from typing import Callable
 
 import blackjax.diagnostics as bjd
 import jax
+import jax.numpy as jnp
 import numpy as np
 from scipy.special import ndtri
 from scipy.stats import rankdata
 
-__all__ = ["autocorrelation", "chainwise_rhat", "ess_bulk", "ess_single_chain", "rank_normalize",
+from l2e import ess_geyer
+
+__all__ = ["chainwise_rhat", "ess_bulk", "ess_single_chain", "rank_normalize",
            "rhat_fraction_per_leaf", "split_rhat", "time_per_step"]
 
 
@@ -38,44 +41,21 @@ def _blackjax_f64(fn: Callable, x: np.ndarray) -> np.ndarray:
     return out.reshape(x.shape[2:])
 
 
-def autocorrelation(x) -> np.ndarray:
-    """ρ̂_t along axis 0 of x (n, ...): γ̂_t = (1/n) Σ_{i<n−t} (x_i − x̄)(x_{i+t} − x̄) by zero-padded FFT, / γ̂_0.
-    Constant columns give ρ = (1, 0, 0, …)."""
-    x = _f64(x)
-    n = x.shape[0]
-    xc = x - x.mean(0)
-    m = 1 << (2 * n - 1).bit_length()
-    f = np.fft.rfft(xc, n=m, axis=0)
-    acov = np.fft.irfft(f * np.conj(f), n=m, axis=0)[:n] / n
-    g0 = acov[0]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rho = np.where(g0 > 0, acov / np.where(g0 > 0, g0, 1.0), 0.0)
-    rho[0] = 1.0
-    return rho
-
-
-def _tau_from_rho(rho: np.ndarray) -> np.ndarray:
-    """Geyer initial monotone sequence: τ̂ = −1 + 2 Σ_{k≤k*} P_k, P_k = ρ_{2k} + ρ_{2k+1}; rho (n, ...)."""
-    n = rho.shape[0]
-    k = n // 2
-    pairs = rho[0:2 * k:2] + rho[1:2 * k:2]
-    keep = np.cumprod(pairs >= 0, axis=0).astype(bool)  # truncate at the first negative pair
-    pairs = np.minimum.accumulate(np.where(keep, pairs, np.inf), axis=0)  # monotone
-    tau = -1.0 + 2.0 * np.sum(np.where(keep, pairs, 0.0), axis=0)
-    return np.maximum(tau, 1.0 / math.log10(max(n, 2)))  # Stan's cap ESS ≤ n·log10(n)
-
-
 def ess_single_chain(x) -> np.ndarray:
     """Single-chain ESS per coordinate of x (n, ...) = n/τ̂, exactly METRICS §3's definition: ρ̂_t = γ̂_t/γ̂_0
     (FFT autocovariance), Geyer's initial positive and monotone sequence τ̂ = −1 + 2 Σ_{k≤k*} P_k, capped at
-    ESS ≤ n·log10(n).  Returns shape (...).  The estimator of MILE's phase III (`l2e.ess_geyer`, in-graph).
+    ESS ≤ n·log10(n); constant coordinates give n.  Returns shape (...).
 
-    Ours, not blackjax's `effective_sample_size` or ArviZ's `ess(method="identity")`: with one chain those use
-    Stan's multi-chain ρ̂_t = 1 − (W − γ̂_t)/var⁺ = γ̂_t/γ̂_0 − 1/(n − 1) and add the next even-lag term to τ̂,
-    which on the 10-draw chains evaluate reports changes the ESS by up to ~60 % (tests/test_diagnostics.py
-    shows the numbers; the estimators agree to ~1 % on long chains)."""
+    The project's one implementation is `l2e.ess_geyer` (jax; MILE's phase III runs it in-graph); here it runs
+    in 64-bit jax on float64 draws.  Not blackjax's `effective_sample_size` or ArviZ's `ess(method="identity")`:
+    with one chain those use Stan's multi-chain ρ̂_t = 1 − (W − γ̂_t)/var⁺ = γ̂_t/γ̂_0 − 1/(n − 1) and add the
+    next even-lag term to τ̂, which on the 10-draw chains evaluate reports changes the ESS by up to ~60 %
+    (tests/test_diagnostics.py shows the numbers; the estimators agree to ~0.4 % on long chains)."""
     x = _f64(x)
-    return x.shape[0] / _tau_from_rho(autocorrelation(x))
+    n = x.shape[0]
+    with jax.enable_x64(True):
+        ess = np.asarray(ess_geyer(jnp.asarray(x.reshape(n, -1))), dtype=np.float64)
+    return ess.reshape(x.shape[1:])
 
 
 def rank_normalize(x) -> np.ndarray:

@@ -42,8 +42,35 @@ def test_ess_ar1_matches_theory(phi):
     theory = n * (1 - phi) / (1 + phi)
     ess = dg.ess_single_chain(x)
     assert abs(ess.mean() / theory - 1) < 0.15
-    # the in-graph (jnp, float32) estimator of MILE's phase III is the same definition
+    # MILE's phase III runs the same estimator in-graph in float32
     np.testing.assert_allclose(np.asarray(l2e.ess_geyer(jnp.asarray(x, jnp.float32))), ess, rtol=2e-2)
+
+
+def _spec_ess(x):
+    """METRICS §3 single-chain ESS of one coordinate x (n,), written out term by term."""
+    n = len(x)
+    xc = x - x.mean()
+    gamma = np.array([np.sum(xc[:n - t] * xc[t:]) / n for t in range(n)])
+    rho = gamma / gamma[0]
+    pairs, prev = [], np.inf
+    for k in range(n // 2):
+        p = rho[2 * k] + rho[2 * k + 1]
+        if p < 0:  # initial positive sequence
+            break
+        prev = min(prev, p)  # initial monotone sequence
+        pairs.append(prev)
+    tau = max(-1.0 + 2.0 * sum(pairs), 1.0 / np.log10(n))
+    return n / tau
+
+
+@pytest.mark.parametrize("n", [4, 7, 10, 64])
+def test_ess_single_chain_is_the_spec_definition(n):
+    x = ar1(0.6, n, k=30, seed=n)[0]
+    x[:, 0] = np.arange(n) % 2  # an alternating coordinate: negative lag-1 autocorrelation
+    want = np.array([_spec_ess(x[:, j]) for j in range(x.shape[1])])
+    np.testing.assert_allclose(dg.ess_single_chain(x), want, rtol=1e-12)
+    assert dg.ess_single_chain(x.reshape(n, 3, 10)).shape == (3, 10)
+    np.testing.assert_allclose(dg.ess_single_chain(np.ones((n, 2))), min(n, n * np.log10(n)))  # constant: τ̂ = 1
 
 
 def test_single_chain_ess_versus_blackjax_and_arviz():
