@@ -279,6 +279,11 @@ def test_scale_is_clipped_and_predict_shapes():
     m = task.metrics(np.asarray(task.predict(one, xt)), np.asarray(yt))
     assert set(m) >= {"lppd", "nll", "rmse", "calibration_error", "coverage"}
     assert m["nll"] == pytest.approx(float(nll(jax.tree.map(lambda a: a[0], one), task.splits.test)), rel=1e-4)
+    out_one = np.asarray(task.predict(one, xt))
+    assert task.score(out_one, np.asarray(yt)) == m["nll"] and task.metric_keys == tuple(m)
+    err, nll_k = task.error_and_nll(out_one, np.asarray(yt))
+    assert nll_k[0] == pytest.approx(m["nll"], rel=1e-12)  # one network: its NLL is the mixture's
+    assert err[0] == pytest.approx(m["rmse"], rel=1e-12) and task.curve(out_one, np.asarray(yt))["rmse"] == [m["rmse"]]
 
 
 @needs_uci

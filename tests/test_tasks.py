@@ -234,6 +234,24 @@ def test_task_nll_prior_posterior():
     assert all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(gu))
 
 
+def test_task_api_delegates_to_the_likelihood():
+    task = build_task(TaskSpec("iris", ModelSpec("mlp", hidden=(8,))))
+    assert task.kind == "classification" and task.metric_keys == ("acc", "nll", "ece", "pairwise_kld")
+    params = jax.vmap(task.init_params)(jax.random.split(jax.random.key(0), 3))
+    x, y = task.splits.test
+    out = jax.jit(task.predict)(params, x)
+    assert out.shape == (3, x.shape[0], 3)
+    first = jax.tree.map(lambda a: a[0], params)
+    np.testing.assert_allclose(out[0], jax.nn.log_softmax(task.logits(first, x)), rtol=1e-6)
+    out, y = np.asarray(out), np.asarray(y)
+    assert set(task.metrics(out, y)) == set(task.metric_keys)
+    assert task.score(out, y) == pytest.approx(task.metrics(out, y)["nll"], rel=1e-12)
+    assert task.curve(out, y)["nll"][-1] == pytest.approx(task.score(out, y), rel=1e-12)
+    err, nll = task.error_and_nll(out, y)
+    assert err.shape == nll.shape == (3,)
+    assert nll[0] == pytest.approx(float(task.nll(first, task.splits.test)), rel=1e-5)
+
+
 def test_tabular_mlp_task():
     task = build_task(TaskSpec("iris", ModelSpec("mlp", hidden=(16,))))
     params = task.init_params(jax.random.key(0))
