@@ -58,6 +58,8 @@ def write_inference_data(path, samples, chain_ids, draws_per_chain: int | None =
     if not leaves or any(a.shape[0] != len(chain_ids) for a in leaves):
         raise ValueError(f"every sample leaf needs a leading axis of {len(chain_ids)} (one per chain id), got "
                          f"{[a.shape for a in leaves]}")
+    if len(chain_ids) == 0:
+        raise ValueError("no samples to write")
     chains, counts = np.unique(chain_ids, return_counts=True)
     draws = int(counts.max()) if draws_per_chain is None else int(draws_per_chain)
     if counts.max() > draws:

@@ -161,3 +161,5 @@ def test_write_inference_data_round_trips(tmp_path):
         write_inference_data(tmp_path / "bad.nc", samples, ids, draws_per_chain=3)
     with pytest.raises(ValueError, match="leading axis of 6"):
         write_inference_data(tmp_path / "bad.nc", samples, ids[:6])
+    with pytest.raises(ValueError, match="no samples"):
+        write_inference_data(tmp_path / "bad.nc", jax.tree.map(lambda a: a[:0], samples), ids[:0])
