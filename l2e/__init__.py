@@ -1,30 +1,44 @@
-"""Learned and hand-designed SGMCMC samplers with one blackjax-style interface."""
-from l2e.chains import ChainSchedule, make_chunk, run_chain
-from l2e.cyclical import CyclicalState, cyclical_schedule, cyclical_sghmc, is_sampling_step
-from l2e.l2e import L2EConfig, L2EState, build_kernel, l2e
+"""Learned and hand-designed SGMCMC samplers with one blackjax-style interface.
+
+Every minibatch sampler `s` is `l2e.s(posterior, hyperparameters…) -> SamplingAlgorithm`, with `l2e.s.init`
+and `l2e.s.build_kernel` (hyperparameters as kernel call arguments); full-batch samplers (MCLMC/MILE, NUTS)
+return a `FullBatchAlgorithm`.
+"""
+from l2e import cyclical as _cyclical, fsgmcmc as _fsgmcmc, l2e as _l2e, psgld as _psgld  # noqa: I001
+from l2e import sghmc as _sghmc, sgld as _sgld, sgnht as _sgnht
+from l2e.chains import ChainResult, ChainSchedule, make_chunk, run_chain
+from l2e.cyclical import CyclicalInfo, CyclicalState, cyclical_schedule, is_sampling_step
+from l2e.fsgmcmc import (
+    FSGHMCInfo, FSGHMCState, FSGLDInfo, FSGLDState, FunctionalPosterior, PriorInfo, functional_posterior,
+    per_class_kernel, rbf_kernel,
+)
+from l2e.l2e import L2EConfig, L2EInfo, L2EState, build_kernel
+from l2e.mclmc import MILEInfo, ess_geyer, mclmc_sampler, mile
 from l2e.meta_model import DECAYS, FEATURE_NAMES, MetaMLP, features, init_meta_params
-from l2e.sgld import SGLDState, sgld
-from l2e.sghmc import SGHMCState, sghmc
-from l2e.types import Posterior, SamplingAlgorithm
+from l2e.psgld import PSGLDInfo, PSGLDState
+from l2e.sghmc import SGHMCInfo, SGHMCState
+from l2e.sgld import SGLDInfo, SGLDState
+from l2e.sgnht import SGNHTInfo, SGNHTState
+from l2e.types import FullBatchAlgorithm, Posterior, SamplerAPI, SamplingAlgorithm
+
+sgld = SamplerAPI(_sgld.sgld, _sgld.init, _sgld.build_kernel, _sgld)
+sghmc = SamplerAPI(_sghmc.sghmc, _sghmc.init, _sghmc.build_kernel, _sghmc)
+sgnht = SamplerAPI(_sgnht.sgnht, _sgnht.init, _sgnht.build_kernel, _sgnht)
+psgld = SamplerAPI(_psgld.psgld, _psgld.init, _psgld.build_kernel, _psgld)
+cyclical_sghmc = SamplerAPI(_cyclical.cyclical_sghmc, _cyclical.init, _cyclical.build_kernel, _cyclical)
+fsgld = SamplerAPI(_fsgmcmc.fsgld, _fsgmcmc.init_fsgld, _fsgmcmc.build_fsgld_kernel, _fsgmcmc)
+fsghmc = SamplerAPI(_fsgmcmc.fsghmc, _fsgmcmc.init_fsghmc, _fsgmcmc.build_fsghmc_kernel, _fsgmcmc)
+l2e = SamplerAPI(_l2e.l2e, _l2e.init, _l2e.build_kernel, _l2e)
 
 __all__ = [
-    "ChainSchedule", "CyclicalState", "DECAYS", "FEATURE_NAMES", "L2EConfig", "L2EState", "MetaMLP",
-    "Posterior", "SGHMCState", "SGLDState", "SamplingAlgorithm", "build_kernel", "cyclical_schedule",
-    "cyclical_sghmc", "features", "init_meta_params", "is_sampling_step", "l2e", "make_chunk", "run_chain",
-    "sgld", "sghmc",
+    "ChainResult", "ChainSchedule", "CyclicalInfo", "CyclicalState", "DECAYS", "FEATURE_NAMES", "FSGHMCInfo",
+    "FSGHMCState", "FSGLDInfo", "FSGLDState", "FullBatchAlgorithm", "FunctionalPosterior", "L2EConfig", "L2EInfo",
+    "L2EState", "MILEInfo", "MetaMLP", "PSGLDInfo", "PSGLDState", "Posterior", "PriorInfo", "SGHMCInfo",
+    "SGHMCState", "SGLDInfo", "SGLDState", "SGNHTInfo", "SGNHTState", "SamplerAPI", "SamplingAlgorithm",
+    "build_kernel", "cyclical_schedule", "cyclical_sghmc", "ess_geyer", "features", "fsghmc", "fsgld",
+    "functional_posterior", "init_meta_params", "is_sampling_step", "l2e", "make_chunk", "mclmc_sampler", "mile",
+    "per_class_kernel", "psgld", "rbf_kernel", "run_chain", "sghmc", "sgld", "sgnht",
 ]
 from l2e.checkpoint import CheckpointError, load_meta_params, load_sampler  # noqa: E402
 
 __all__ += ["CheckpointError", "load_meta_params", "load_sampler"]
-from l2e.fsgmcmc import (  # noqa: E402
-    FSGHMCState, FSGLDState, FunctionalPosterior, FunctionalSampler, PriorInfo, fsghmc, fsgld,
-    functional_posterior, per_class_kernel, rbf_kernel,
-)
-from l2e.mclmc import MCLMCSampler, MILEInfo, ess_geyer, mclmc_sampler, mile  # noqa: E402
-from l2e.psgld import PSGLDState, psgld  # noqa: E402
-
-__all__ += [
-    "FSGHMCState", "FSGLDState", "FunctionalPosterior", "FunctionalSampler", "PriorInfo", "fsghmc", "fsgld",
-    "functional_posterior", "per_class_kernel", "rbf_kernel", "MCLMCSampler", "MILEInfo", "ess_geyer",
-    "mclmc_sampler", "mile", "PSGLDState", "psgld",
-]

@@ -14,17 +14,21 @@ AND-accumulated over the chain), so a failed factorisation is visible and the ca
 jitter.  A non-finite factor makes the step's gradient non-finite.
 
 Learning rates are in mean-loss units as in `l2e.sgld` / `l2e.sghmc`: fSGLD uses ε = lr/N, fSGHMC ε = sqrt(lr/N).
+Both are `SamplingAlgorithm`s; the step key also draws the measurement points.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 
-from l2e.sghmc import physical_step_size
-from l2e.sgld import check_positive
-from l2e.types import PyTree, normal_like
+from l2e.checks import check_positive
+from l2e.diffusions import (
+    langevin, langevin_noise_std, physical_step_size, position_update, sghmc_momentum, sghmc_noise_std,
+)
+from l2e.types import PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_sum, tree_vdot
 
 
 # ----------------------------------------------------------------------------------------------- kernels
@@ -100,16 +104,29 @@ class FunctionalPosterior(NamedTuple):
 
     def potential(self, params: PyTree, minibatch: Any, x_m: jax.Array) -> tuple[jax.Array, PriorInfo]:
         """Ũ(θ) = N·nll + prior energy (− log p_w) at fixed x_m; returns (Ũ, PriorInfo)."""
-        energy, info = self.prior_energy(params, x_m)
-        u = self.data_size * self.nll(params, minibatch) + energy
-        if self.weight_log_prior is not None:
-            u = u - self.weight_log_prior(params)
+        u, (_, info) = self._potential_and_loss(params, minibatch, x_m)
         return u, info
 
-    def potential_grad(self, params: PyTree, minibatch: Any, key: jax.Array) -> tuple[PyTree, PriorInfo]:
-        """(∇Ũ, PriorInfo) with X_M drawn from `key`: N·ḡ + J_Mᵀ K⁻¹(f_M − m_M) [− ∇log p_w]."""
+    def _potential_and_loss(self, params, minibatch, x_m):
+        """(Ũ, (mean minibatch NLL, PriorInfo)) at fixed x_m."""
+        energy, info = self.prior_energy(params, x_m)
+        loss = self.nll(params, minibatch)
+        u = self.data_size * loss + energy
+        if self.weight_log_prior is not None:
+            u = u - self.weight_log_prior(params)
+        return u, (loss, info)
+
+    def value_and_potential_grad(self, params: PyTree, minibatch: Any, key: jax.Array):
+        """(loss, ∇Ũ, PriorInfo) with X_M drawn from `key`: loss = mean minibatch NLL (scalar),
+        ∇Ũ = N·ḡ + J_Mᵀ K⁻¹(f_M − m_M) [− ∇log p_w]."""
         x_m = self.measurement_sampler(key, minibatch)
-        grad_u, info = jax.grad(self.potential, has_aux=True)(params, minibatch, x_m)
+        (_, (loss, info)), grad_u = jax.value_and_grad(self._potential_and_loss, has_aux=True)(
+            params, minibatch, x_m)
+        return loss, grad_u, info
+
+    def potential_grad(self, params: PyTree, minibatch: Any, key: jax.Array) -> tuple[PyTree, PriorInfo]:
+        """(∇Ũ, PriorInfo): `value_and_potential_grad` without the loss."""
+        _, grad_u, info = self.value_and_potential_grad(params, minibatch, key)
         return grad_u, info
 
 
@@ -145,31 +162,89 @@ class FSGHMCState(NamedTuple):
     chol_ok: jax.Array
 
 
-class FunctionalSampler(NamedTuple):
-    """Like `SamplingAlgorithm`: init(position) -> state; step(key, state, minibatch) -> state.
-    The step key also draws the measurement points."""
+class FSGLDInfo(NamedTuple):
+    """loss: mean minibatch NLL at the pre-update θ; is_finite: loss and Σθ' finite; chol_ok: this step's
+    Cholesky factor was finite; prior_energy: ½ Σ_c rᵀK⁻¹r at this step (nats)."""
 
-    init: Callable
-    step: Callable
+    loss: jax.Array
+    is_finite: jax.Array
+    chol_ok: jax.Array
+    prior_energy: jax.Array
 
 
-def fsgld(posterior: FunctionalPosterior, learning_rate: float, temperature: float = 1.0) -> FunctionalSampler:
+class FSGHMCInfo(NamedTuple):
+    """As FSGLDInfo, is_finite from the loss and kinetic; kinetic: Σ r'² at the new momentum."""
+
+    loss: jax.Array
+    is_finite: jax.Array
+    kinetic: jax.Array
+    chol_ok: jax.Array
+    prior_energy: jax.Array
+
+
+def init_fsgld(position: PyTree) -> FSGLDState:
+    return FSGLDState(position, jnp.zeros((), jnp.int32), jnp.ones((), bool))
+
+
+def init_fsghmc(position: PyTree) -> FSGHMCState:
+    zeros = jax.tree.map(jnp.zeros_like, position)
+    return FSGHMCState(position, zeros, jnp.zeros((), jnp.int32), jnp.ones((), bool))
+
+
+def build_fsgld_kernel(posterior: FunctionalPosterior):
+    """kernel(key, state, minibatch, learning_rate, temperature=1.0) -> (FSGLDState, FSGLDInfo);
+    θ ← θ − ε∇Ũ + sqrt(2εT)ξ, ε = lr/N. The key also draws the measurement points."""
+
+    def kernel(key: jax.Array, state: FSGLDState, minibatch, learning_rate, temperature=1.0):
+        eps = learning_rate / posterior.data_size
+        k_m, k_n = jax.random.split(key)
+        loss, grad_u, prior = posterior.value_and_potential_grad(state.position, minibatch, k_m)
+        noise = normal_like(k_n, state.position)
+        scale = langevin_noise_std(eps, temperature)
+        pos = jax.tree.map(functools.partial(langevin, step_size=eps, noise_std=scale), state.position, grad_u,
+                           noise)
+        info = FSGLDInfo(loss, all_finite(loss, tree_sum(settled(pos))), prior.chol_ok, prior.prior_energy)
+        return FSGLDState(pos, state.step + 1, state.chol_ok & prior.chol_ok), info
+
+    return kernel
+
+
+def build_fsghmc_kernel(posterior: FunctionalPosterior, resample_momentum_every: Optional[int] = None):
+    """kernel(key, state, minibatch, learning_rate, friction, temperature=1.0) -> (FSGHMCState, FSGHMCInfo);
+    the `l2e.sghmc` update on Ũ. `resample_momentum_every` = m (static): draw r ~ N(0, T·I) before every
+    m-th update; None = persistent momentum."""
+
+    def kernel(key: jax.Array, state: FSGHMCState, minibatch, learning_rate, friction, temperature=1.0):
+        with jax.ensure_compile_time_eval():
+            eps = physical_step_size(learning_rate, posterior.data_size)
+            noise_std = sghmc_noise_std(eps, friction, temperature)
+        k_m, k_n, k_r = jax.random.split(key, 3)
+        mom = state.momentum
+        if resample_momentum_every is not None:
+            fresh = jax.tree.map(lambda z: jnp.sqrt(temperature) * z, normal_like(k_r, mom))
+            redraw = jnp.mod(state.step, resample_momentum_every) == 0
+            mom = jax.tree.map(lambda a, b: jnp.where(redraw, a, b), fresh, mom)
+        loss, grad_u, prior = posterior.value_and_potential_grad(state.position, minibatch, k_m)
+        noise = normal_like(k_n, state.position)
+        kick = functools.partial(sghmc_momentum, step_size=eps, friction=friction, noise_std=noise_std)
+        mom = jax.tree.map(kick, mom, grad_u, noise)
+        pos = jax.tree.map(functools.partial(position_update, step_size=eps), state.position, mom)
+        kinetic = tree_vdot(settled(mom), settled(mom))
+        info = FSGHMCInfo(loss, all_finite(loss, kinetic), kinetic, prior.chol_ok, prior.prior_energy)
+        return FSGHMCState(pos, mom, state.step + 1, state.chol_ok & prior.chol_ok), info
+
+    return kernel
+
+
+def fsgld(posterior: FunctionalPosterior, learning_rate: float, temperature: float = 1.0) -> SamplingAlgorithm:
     """fSGLD: θ ← θ − ε∇Ũ + sqrt(2εT)ξ, ε = lr/N (mean-loss units, as `l2e.sgld`)."""
     check_positive(learning_rate=learning_rate, temperature=temperature)
-    eps = learning_rate / posterior.data_size
+    kernel = build_fsgld_kernel(posterior)
 
-    def init(position: PyTree) -> FSGLDState:
-        return FSGLDState(position, jnp.zeros((), jnp.int32), jnp.ones((), bool))
+    def step(key: jax.Array, state: FSGLDState, minibatch):
+        return kernel(key, state, minibatch, learning_rate, temperature)
 
-    def step(key: jax.Array, state: FSGLDState, minibatch) -> FSGLDState:
-        k_m, k_n = jax.random.split(key)
-        grad_u, info = posterior.potential_grad(state.position, minibatch, k_m)
-        noise = normal_like(k_n, state.position)
-        scale = jnp.sqrt(2.0 * eps * temperature)
-        pos = jax.tree.map(lambda x, g, z: x - eps * g + scale * z, state.position, grad_u, noise)
-        return FSGLDState(pos, state.step + 1, state.chol_ok & info.chol_ok)
-
-    return FunctionalSampler(init, step)
+    return SamplingAlgorithm(init_fsgld, step)
 
 
 def fsghmc(
@@ -178,7 +253,7 @@ def fsghmc(
     friction: float = 0.1,
     temperature: float = 1.0,
     resample_momentum_every: Optional[int] = None,
-) -> FunctionalSampler:
+) -> SamplingAlgorithm:
     """fSGHMC, same update as `l2e.sghmc` (ε = sqrt(lr/N), mass I, persistent momentum starting at 0) on Ũ:
     r ← r − ε∇Ũ(θ) − εC·r + N(0, 2CεT),  θ ← θ + ε·r.
     `resample_momentum_every` = m: draw r ~ N(0, T·I) before every m-th update (Algorithm 2 per a third-party
@@ -186,24 +261,9 @@ def fsghmc(
     check_positive(learning_rate=learning_rate, friction=friction, temperature=temperature)
     if resample_momentum_every is not None:
         check_positive(resample_momentum_every=resample_momentum_every)
-    eps = physical_step_size(learning_rate, posterior.data_size)
-    noise_std = jnp.sqrt(2.0 * friction * eps * temperature)
+    kernel = build_fsghmc_kernel(posterior, resample_momentum_every)
 
-    def init(position: PyTree) -> FSGHMCState:
-        zeros = jax.tree.map(jnp.zeros_like, position)
-        return FSGHMCState(position, zeros, jnp.zeros((), jnp.int32), jnp.ones((), bool))
+    def step(key: jax.Array, state: FSGHMCState, minibatch):
+        return kernel(key, state, minibatch, learning_rate, friction, temperature)
 
-    def step(key: jax.Array, state: FSGHMCState, minibatch) -> FSGHMCState:
-        k_m, k_n, k_r = jax.random.split(key, 3)
-        mom = state.momentum
-        if resample_momentum_every is not None:
-            fresh = jax.tree.map(lambda z: jnp.sqrt(temperature) * z, normal_like(k_r, mom))
-            redraw = jnp.mod(state.step, resample_momentum_every) == 0
-            mom = jax.tree.map(lambda a, b: jnp.where(redraw, a, b), fresh, mom)
-        grad_u, info = posterior.potential_grad(state.position, minibatch, k_m)
-        noise = normal_like(k_n, state.position)
-        mom = jax.tree.map(lambda r, g, z: r - eps * g - eps * friction * r + noise_std * z, mom, grad_u, noise)
-        pos = jax.tree.map(lambda x, r: x + eps * r, state.position, mom)
-        return FSGHMCState(pos, mom, state.step + 1, state.chol_ok & info.chol_ok)
-
-    return FunctionalSampler(init, step)
+    return SamplingAlgorithm(init_fsghmc, step)

@@ -8,19 +8,19 @@ with ε = sqrt(lr/N), α = alpha_scale·out0, β = beta_scale·out1 and two meta
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
-
 import numpy as np
 
 from l2e.meta_model import (
     DECAYS, FEATURE_NAMES, NORM_EPS, NUM_FEATURES, apply_per_coordinate, features, mlp_layers, update_averages,
 )
-from l2e.sgld import check_positive
-from l2e.sghmc import physical_step_size
-from l2e.types import Posterior, PyTree, SamplingAlgorithm, normal_like
+from l2e.checks import check_positive
+from l2e.diffusions import learned_momentum, physical_step_size, position_update, sghmc_noise_std
+from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_vdot
 
 NOISE_MODES = ("sghmc", "reference")
 
@@ -54,6 +54,16 @@ class L2EState(NamedTuple):
     step: jax.Array
 
 
+class L2EInfo(NamedTuple):
+    """loss: mean minibatch NLL at the pre-update θ; is_finite: loss and kinetic finite;
+    kinetic: Σ r'·β(θ, r') at the new momentum r', with the (scaled) β the position update uses (the fused
+    step takes β as applied, (θ' − θ)/ε: see `_applied_kinetic`)."""
+
+    loss: jax.Array
+    is_finite: jax.Array
+    kinetic: jax.Array
+
+
 # meta_fn(meta_params, grad, position, momentum, averages) -> (α, β) pytrees, already scaled
 MetaFn = Callable[[PyTree, PyTree, PyTree, PyTree, PyTree], tuple[PyTree, PyTree]]
 
@@ -74,33 +84,41 @@ def init(position: PyTree) -> L2EState:
     return L2EState(position, zeros, avgs, jnp.zeros((), jnp.int32))
 
 
+def _coefficients(config: L2EConfig, learning_rate, friction, temperature, data_size: int):
+    """(ε, noise std) of a step: ε = sqrt(lr/N); noise N(0, 2CεT) ("sghmc") or N(0, 2CT) ("reference").
+    Computed at trace time when the hyperparameters are Python numbers."""
+    with jax.ensure_compile_time_eval():
+        eps = physical_step_size(learning_rate, data_size)
+        if config.noise == "sghmc":
+            return eps, sghmc_noise_std(eps, friction, temperature)
+        return eps, jnp.sqrt(2.0 * friction * temperature)
+
+
 def build_kernel(posterior: Posterior, config: L2EConfig, meta_fn: MetaFn | None = None):
-    """kernel(key, state, minibatch, meta_params) -> state; meta_params are a traced argument (for ES).
+    """kernel(key, state, minibatch, meta_params, learning_rate=config.learning_rate,
+    friction=config.friction, temperature=config.temperature) -> (L2EState, L2EInfo).
 
-    With `meta_fn=None` (the paper's MLP) the fused step `_fused_mlp_kernel` is used: the same mathematics
-    as the generic two-`meta_fn` step below, with the work the two passes share done once.
+    meta_params and the hyperparameters are call arguments (traced for ES and tuning grids); the noise
+    mode and output scales are fixed by `config`. With `meta_fn=None` (the paper's MLP) the fused step
+    `_fused_mlp_kernel` is used: the same mathematics as the generic two-`meta_fn` step, with the work the
+    two passes share done once.
     """
-    eps = physical_step_size(config.learning_rate, posterior.data_size)
-    c = config.friction
-    if config.noise == "sghmc":
-        noise_std = jnp.sqrt(2.0 * c * eps * config.temperature)
-    else:
-        noise_std = jnp.sqrt(2.0 * c * config.temperature)
     if meta_fn is None:
-        return _fused_mlp_kernel(posterior, config, eps, noise_std)
+        return _fused_mlp_kernel(posterior, config)
 
-    def kernel(key: jax.Array, state: L2EState, minibatch, meta_params: PyTree) -> L2EState:
-        g, grad_u = posterior.potential_grad(state.position, minibatch)
+    def kernel(key: jax.Array, state: L2EState, minibatch, meta_params: PyTree, learning_rate=config.learning_rate,
+               friction=config.friction, temperature=config.temperature):
+        eps, noise_std = _coefficients(config, learning_rate, friction, temperature, posterior.data_size)
+        loss, g, grad_u = posterior.value_and_potential_grad(state.position, minibatch)
         avgs = update_averages(state.averages, g)
         alpha, beta_old = meta_fn(meta_params, g, state.position, state.momentum, avgs)
         noise = normal_like(key, state.position)
-        mom = jax.tree.map(
-            lambda r, gu, a, b, z: r - eps * (gu + a + c * b) + noise_std * z,
-            state.momentum, grad_u, alpha, beta_old, noise,
-        )
+        kick = functools.partial(learned_momentum, step_size=eps, friction=friction, noise_std=noise_std)
+        mom = jax.tree.map(kick, state.momentum, grad_u, alpha, beta_old, noise)
         _, beta_new = meta_fn(meta_params, g, state.position, mom, avgs)
-        pos = jax.tree.map(lambda x, b: x + eps * b, state.position, beta_new)
-        return L2EState(pos, mom, avgs, state.step + 1)
+        pos = jax.tree.map(functools.partial(position_update, step_size=eps), state.position, beta_new)
+        kinetic = tree_vdot(*settled((mom, beta_new)))
+        return L2EState(pos, mom, avgs, state.step + 1), L2EInfo(loss, all_finite(loss, kinetic), kinetic)
 
     return kernel
 
@@ -115,7 +133,39 @@ def mlp_from_preactivation(meta_params: PyTree, pre: jax.Array, r_hat: jax.Array
     return h @ w3[:, cols] + b3[cols]
 
 
-def _fused_mlp_kernel(posterior: Posterior, config: L2EConfig, eps, noise_std):
+def _rms_rows(rows: jax.Array) -> jax.Array:
+    """(k, n): each row scaled to unit RMS (the meta-model's per-tensor feature normalisation)."""
+    return rows * jax.lax.rsqrt(NORM_EPS + jnp.mean(jnp.square(rows), axis=1, keepdims=True))
+
+
+def _flat(leaves) -> jax.Array:
+    return jnp.concatenate([leaf.reshape(-1) for leaf in leaves])
+
+
+def _fixed_preactivation(meta_params: PyTree, gs, xs, ms) -> jax.Array:
+    """P = F·W1[fixed] + b1 (d, hidden): the first layer on the 8 normalised features other than the
+    momentum, rows in jax.tree order (leaves gs, xs of ḡ and θ; ms of the averages, (6, *shape))."""
+    mom_col = FEATURE_NAMES.index("momentum")
+    fixed = jnp.asarray([i for i in range(NUM_FEATURES) if i != mom_col])
+    (w1, b1), *_ = mlp_layers(meta_params)
+    feats = jnp.concatenate([  # (d, 8): columns FEATURE_NAMES without momentum
+        _rms_rows(jnp.concatenate([gl.reshape(1, -1), xl.reshape(1, -1), ml.reshape(len(DECAYS), -1)])).T
+        for gl, xl, ml in zip(gs, xs, ms)])
+    return feats @ w1[fixed] + b1
+
+
+def _applied_kinetic(position: PyTree, new: L2EState, eps) -> jax.Array:
+    """Σ r'·β with β as applied, (θ' − θ)/ε, from the finished new state (ε the physical step).
+
+    The optimisation barrier keeps this reduction out of the step's fusions (reading β or r' inside them
+    changes how XLA:CPU fuses the per-tensor reductions, and with it the state's last bits). Equals
+    Σ r'·β(θ, r') up to the rounding of θ' (relative error ~ulp(θ)/(ε·|β|) per coordinate, averaging out
+    over coordinates)."""
+    pos, mom = settled((new.position, new.momentum))
+    return tree_vdot(mom, jax.tree.map(jnp.subtract, pos, position)) / eps
+
+
+def _fused_mlp_kernel(posterior: Posterior, config: L2EConfig):
     """The L2E step with the paper's MLP, fused (measured 1.37 → 1.03 × an SGHMC step on a 32k-parameter CNN).
 
     Only the momentum feature changes between the two meta-model passes, so the other 8 normalised
@@ -123,50 +173,43 @@ def _fused_mlp_kernel(posterior: Posterior, config: L2EConfig, eps, noise_std):
     step; each pass adds the momentum's rank-1 term r̂ ⊗ W1[momentum]. Updates run on one flat (d,)
     vector (coordinates in jax.tree order, as `features`), and pass 2 computes only the β output.
     """
-    c, a_scale, b_scale = config.friction, config.alpha_scale, config.beta_scale
-    mom_col = FEATURE_NAMES.index("momentum")
-    fixed = jnp.asarray([i for i in range(NUM_FEATURES) if i != mom_col])
+    a_scale, b_scale = config.alpha_scale, config.beta_scale
 
-    def rms_rows(rows):  # (k, n): each row to unit RMS
-        return rows * jax.lax.rsqrt(NORM_EPS + jnp.mean(jnp.square(rows), axis=1, keepdims=True))
-
-    def kernel(key: jax.Array, state: L2EState, minibatch, meta_params: PyTree) -> L2EState:
-        g, grad_u = posterior.potential_grad(state.position, minibatch)
+    def kernel(key: jax.Array, state: L2EState, minibatch, meta_params: PyTree, learning_rate=config.learning_rate,
+               friction=config.friction, temperature=config.temperature):
+        eps, noise_std = _coefficients(config, learning_rate, friction, temperature, posterior.data_size)
+        loss, g, grad_u = posterior.value_and_potential_grad(state.position, minibatch)
         avgs = update_averages(state.averages, g)
         xs, treedef = jax.tree.flatten(state.position)
-        gs, ms, rs = jax.tree.leaves(g), jax.tree.leaves(avgs), jax.tree.leaves(state.momentum)
-        sizes = [x.size for x in xs]
-        bounds = np.cumsum([0] + sizes)
-        (w1, b1), *_ = mlp_layers(meta_params)
-        feats = jnp.concatenate([  # (d, 8): rows in jax.tree order, columns FEATURE_NAMES without momentum
-            rms_rows(jnp.concatenate([gl.reshape(1, -1), xl.reshape(1, -1), ml.reshape(len(DECAYS), -1)])).T
-            for gl, xl, ml in zip(gs, xs, ms)])
-        pre = feats @ w1[fixed] + b1
-
-        def flat(leaves):
-            return jnp.concatenate([leaf.reshape(-1) for leaf in leaves])
+        bounds = np.cumsum([0] + [x.size for x in xs])
+        pre = _fixed_preactivation(meta_params, jax.tree.leaves(g), xs, jax.tree.leaves(avgs))
 
         def mlp(r_flat, cols):
-            r_hat = jnp.concatenate([rms_rows(r_flat[None, lo:hi])[0] for lo, hi in zip(bounds[:-1], bounds[1:])])
+            r_hat = jnp.concatenate([_rms_rows(r_flat[None, lo:hi])[0] for lo, hi in zip(bounds[:-1], bounds[1:])])
             return mlp_from_preactivation(meta_params, pre, r_hat, cols)
 
-        r = flat(rs)
+        r = _flat(jax.tree.leaves(state.momentum))
         out = mlp(r, slice(0, 2))
         z = jax.random.normal(key, r.shape, r.dtype)  # = normal_like(key, position), flattened
-        mom = r - eps * (flat(jax.tree.leaves(grad_u)) + a_scale * out[:, 0] + c * b_scale * out[:, 1]) + noise_std * z
-        pos = flat(xs) + eps * b_scale * mlp(mom, slice(1, 2))[:, 0]
+        mom = learned_momentum(r, _flat(jax.tree.leaves(grad_u)), a_scale * out[:, 0], out[:, 1], z, eps,
+                               friction * b_scale, noise_std)
+        x_flat, pos_step = _flat(xs), eps * b_scale
+        pos = position_update(x_flat, mlp(mom, slice(1, 2))[:, 0], pos_step)
 
         def unflat(v):
-            return jax.tree.unflatten(treedef, [v[lo:hi].reshape(x.shape) for lo, hi, x in zip(bounds[:-1], bounds[1:], xs)])
+            leaves = [v[lo:hi].reshape(x.shape) for lo, hi, x in zip(bounds[:-1], bounds[1:], xs)]
+            return jax.tree.unflatten(treedef, leaves)
 
-        return L2EState(unflat(pos), unflat(mom), avgs, state.step + 1)
+        new = L2EState(unflat(pos), unflat(mom), avgs, state.step + 1)
+        kinetic = _applied_kinetic(state.position, new, eps)
+        return new, L2EInfo(loss, all_finite(loss, kinetic), kinetic)
 
     return kernel
 
 
 def l2e(posterior: Posterior, meta_params: PyTree, config: L2EConfig = L2EConfig(),
         meta_fn: MetaFn | None = None) -> SamplingAlgorithm:
-    """A ready L2E sampler: `init(position)`, `step(key, state, minibatch)`."""
+    """A ready L2E sampler: `init(position)`, `step(key, state, minibatch) -> (L2EState, L2EInfo)`."""
     kernel = build_kernel(posterior, config, meta_fn)
 
     def step(key, state, minibatch):

@@ -59,7 +59,8 @@ def hidden_sizes(meta_params: PyTree) -> tuple[int, ...]:
 
 
 def update_averages(averages: PyTree, grad: PyTree) -> PyTree:
-    """m_k ← d_k·m_k + (1 − d_k)·g for each decay (leaves of `averages` carry a leading axis of 6); no bias correction."""
+    """m_k ← d_k·m_k + (1 − d_k)·g for each decay (leaves of `averages` carry a leading axis of 6); no bias
+    correction."""
     d = jnp.asarray(DECAYS)
 
     def upd(m, g):

@@ -11,13 +11,15 @@ exact.  With G ≡ 1 (λ = 1, ρ = 1, V = 0) this is `l2e.sgld` exactly.
 """
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from l2e.sgld import check_positive
-from l2e.types import Posterior, PyTree, SamplingAlgorithm, normal_like
+from l2e.checks import check_in_range, check_positive
+from l2e.diffusions import preconditioned_langevin
+from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_sum
 
 
 class PSGLDState(NamedTuple):
@@ -26,30 +28,48 @@ class PSGLDState(NamedTuple):
     step: jax.Array  # int32 scalar, number of updates done
 
 
-def psgld(
-    posterior: Posterior, learning_rate: float, rho: float = 0.99, lam: float = 1e-5, temperature: float = 1.0
-) -> SamplingAlgorithm:
-    """pSGLD; `learning_rate` = ε_phys·N (mean-loss units), `rho` = RMSprop decay ρ ∈ [0, 1],
-    `lam` = λ > 0 (stabiliser of G), `temperature` = T.  `step(key, state, minibatch) -> PSGLDState`."""
-    check_positive(learning_rate=learning_rate, lam=lam, temperature=temperature)
-    if isinstance(rho, (int, float)) and not 0.0 <= rho <= 1.0:
-        raise ValueError(f"rho must be in [0, 1], got {rho}")
+class PSGLDInfo(NamedTuple):
+    """loss: mean minibatch NLL at the pre-update θ; is_finite: loss and Σθ' finite."""
+
+    loss: jax.Array
+    is_finite: jax.Array
+
+
+def init(position: PyTree) -> PSGLDState:
+    return PSGLDState(position, jax.tree.map(jnp.zeros_like, position), jnp.zeros((), jnp.int32))
+
+
+def build_kernel(posterior: Posterior):
+    """kernel(key, state, minibatch, learning_rate, rho=0.99, lam=1e-5, temperature=1.0) -> (PSGLDState,
+    PSGLDInfo); `learning_rate` = ε_phys·N, `rho` = RMSprop decay ρ, `lam` = λ (stabiliser of G)."""
     n = posterior.data_size
 
-    def init(position: PyTree) -> PSGLDState:
-        return PSGLDState(position, jax.tree.map(jnp.zeros_like, position), jnp.zeros((), jnp.int32))
-
-    def step(key: jax.Array, state: PSGLDState, minibatch) -> PSGLDState:
-        g, grad_u = posterior.potential_grad(state.position, minibatch)
+    def kernel(key: jax.Array, state: PSGLDState, minibatch, learning_rate, rho=0.99, lam=1e-5, temperature=1.0):
+        loss, g, grad_u = posterior.value_and_potential_grad(state.position, minibatch)
         v = jax.tree.map(lambda v, gi: rho * v + (1.0 - rho) * gi * gi, state.square_avg, g)
         noise = normal_like(key, state.position)
         scale = jnp.sqrt(2.0 * learning_rate * temperature / n)
 
         def update(x, vi, gu, z):
             precond = 1.0 / (lam + jnp.sqrt(vi))
-            return x - (learning_rate / n) * precond * gu + scale * jnp.sqrt(precond) * z
+            return preconditioned_langevin(x, gu, z, precond, learning_rate / n, scale)
 
         pos = jax.tree.map(update, state.position, v, grad_u, noise)
-        return PSGLDState(pos, v, state.step + 1)
+        return PSGLDState(pos, v, state.step + 1), PSGLDInfo(loss, all_finite(loss, tree_sum(settled(pos))))
+
+    return kernel
+
+
+def psgld(
+    posterior: Posterior, learning_rate: float, rho: float = 0.99, lam: float = 1e-5, temperature: float = 1.0
+) -> SamplingAlgorithm:
+    """pSGLD; `learning_rate` = ε_phys·N (mean-loss units), `rho` = RMSprop decay ρ ∈ [0, 1],
+    `lam` = λ > 0 (stabiliser of G), `temperature` = T."""
+    check_positive(learning_rate=learning_rate, lam=lam, temperature=temperature)
+    check_in_range("rho", rho, 0.0, 1.0)
+    kernel = build_kernel(posterior)
+
+    def step(key: jax.Array, state: PSGLDState, minibatch):
+        return kernel(key, state, minibatch, learning_rate, rho, lam, temperature)
 
     return SamplingAlgorithm(init, step)

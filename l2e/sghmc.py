@@ -6,13 +6,17 @@ Momentum starts at 0 and is never resampled (unlike `blackjax.sghmc`).
 """
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from l2e.sgld import check_positive
-from l2e.types import Posterior, PyTree, SamplingAlgorithm, normal_like
+from l2e.checks import check_positive
+from l2e.diffusions import physical_step_size, position_update, sghmc_momentum, sghmc_noise_std
+from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_vdot
+
+__all__ = ["SGHMCInfo", "SGHMCState", "build_kernel", "init", "physical_step_size", "sghmc"]
 
 
 class SGHMCState(NamedTuple):
@@ -21,9 +25,36 @@ class SGHMCState(NamedTuple):
     step: jax.Array
 
 
-def physical_step_size(learning_rate: float, data_size: int) -> float:
-    """ε = sqrt(lr / N): the physical step of a momentum sampler whose lr is in mean-loss units."""
-    return jnp.sqrt(learning_rate / data_size)
+class SGHMCInfo(NamedTuple):
+    """loss: mean minibatch NLL at the pre-update θ; is_finite: loss and kinetic finite;
+    kinetic: Σ r'² at the new momentum (= Σ r'·∇_rK for K = ½|r|²; ≈ d·T at equilibrium)."""
+
+    loss: jax.Array
+    is_finite: jax.Array
+    kinetic: jax.Array
+
+
+def init(position: PyTree) -> SGHMCState:
+    return SGHMCState(position, jax.tree.map(jnp.zeros_like, position), jnp.zeros((), jnp.int32))
+
+
+def build_kernel(posterior: Posterior):
+    """kernel(key, state, minibatch, learning_rate, friction, temperature=1.0) -> (SGHMCState, SGHMCInfo);
+    `learning_rate` = ε²·N, `friction` = C, `temperature` = T."""
+
+    def kernel(key: jax.Array, state: SGHMCState, minibatch, learning_rate, friction, temperature=1.0):
+        with jax.ensure_compile_time_eval():
+            eps = physical_step_size(learning_rate, posterior.data_size)
+            noise_std = sghmc_noise_std(eps, friction, temperature)
+        loss, _, grad_u = posterior.value_and_potential_grad(state.position, minibatch)
+        noise = normal_like(key, state.position)
+        kick = functools.partial(sghmc_momentum, step_size=eps, friction=friction, noise_std=noise_std)
+        mom = jax.tree.map(kick, state.momentum, grad_u, noise)
+        pos = jax.tree.map(functools.partial(position_update, step_size=eps), state.position, mom)
+        kinetic = tree_vdot(settled(mom), settled(mom))
+        return SGHMCState(pos, mom, state.step + 1), SGHMCInfo(loss, all_finite(loss, kinetic), kinetic)
+
+    return kernel
 
 
 def sghmc(
@@ -31,19 +62,9 @@ def sghmc(
 ) -> SamplingAlgorithm:
     """SGHMC; `learning_rate` = ε²·N, `friction` = C, `temperature` = T."""
     check_positive(learning_rate=learning_rate, friction=friction, temperature=temperature)
-    eps = physical_step_size(learning_rate, posterior.data_size)
-    noise_std = jnp.sqrt(2.0 * friction * eps * temperature)
+    kernel = build_kernel(posterior)
 
-    def init(position: PyTree) -> SGHMCState:
-        return SGHMCState(position, jax.tree.map(jnp.zeros_like, position), jnp.zeros((), jnp.int32))
-
-    def step(key: jax.Array, state: SGHMCState, minibatch) -> SGHMCState:
-        _, grad_u = posterior.potential_grad(state.position, minibatch)
-        noise = normal_like(key, state.position)
-        mom = jax.tree.map(
-            lambda r, g, z: r - eps * g - eps * friction * r + noise_std * z, state.momentum, grad_u, noise
-        )
-        pos = jax.tree.map(lambda x, r: x + eps * r, state.position, mom)
-        return SGHMCState(pos, mom, state.step + 1)
+    def step(key: jax.Array, state: SGHMCState, minibatch):
+        return kernel(key, state, minibatch, learning_rate, friction, temperature)
 
     return SamplingAlgorithm(init, step)
