@@ -5,25 +5,25 @@ slower than the same step as a standalone jitted call, while a jitted function t
 steps *unrolled in Python* runs at (or below) the standalone cost (measured in bench/inner_loop.py).
 So the inner loop is a Python loop over one compiled "chunk" of `chunk` unrolled steps; the state
 stays on device between calls, and only the states at the sample steps are kept (memory O(K·d),
-independent of the number of steps).
+independent of the number of steps). Each step's Info (a few scalars) is kept: stacked inside the chunk,
+held as device arrays, concatenated once at the end.
 
 Randomness: update t (0-based) uses fold_in(key, t), split into a minibatch key and a noise key, so
 a chain is a pure function of (key, initial state) whatever the chunk length.
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
 import math
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from l2e.types import PyTree
 
-# kernel(key, state, minibatch, args) -> state
-Kernel = Callable[[jax.Array, Any, Any, Any], Any]
+# kernel(key, state, minibatch, args) -> (state, info)
+Kernel = Callable[[jax.Array, Any, Any, Any], tuple[Any, Any]]
 # sample_batch(key, data, batch_size) -> minibatch
 BatchFn = Callable[[jax.Array, Any, int], Any]
 
@@ -64,15 +64,34 @@ class ChainSchedule:
         return max(d for d in range(1, min(self.chunk, g) + 1) if g % d == 0)
 
 
+class ChainResult(NamedTuple):
+    """state: the final state; samples: `position_fn(state)` at the sample steps, leaves stacked on a new
+    axis of size num_samples; info: every step's Info, leaves stacked on a new axis of size num_steps."""
+
+    state: Any
+    samples: PyTree
+    info: Any
+
+
+def _split_output(out):
+    """(state, info) from a kernel's output, refusing a bare state (a kernel of the old interface)."""
+    if not isinstance(out, tuple) or hasattr(out, "_fields") or len(out) != 2:
+        raise TypeError(f"a kernel must return (state, info), got {type(out).__name__}")
+    return out
+
+
 def make_chunk(kernel: Kernel, sample_batch: BatchFn, batch_size: int, length: int):
-    """chunk(state, key, start, data, args) -> state: `length` unrolled updates starting at update index `start`."""
+    """chunk(state, key, start, data, args) -> (state, infos): `length` unrolled updates starting at update
+    index `start`; infos: the updates' Info leaves stacked on a new axis 0 of size `length`."""
 
     def chunk(state, key, start, data, args):
+        infos = []
         for i in range(length):
             k_batch, k_noise = jax.random.split(jax.random.fold_in(key, start + i))
             batch = sample_batch(k_batch, data, batch_size)
-            state = kernel(k_noise, state, batch, args)
-        return state
+            state, info = _split_output(kernel(k_noise, state, batch, args))
+            infos.append(info)
+        return state, jax.tree.map(lambda *xs: jnp.stack(xs), *infos)
 
     return chunk
 
@@ -86,46 +105,24 @@ def run_chain(
     schedule: ChainSchedule,
     position_fn: Callable[[Any], PyTree] = lambda s: s.position,
     progress: Callable[[int], None] | None = None,
-) -> tuple[Any, PyTree]:
+    info_axis: int = 0,
+) -> ChainResult:
     """Run `schedule.num_steps` updates with a compiled `chunk_fn` (from `make_chunk`, jitted, of length
-    `schedule.chunk_length`).  Returns (final state, samples): the leaves of `position_fn(state)` at the
-    sample steps, stacked on a new leading axis 0 of size num_samples.
+    `schedule.chunk_length`). Returns ChainResult(final state, samples, info): samples are the leaves of
+    `position_fn(state)` at the sample steps, stacked on a new leading axis 0 of size num_samples; info
+    holds every step's Info, concatenated over chunks on `info_axis` (0 for a single chain; 1 for a chunk
+    vmapped over a leading population axis).
     """
     length = schedule.chunk_length
     wanted = set(schedule.sample_steps)
-    samples = []
+    samples, infos = [], []
     for start in range(0, schedule.num_steps, length):
-        state = chunk_fn(state, key, jnp.asarray(start, jnp.int32), data, args)
+        state, info = chunk_fn(state, key, jnp.asarray(start, jnp.int32), data, args)
+        infos.append(info)
         if start + length in wanted:
             samples.append(position_fn(state))
         if progress is not None:
             progress(length)
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *samples)
-    return state, stacked
-
-
-def member_device(index: int):
-    """The local device of chain / ensemble member / population member `index`: round robin over
-    `jax.local_devices()`.  Each member runs the same single-member program whatever the device count (so the
-    same numbers), and members on different devices overlap because dispatch is asynchronous."""
-    devices = jax.local_devices()
-    return devices[index % len(devices)]
-
-
-_ON_DEVICE: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
-_ON_DEVICE_MAX = 16
-
-
-def on_device(data: Any, device) -> Any:
-    """`data` (a pytree of arrays, e.g. a task's train split) on `device`, cached per (arrays, device): tasks that
-    share their arrays (the same dataset) share one copy; on the device the arrays already live on, no copy is
-    made.  The 16 most recently used entries are kept."""
-    leaves = jax.tree.leaves(data)
-    key = (tuple(id(x) for x in leaves), device)
-    if key in _ON_DEVICE:
-        _ON_DEVICE.move_to_end(key)
-    else:
-        _ON_DEVICE[key] = (leaves, jax.device_put(data, device))  # holds the arrays, so their ids stay unique
-        if len(_ON_DEVICE) > _ON_DEVICE_MAX:
-            _ON_DEVICE.popitem(last=False)
-    return _ON_DEVICE[key][1]
+    info = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=info_axis), *infos)
+    return ChainResult(state, stacked, info)

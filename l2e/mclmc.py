@@ -1,8 +1,8 @@
 """MCLMC (Robnik et al.) and the MILE recipe (Sommer et al., ICLR 2025) — full-batch (BASELINES §6).
 
-Interface difference from the SG samplers: MCLMC needs the *full-batch* unnormalised log posterior
-ℓ(θ) = log p(θ | D) (not a mean minibatch NLL), `init(position, key)` needs a key (random unit velocity), and
-`step(key, state) -> (state, info)` takes no minibatch.  Each step is blackjax's `isokinetic_mclachlan` with
+A `FullBatchAlgorithm`: MCLMC needs the *full-batch* unnormalised log posterior ℓ(θ) = log p(θ | D) (not a
+mean minibatch NLL), `init(position, key)` needs a key (random unit velocity), and `step(key, state) ->
+(state, info)` takes no minibatch.  Each step is blackjax's `isokinetic_mclachlan` with
 Maruyama partial refreshes (2 gradient evaluations per step); blackjax reverts a step whose position, logdensity
 or energy change is non-finite (`info.nonans` False).
 
@@ -27,27 +27,36 @@ from blackjax.mcmc import integrators
 from blackjax.mcmc import mclmc as bj_mclmc
 from jax.flatten_util import ravel_pytree
 
-from l2e.types import PyTree
+from l2e.types import FullBatchAlgorithm, PyTree
 
 
-class MCLMCSampler(NamedTuple):
-    """init(position, key) -> IntegratorState; step(key, state) -> (IntegratorState, MCLMCInfo)."""
-
-    init: Callable
-    step: Callable
+def init(position: PyTree, logdensity_fn: Callable, key: jax.Array):
+    """blackjax IntegratorState at `position` with a random unit velocity drawn from `key`."""
+    return bj_mclmc.init(position, logdensity_fn, key)
 
 
-def mclmc_sampler(logdensity_fn: Callable, L: float, step_size: float) -> MCLMCSampler:
-    """Unadjusted MCLMC at fixed (L, ε), no preconditioning; `logdensity_fn`: params -> scalar ℓ(θ) (full batch)."""
+def build_kernel(logdensity_fn: Callable):
+    """kernel(key, state, L, step_size) -> (IntegratorState, MCLMCInfo): one unadjusted MCLMC step
+    (isokinetic McLachlan, Maruyama partial refresh, no preconditioning) at decoherence length L, step ε."""
     kernel = bj_mclmc.build_kernel(integrator=integrators.isokinetic_mclachlan)
 
-    def init(position: PyTree, key: jax.Array):
-        return bj_mclmc.init(position, logdensity_fn, key)
-
-    def step(key: jax.Array, state):
+    def step(key: jax.Array, state, L, step_size):
         return kernel(key, state, logdensity_fn, 1.0, L, step_size)
 
-    return MCLMCSampler(init, step)
+    return step
+
+
+def mclmc_sampler(logdensity_fn: Callable, L: float, step_size: float) -> FullBatchAlgorithm:
+    """Unadjusted MCLMC at fixed (L, ε), no preconditioning; `logdensity_fn`: params -> scalar ℓ(θ) (full batch)."""
+    kernel = build_kernel(logdensity_fn)
+
+    def init_fn(position: PyTree, key: jax.Array):
+        return init(position, logdensity_fn, key)
+
+    def step(key: jax.Array, state):
+        return kernel(key, state, L, step_size)
+
+    return FullBatchAlgorithm(init_fn, step)
 
 
 def ess_geyer(x: jax.Array) -> jax.Array:
@@ -55,6 +64,12 @@ def ess_geyer(x: jax.Array) -> jax.Array:
 
     τ = −1 + 2 Σ_{k≤k*} P_k (P_k = ρ_{2k} + ρ_{2k+1}, truncated at the first negative pair, made monotone),
     ESS = n/τ with τ ≥ 1/log10(n) (Stan's cap).  Constant columns give ESS = n.  Returns (k,).
+
+    This is the METRICS.md definition (ρ_t = γ_t/γ_0), and MILE's phase III here depends on its exact numbers.
+    `blackjax.diagnostics.effective_sample_size` on one chain computes Stan's variant instead: ρ_t =
+    1 − (γ_0·n/(n−1) − γ_t)/γ_0 (= γ_t/γ_0 − 1/(n−1)), truncation at the first non-positive pair with Stan's
+    extra even lag, and ESS 0 for a constant column; the two agree to a few per cent on mixing chains
+    (tests/test_baselines.py) but not bit for bit, so this one is kept.
     """
     n = x.shape[0]
     xc = x - x.mean(0)
@@ -85,6 +100,98 @@ class MILEInfo(NamedTuple):
     final_state: object  # blackjax IntegratorState after sampling
 
 
+class _Adaptation(NamedTuple):
+    """Static settings of MILE's ε adaptation (phases I + II)."""
+
+    n1: int
+    n2: int
+    d: int
+    target_eevpd: tuple[float, float]
+    decay: float  # (N_eff − 1)/(N_eff + 1) of the decaying averages
+    trust_in_estimate: float
+
+
+def _adapt_step_size(kernel, state, key, step_size0, L0, cfg: _Adaptation):
+    """Phases I + II: ε tracks the EEVPD target (with the NaN guard); phase II accumulates ε-weighted
+    moments of θ. Returns (state, ε, ε_max, L, reverted steps); L = sqrt(Σ Var θ_i) when n₂ > 0, else L0."""
+    n1, n2, d = cfg.n1, cfg.n2, cfg.d
+    t_hi, t_lo = cfg.target_eevpd
+    dtype = ravel_pytree(state.position)[0].dtype
+
+    def adapt_step(carry, inp):
+        state, eps, eps_max, x_avg, w_sum, L, mom, nans = carry
+        t, k, in_phase2 = inp
+        new, info = kernel(k, state, L, eps)
+        ok = info.nonans
+        eps_max = jnp.where(ok, eps_max, 0.8 * eps)
+        de = jnp.where(ok, info.energy_change, 0.0)
+        target = t_hi - (t_hi - t_lo) * jnp.minimum(t / (n1 + n2 + 1.0), 1.0)
+        xi = de**2 / (d * target) + 1e-8
+        w = jnp.exp(-0.5 * (jnp.log(xi) / (6.0 * cfg.trust_in_estimate)) ** 2)
+        x_avg = cfg.decay * x_avg + w * xi / eps**6
+        w_sum = cfg.decay * w_sum + w
+        eps_new = jnp.minimum((x_avg / w_sum) ** (-1.0 / 6.0), eps_max)
+        # phase II moments, weight ε (of the step just taken) · success
+        wt = jnp.where(in_phase2 & ok, eps, 0.0)
+        x = ravel_pytree(new.position)[0]
+        mw, m1, m2 = mom
+        mw_n = mw + wt
+        frac = jnp.where(mw_n > 0, wt / jnp.where(mw_n > 0, mw_n, 1.0), 0.0)
+        mom = (mw_n, m1 + frac * (x - m1), m2 + frac * (x * x - m2))
+        return (new, eps_new, eps_max, x_avg, w_sum, L, mom, nans + (~ok)), None
+
+    zeros = jnp.zeros((d,), dtype)
+    carry = (state, jnp.asarray(step_size0, dtype), jnp.asarray(jnp.inf, dtype), jnp.zeros((), dtype),
+             jnp.zeros((), dtype), jnp.asarray(L0, dtype), (jnp.zeros((), dtype), zeros, zeros),
+             jnp.zeros((), jnp.int32))
+    ts = jnp.arange(n1 + n2, dtype=dtype)
+    carry, _ = jax.lax.scan(adapt_step, carry, (ts, jax.random.split(key, n1 + n2), jnp.arange(n1 + n2) >= n1))
+    state, eps, eps_max, _, _, L, (_, m1, m2), nans = carry
+    if n2 > 0:
+        L = jnp.sqrt(jnp.sum(jnp.maximum(m2 - m1**2, 0.0)))
+    return state, eps, eps_max, L, nans
+
+
+def _tune_L(kernel, state, key, key_coords, L, eps, nans, n3: int, l_factor: float, max_ess_coords: int,
+            max_ess_samples: int):
+    """Phase III: n₃ steps at fixed (ε, L); Geyer ESS of ≤ max_ess_coords random coordinates over
+    ≤ max_ess_samples draws; L = l_factor·ε·mean_i(n₃/ESS_i). Returns (state, L, reverted steps)."""
+    d = ravel_pytree(state.position)[0].shape[0]
+    n_coords = min(d, max_ess_coords)
+    coords = jnp.arange(d) if n_coords == d else jax.random.choice(key_coords, d, (n_coords,), replace=False)
+    thin3 = max(1, math.ceil(n3 / max_ess_samples))
+
+    def run3(carry, k):
+        st, nans = carry
+        st, info = kernel(k, st, L, eps)
+        return (st, nans + (~info.nonans)), ravel_pytree(st.position)[0][coords]
+
+    (state, nans), xs = jax.lax.scan(run3, (state, nans), jax.random.split(key, n3))
+    xs = xs[thin3 - 1::thin3]
+    ess = ess_geyer(xs)
+    return state, l_factor * eps * jnp.mean(n3 / ess), nans
+
+
+def _sample(kernel, state, key, L, eps, num_samples: int, thinning: int):
+    """num_samples draws `thinning` steps apart at fixed (ε, L). Returns (state, samples, reverted steps,
+    Σ ΔE²/d over the steps)."""
+    flat = ravel_pytree(state.position)[0]
+    d, dtype = flat.shape[0], flat.dtype
+
+    def sample_chunk(carry, k):
+        def one(c, kk):
+            st, nans, e2 = c
+            st, info = kernel(kk, st, L, eps)
+            return (st, nans + (~info.nonans), e2 + info.energy_change**2 / d), None
+
+        carry, _ = jax.lax.scan(one, carry, jax.random.split(k, thinning))
+        return carry, carry[0].position
+
+    (state, nans, e2), samples = jax.lax.scan(
+        sample_chunk, (state, jnp.zeros((), jnp.int32), jnp.zeros((), dtype)), jax.random.split(key, num_samples))
+    return state, samples, nans, e2
+
+
 def mile(
     logdensity_fn: Callable,
     init_position: PyTree,
@@ -107,78 +214,20 @@ def mile(
     num_steps = (n₁, n₂, n₃) are Python ints (static).  L0 defaults to max(√d, 15).
     """
     n1, n2, n3 = (int(s) for s in num_steps)
-    flat0, unravel = ravel_pytree(init_position)
-    d = flat0.shape[0]
+    d = ravel_pytree(init_position)[0].shape[0]
     if L0 is None:
         L0 = max(math.sqrt(d), 15.0)
-    kernel = bj_mclmc.build_kernel(integrator=integrators.isokinetic_mclachlan)
+    kernel = build_kernel(logdensity_fn)
     decay = (num_effective_samples - 1.0) / (num_effective_samples + 1.0)
-    t_hi, t_lo = target_eevpd
     k_init, k1, k3, k_sub, k_s = jax.random.split(key, 5)
-    state = bj_mclmc.init(init_position, logdensity_fn, k_init)
-    dtype = flat0.dtype
-
-    # ---------------- phases I + II: ε adaptation; phase II also accumulates ε-weighted moments
-    def adapt_step(carry, inp):
-        state, eps, eps_max, x_avg, w_sum, L, mom, nans = carry
-        t, k, in_phase2 = inp
-        new, info = kernel(k, state, logdensity_fn, 1.0, L, eps)
-        ok = info.nonans
-        eps_max = jnp.where(ok, eps_max, 0.8 * eps)
-        de = jnp.where(ok, info.energy_change, 0.0)
-        target = t_hi - (t_hi - t_lo) * jnp.minimum(t / (n1 + n2 + 1.0), 1.0)
-        xi = de**2 / (d * target) + 1e-8
-        w = jnp.exp(-0.5 * (jnp.log(xi) / (6.0 * trust_in_estimate)) ** 2)
-        x_avg = decay * x_avg + w * xi / eps**6
-        w_sum = decay * w_sum + w
-        eps_new = jnp.minimum((x_avg / w_sum) ** (-1.0 / 6.0), eps_max)
-        # phase II moments, weight ε (of the step just taken) · success
-        wt = jnp.where(in_phase2 & ok, eps, 0.0)
-        x = ravel_pytree(new.position)[0]
-        mw, m1, m2 = mom
-        mw_n = mw + wt
-        frac = jnp.where(mw_n > 0, wt / jnp.where(mw_n > 0, mw_n, 1.0), 0.0)
-        mom = (mw_n, m1 + frac * (x - m1), m2 + frac * (x * x - m2))
-        return (new, eps_new, eps_max, x_avg, w_sum, L, mom, nans + (~ok)), None
-
-    zeros = jnp.zeros((d,), dtype)
-    carry = (state, jnp.asarray(step_size0, dtype), jnp.asarray(jnp.inf, dtype), jnp.zeros((), dtype),
-             jnp.zeros((), dtype), jnp.asarray(L0, dtype), (jnp.zeros((), dtype), zeros, zeros), jnp.zeros((), jnp.int32))
-    ts = jnp.arange(n1 + n2, dtype=dtype)
-    carry, _ = jax.lax.scan(adapt_step, carry, (ts, jax.random.split(k1, n1 + n2), jnp.arange(n1 + n2) >= n1))
-    state, eps, eps_max, _, _, L, (_, m1, m2), nans = carry
-    if n2 > 0:
-        L = jnp.sqrt(jnp.sum(jnp.maximum(m2 - m1**2, 0.0)))
+    state = init(init_position, logdensity_fn, k_init)
+    cfg = _Adaptation(n1, n2, d, tuple(target_eevpd), decay, trust_in_estimate)
+    state, eps, eps_max, L, nans = _adapt_step_size(kernel, state, k1, step_size0, L0, cfg)
     L2 = L
-
-    # ---------------- phase III: fixed (ε, L); ESS on ≤ max_ess_coords coordinates, ≤ max_ess_samples draws
     if n3 > 1:
-        n_coords = min(d, max_ess_coords)
-        coords = jnp.arange(d) if n_coords == d else jax.random.choice(k_sub, d, (n_coords,), replace=False)
-        thin3 = max(1, math.ceil(n3 / max_ess_samples))
-
-        def run3(carry, k):
-            st, nans = carry
-            st, info = kernel(k, st, logdensity_fn, 1.0, L, eps)
-            return (st, nans + (~info.nonans)), ravel_pytree(st.position)[0][coords]
-
-        (state, nans), xs = jax.lax.scan(run3, (state, nans), jax.random.split(k3, n3))
-        xs = xs[thin3 - 1::thin3]
-        ess = ess_geyer(xs)
-        L = l_factor * eps * jnp.mean(n3 / ess)
-
-    # ---------------- sampling
-    def sample_chunk(carry, k):
-        def one(c, kk):
-            st, nans, e2 = c
-            st, info = kernel(kk, st, logdensity_fn, 1.0, L, eps)
-            return (st, nans + (~info.nonans), e2 + info.energy_change**2 / d), None
-
-        carry, _ = jax.lax.scan(one, carry, jax.random.split(k, thinning))
-        return carry, carry[0].position
-
-    (state, nans_s, e2), samples = jax.lax.scan(
-        sample_chunk, (state, jnp.zeros((), jnp.int32), jnp.zeros((), dtype)), jax.random.split(k_s, num_samples))
+        state, L, nans = _tune_L(kernel, state, k3, k_sub, L, eps, nans, n3, l_factor, max_ess_coords,
+                                 max_ess_samples)
+    state, samples, nans_s, e2 = _sample(kernel, state, k_s, L, eps, num_samples, thinning)
     info = MILEInfo(L, eps, L2, eps_max, nans, nans_s, e2 / (num_samples * thinning),
                     jnp.asarray(2 * (n1 + n2 + n3 + num_samples * thinning)), state)
     return samples, info

@@ -12,17 +12,17 @@ NUTS-BDE (Sommer et al., 2024): the initial positions are deep-ensemble members 
 from __future__ import annotations
 
 import time
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import blackjax
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from l2e.chains import member_device
-from l2e.types import PyTree
+from l2e.devices import member_device
+from l2e.types import FullBatchAlgorithm, PyTree
 
-__all__ = ["NUTSInfo", "nuts_chains"]
+__all__ = ["NUTSInfo", "nuts", "nuts_chains"]
 
 
 class NUTSInfo(NamedTuple):
@@ -44,6 +44,76 @@ class NUTSInfo(NamedTuple):
     seconds: np.ndarray
 
 
+def nuts(logdensity_fn: Callable[[PyTree], jax.Array], step_size, inverse_mass_matrix,
+         max_num_doublings: int = 10) -> FullBatchAlgorithm:
+    """blackjax NUTS at a fixed step size and inverse mass matrix (diagonal (d,) or dense (d, d)) as a
+    FullBatchAlgorithm: init(position, key) (the key is unused), step(key, state) -> (HMCState, NUTSInfo of
+    blackjax)."""
+    alg = blackjax.nuts(logdensity_fn, step_size, inverse_mass_matrix, max_num_doublings=max_num_doublings)
+
+    def init(position: PyTree, key: jax.Array | None = None):
+        del key
+        return alg.init(position)
+
+    return FullBatchAlgorithm(init, alg.step)
+
+
+def _programs(logdensity_fn, num_warmup: int, thinning: int, target_acceptance_rate: float,
+              max_num_doublings: int):
+    """(warm, block), jitted: warm(key, position) -> (state, adapted parameters, leapfrog steps) runs the
+    window adaptation; block(key, state, step_size, imm) -> (state, Σ acceptance, divergences, leapfrog steps)
+    runs `thinning` NUTS transitions."""
+
+    @jax.jit
+    def warm(k, position):
+        adapt = blackjax.window_adaptation(blackjax.nuts, logdensity_fn,
+                                           target_acceptance_rate=target_acceptance_rate,
+                                           max_num_doublings=max_num_doublings)
+        (state, params), info = adapt.run(k, position, num_steps=num_warmup)
+        return state, params, jnp.sum(info.info.num_integration_steps)
+
+    @jax.jit
+    def block(k, state, step_size, inverse_mass_matrix):
+        alg = nuts(logdensity_fn, step_size, inverse_mass_matrix, max_num_doublings)
+
+        def one(carry, kk):
+            st, acc, div, grads = carry
+            st, info = alg.step(kk, st)
+            return (st, acc + info.acceptance_rate, div + info.is_divergent,
+                    grads + info.num_integration_steps), None
+
+        zero = jnp.zeros((), jnp.int32)
+        carry, _ = jax.lax.scan(one, (state, jnp.zeros(()), zero, zero), jax.random.split(k, thinning))
+        return carry
+
+    return warm, block
+
+
+def _run_one(programs, logdensity_fn, position, key, dev, num_warmup: int, num_samples: int, progress,
+             chain: int) -> tuple[list, Any, Any, Any, Any, Any, Any]:
+    """One chain on device `dev`: (kept positions, step size, imm, Σ acceptance, divergences, warm-up
+    leapfrog steps, sampling leapfrog steps)."""
+    warm, block = programs
+    k_warm, k_run = (jax.device_put(k, dev) for k in jax.random.split(key))
+    if num_warmup > 0:
+        state, params, warm_grads = warm(k_warm, position)
+        step_size, imm = params["step_size"], params["inverse_mass_matrix"]
+    else:
+        state = blackjax.nuts.init(position, logdensity_fn)
+        step_size = jax.device_put(jnp.asarray(1e-3), dev)
+        imm = jnp.ones_like(jax.flatten_util.ravel_pytree(position)[0])
+        warm_grads = jnp.zeros((), jnp.int32)
+    acc = div = grads = 0
+    kept = []
+    for s in range(num_samples):
+        state, a, d, g = block(jax.random.fold_in(k_run, s), state, step_size, imm)
+        acc, div, grads = acc + a, div + d, grads + g
+        kept.append(state.position)
+        if progress is not None:
+            progress(chain, s)
+    return kept, step_size, imm, acc, div, warm_grads, grads
+
+
 def nuts_chains(logdensity_fn: Callable[[PyTree], jax.Array], init_positions: PyTree, key: jax.Array,
                 num_warmup: int, num_samples: int, thinning: int = 1, target_acceptance_rate: float = 0.8,
                 max_num_doublings: int = 10, progress: Callable | None = None) -> tuple[PyTree, NUTSInfo]:
@@ -59,64 +129,26 @@ def nuts_chains(logdensity_fn: Callable[[PyTree], jax.Array], init_positions: Py
         raise ValueError(f"need num_warmup ≥ 0, num_samples ≥ 1, thinning ≥ 1; got {num_warmup}, "
                          f"{num_samples}, {thinning}")
     num_chains = jax.tree.leaves(init_positions)[0].shape[0]
-
-    @jax.jit
-    def warm(k, position):
-        adapt = blackjax.window_adaptation(blackjax.nuts, logdensity_fn,
-                                           target_acceptance_rate=target_acceptance_rate,
-                                           max_num_doublings=max_num_doublings)
-        (state, params), info = adapt.run(k, position, num_steps=num_warmup)
-        return state, params, jnp.sum(info.info.num_integration_steps)
-
-    @jax.jit
-    def block(k, state, step_size, inverse_mass_matrix):
-        kernel = blackjax.nuts(logdensity_fn, step_size, inverse_mass_matrix, max_num_doublings=max_num_doublings)
-
-        def one(carry, kk):
-            st, acc, div, grads = carry
-            st, info = kernel.step(kk, st)
-            return (st, acc + info.acceptance_rate, div + info.is_divergent,
-                    grads + info.num_integration_steps), None
-
-        zero = jnp.zeros((), jnp.int32)
-        carry, _ = jax.lax.scan(one, (state, jnp.zeros(()), zero, zero), jax.random.split(k, thinning))
-        return carry
-
+    programs = _programs(logdensity_fn, num_warmup, thinning, target_acceptance_rate, max_num_doublings)
     devices = jax.local_devices()
     concurrent = len(devices) > 1 and num_chains > 1
     runs = []
     t_start = time.perf_counter()
     for c in range(num_chains):  # chain c on local device c mod n: chains overlap on a multi-device machine
         dev = member_device(c)
-        k_warm, k_run = (jax.device_put(k, dev) for k in jax.random.split(jax.random.fold_in(key, c)))
         position = jax.device_put(jax.tree.map(lambda x: x[c], init_positions), dev)
         t0 = time.perf_counter()
-        if num_warmup > 0:
-            state, params, warm_grads = warm(k_warm, position)
-            step_size, imm = params["step_size"], params["inverse_mass_matrix"]
-        else:
-            state = blackjax.nuts.init(position, logdensity_fn)
-            step_size = jax.device_put(jnp.asarray(1e-3), dev)
-            imm = jnp.ones_like(jax.flatten_util.ravel_pytree(position)[0])
-            warm_grads = jnp.zeros((), jnp.int32)
-        acc = div = grads = 0
-        kept = []
-        for s in range(num_samples):
-            state, a, d, g = block(jax.random.fold_in(k_run, s), state, step_size, imm)
-            acc, div, grads = acc + a, div + d, grads + g
-            kept.append(state.position)
-            if progress is not None:
-                progress(c, s)
+        run = _run_one(programs, logdensity_fn, position, jax.random.fold_in(key, c), dev, num_warmup,
+                       num_samples, progress, c)
         if not concurrent:
-            jax.block_until_ready(kept[-1])
-        runs.append((kept, step_size, imm, acc, div, warm_grads, grads, time.perf_counter() - t0))
+            jax.block_until_ready(run[0][-1])
+        runs.append((*run, time.perf_counter() - t0))
     draws, infos = [], []
-    home = devices[0]
     for kept, step_size, imm, acc, div, warm_grads, grads, seconds in runs:
         if concurrent:  # chains ran side by side: each chain's time is the wall time until it finished
             jax.block_until_ready(kept[-1])
             seconds = time.perf_counter() - t_start
-        draws.append(jax.device_put(jax.tree.map(lambda *xs: jnp.stack(xs), *kept), home))
+        draws.append(jax.device_put(jax.tree.map(lambda *xs: jnp.stack(xs), *kept), devices[0]))
         infos.append((float(step_size), np.asarray(imm), float(acc) / (num_samples * thinning), int(div),
                       int(warm_grads) + int(grads), seconds))
     samples = jax.tree.map(lambda *xs: jnp.stack(xs), *draws)
