@@ -17,7 +17,7 @@ seeded shuffle, 70/10/20; 2×16 ReLU MLP with location and log-scale heads, prio
      max 10 doublings, `nuts_warmup` adaptation steps (MILE: 100), `nuts_samples` draws per chain), chains run
      one after another.
 
-Metrics (METRICS §2, evaluate.diagnostics.regression_metrics) on the test split of the standardised target,
+Metrics (METRICS §2, tasks.likelihoods.gaussian.regression_metrics) on the test split of the standardised target,
 pooled over chains and samples: LPPD (logsumexp), RMSE of the mixture mean, calibration error (RMS over the
 levels 0.5/0.75/0.9/0.95 of |coverage − level|, one predictive draw per sample; for the DE 1000 draws per member
 so that both use 12·1000 draws per test point).
@@ -45,9 +45,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from evaluate.diagnostics import regression_metrics
 from l2e.mclmc import mile
 from l2e.nuts import nuts_chains
+from tasks.likelihoods.gaussian import regression_metrics
 from tasks.regression import RegressionSpec, build_regression_task
 
 REPO = Path(__file__).resolve().parents[1]
@@ -150,82 +150,96 @@ def _member(params, i):
 
 
 def _metrics(task, params, split="test", num_draws=1, key=0):
+    """regression_metrics of the stacked params' predictions on a split (non-finite samples dropped)."""
     x, y = getattr(task.splits, split)
-    loc, scale = task._predict_jit(params, x)
-    loc, scale = np.asarray(loc), np.asarray(scale)
+    out = np.asarray(jax.jit(task.predict)(params, x))  # (K, n, 2) [loc, scale]
+    loc, scale = out[..., 0], out[..., 1]
     finite = np.all(np.isfinite(loc), 1) & np.all(np.isfinite(scale), 1)
     m = regression_metrics(np.asarray(y), loc[finite], scale[finite], key=key, num_draws=num_draws)
     m["num_nonfinite_samples"] = int((~finite).sum())
     return m
 
 
-def run_one(dataset: str, seed: int, chains: int, cfg: dict, data_dir: str, nuts_chains_n: int,
-            log=print) -> dict:
-    spec = RegressionSpec(f"uci:{dataset}", protocol="mile", seed=seed, data_dir=data_dir)
-    task = build_regression_task(spec)
-    d = sum(x.size for x in jax.tree.leaves(task.init_params(jax.random.PRNGKey(0))))
-    out = {"dataset": dataset, "seed": seed, "chains": chains, "d": int(d), "n_train": task.data_size,
-           "n_valid": int(task.splits.inner_valid[0].shape[0]), "n_test": int(task.splits.test[0].shape[0])}
-    key = jax.random.PRNGKey(seed)
-    k_de, k_mile, k_nuts = jax.random.split(key, 3)
-
-    # ---------------- 1. deep ensemble
+def _run_de(task, key, chains: int, cfg: dict, seed: int, log) -> tuple[dict, dict]:
+    """1. The deep ensemble: (stacked member params, report entry)."""
+    dataset = task.spec.dataset.split(":")[-1]
     train = make_de_trainer(task, chains, lr=cfg["de_lr"], max_epochs=cfg["de_epochs"], patience=cfg["de_patience"])
-    c_de, t_comp = _compile(train, k_de)
-    (de_params, de_info), t_de = _timed(c_de, k_de)
+    c_de, t_comp = _compile(train, key)
+    (de_params, de_info), t_de = _timed(c_de, key)
     m_de = _metrics(task, de_params, num_draws=1000, key=seed)
     members = [_metrics(task, _member(de_params, i), key=seed)["lppd"] for i in range(chains)]
-    out["de"] = {**m_de, "seconds": t_de, "compile_seconds": t_comp, "epochs": np.asarray(de_info["epochs"]).tolist(),
-                 "best_val_nll": np.asarray(de_info["best_val_nll"]).tolist(), "member_lppd": members}
+    entry = {**m_de, "seconds": t_de, "compile_seconds": t_comp, "epochs": np.asarray(de_info["epochs"]).tolist(),
+             "best_val_nll": np.asarray(de_info["best_val_nll"]).tolist(), "member_lppd": members}
     log(f"  [{dataset} s{seed}] DE     LPPD {m_de['lppd']:.3f} RMSE {m_de['rmse']:.3f} "
         f"CalE {m_de['calibration_error']:.3f}  {t_de:.1f} s (+{t_comp:.1f} s compile), epochs "
         f"{int(np.min(de_info['epochs']))}–{int(np.max(de_info['epochs']))}")
+    return de_params, entry
 
-    # ---------------- 2. MILE from the DE members
-    def run_mile(positions, keys):
+
+def _run_mile(task, de_params, key, chains: int, cfg: dict, seed: int, log) -> dict:
+    """2. MILE from the DE members (vmapped chains, compiled ahead of time): the report entry."""
+    dataset = task.spec.dataset.split(":")[-1]
+
+    def run(positions, keys):
         return jax.vmap(lambda p, k: mile(task.log_density, p, k, cfg["de_lr"], num_steps=cfg["mile_steps"],
                                           num_samples=cfg["mile_samples"], thinning=cfg["mile_thin"]))(positions, keys)
 
-    mk = jax.random.split(k_mile, chains)
-    c_mile, t_comp = _compile(run_mile, de_params, mk)
+    mk = jax.random.split(key, chains)
+    c_mile, t_comp = _compile(run, de_params, mk)
     (samples, info), t_mile = _timed(c_mile, de_params, mk)
     m_mile = _metrics(task, _flatten(samples), key=seed)
     finite = np.stack([np.all(np.isfinite(np.asarray(x).reshape(chains, -1)), 1) for x in jax.tree.leaves(samples)])
-    nan_chains = int(np.sum(~finite.all(0)))
-    out["mile"] = {**m_mile, "seconds": t_mile, "compile_seconds": t_comp,
-                   "num_grad_evals_per_chain": int(np.asarray(info.num_grad_evals)[0]),
-                   "num_nan_warmup": np.asarray(info.num_nan_warmup).tolist(),
-                   "num_nan_sampling": np.asarray(info.num_nan_sampling).tolist(),
-                   "nan_chains": nan_chains,
-                   "step_size": np.asarray(info.step_size).tolist(), "L": np.asarray(info.L).tolist(),
-                   "L_phase2": np.asarray(info.L_phase2).tolist(),
-                   "eevpd_sampling": np.asarray(info.eevpd_sampling).tolist()}
+    entry = {**m_mile, "seconds": t_mile, "compile_seconds": t_comp,
+             "num_grad_evals_per_chain": int(np.asarray(info.num_grad_evals)[0]),
+             "num_nan_warmup": np.asarray(info.num_nan_warmup).tolist(),
+             "num_nan_sampling": np.asarray(info.num_nan_sampling).tolist(),
+             "nan_chains": int(np.sum(~finite.all(0))),
+             "step_size": np.asarray(info.step_size).tolist(), "L": np.asarray(info.L).tolist(),
+             "L_phase2": np.asarray(info.L_phase2).tolist(),
+             "eevpd_sampling": np.asarray(info.eevpd_sampling).tolist()}
     log(f"  [{dataset} s{seed}] MILE   LPPD {m_mile['lppd']:.3f} RMSE {m_mile['rmse']:.3f} "
         f"CalE {m_mile['calibration_error']:.3f}  {t_mile:.1f} s (+{t_comp:.1f} s compile), ε "
         f"{np.median(info.step_size):.3g}, L {np.median(info.L):.3g}, NaN reversions "
         f"{int(np.sum(info.num_nan_warmup))}/{int(np.sum(info.num_nan_sampling))}")
-    del samples
+    return entry
 
-    # ---------------- 3. NUTS-BDE from the (first nuts_chains_n) DE members
+
+def _run_nuts(task, de_params, key, chains: int, cfg: dict, seed: int, log) -> dict:
+    """3. NUTS-BDE from the first `chains` DE members (chains run one after another): the report entry."""
+    dataset = task.spec.dataset.split(":")[-1]
+    init = jax.tree.map(lambda x: x[:chains], de_params)
+    t0 = time.perf_counter()
+    ns, ninfo = nuts_chains(task.log_density, init, key, cfg["nuts_warmup"], cfg["nuts_samples"])
+    t_total = time.perf_counter() - t0
+    m_nuts = _metrics(task, _flatten(ns), key=seed)
+    secs = np.asarray(ninfo.seconds)
+    per_chain = float(np.mean(secs[1:])) if len(secs) > 1 else float(secs[0])
+    entry = {**m_nuts, "chains_run": chains, "seconds_per_chain": secs.tolist(),
+             "seconds_12_chains_est": per_chain * 12, "seconds_total_incl_compile": t_total,
+             "num_grad_evals": np.asarray(ninfo.num_grad_evals).tolist(),
+             "step_size": np.asarray(ninfo.step_size).tolist(),
+             "acceptance_rate": np.asarray(ninfo.acceptance_rate).tolist(),
+             "num_divergent": np.asarray(ninfo.num_divergent).tolist(),
+             "warmup": cfg["nuts_warmup"], "samples": cfg["nuts_samples"]}
+    log(f"  [{dataset} s{seed}] BDE    LPPD {m_nuts['lppd']:.3f} RMSE {m_nuts['rmse']:.3f} "
+        f"CalE {m_nuts['calibration_error']:.3f}  {chains} chains {t_total:.1f} s incl. compile; "
+        f"per chain {per_chain:.1f} s; grads/chain {np.mean(ninfo.num_grad_evals):.3g}; "
+        f"acc {np.mean(ninfo.acceptance_rate):.2f}; div {int(np.sum(ninfo.num_divergent))}")
+    return entry
+
+
+def run_one(dataset: str, seed: int, chains: int, cfg: dict, data_dir: str, nuts_chains_n: int,
+            log=print) -> dict:
+    """DE, MILE and (nuts_chains_n > 0) NUTS-BDE on one dataset and split seed."""
+    task = build_regression_task(RegressionSpec(f"uci:{dataset}", protocol="mile", seed=seed, data_dir=data_dir))
+    d = sum(x.size for x in jax.tree.leaves(task.init_params(jax.random.PRNGKey(0))))
+    out = {"dataset": dataset, "seed": seed, "chains": chains, "d": int(d), "n_train": task.data_size,
+           "n_valid": int(task.splits.inner_valid[0].shape[0]), "n_test": int(task.splits.test[0].shape[0])}
+    k_de, k_mile, k_nuts = jax.random.split(jax.random.PRNGKey(seed), 3)
+    de_params, out["de"] = _run_de(task, k_de, chains, cfg, seed, log)
+    out["mile"] = _run_mile(task, de_params, k_mile, chains, cfg, seed, log)
     if nuts_chains_n > 0:
-        init = jax.tree.map(lambda x: x[:nuts_chains_n], de_params)
-        t0 = time.perf_counter()
-        ns, ninfo = nuts_chains(task.log_density, init, k_nuts, cfg["nuts_warmup"], cfg["nuts_samples"])
-        t_total = time.perf_counter() - t0
-        m_nuts = _metrics(task, _flatten(ns), key=seed)
-        secs = np.asarray(ninfo.seconds)
-        per_chain = float(np.mean(secs[1:])) if len(secs) > 1 else float(secs[0])
-        out["nuts"] = {**m_nuts, "chains_run": nuts_chains_n, "seconds_per_chain": secs.tolist(),
-                       "seconds_12_chains_est": per_chain * 12, "seconds_total_incl_compile": t_total,
-                       "num_grad_evals": np.asarray(ninfo.num_grad_evals).tolist(),
-                       "step_size": np.asarray(ninfo.step_size).tolist(),
-                       "acceptance_rate": np.asarray(ninfo.acceptance_rate).tolist(),
-                       "num_divergent": np.asarray(ninfo.num_divergent).tolist(),
-                       "warmup": cfg["nuts_warmup"], "samples": cfg["nuts_samples"]}
-        log(f"  [{dataset} s{seed}] BDE    LPPD {m_nuts['lppd']:.3f} RMSE {m_nuts['rmse']:.3f} "
-            f"CalE {m_nuts['calibration_error']:.3f}  {nuts_chains_n} chains {t_total:.1f} s incl. compile; "
-            f"per chain {per_chain:.1f} s; grads/chain {np.mean(ninfo.num_grad_evals):.3g}; "
-            f"acc {np.mean(ninfo.acceptance_rate):.2f}; div {int(np.sum(ninfo.num_divergent))}")
+        out["nuts"] = _run_nuts(task, de_params, k_nuts, nuts_chains_n, cfg, seed, log)
     return out
 
 

@@ -1,7 +1,7 @@
-"""`python -m evaluate`: run L2E, SGHMC, cyclical SGHMC and deep ensembles on held-out tasks and write a report.
+"""`python -m evaluate`: tune, run and score the registered methods (L2E and baselines) on held-out tasks; report.
 
-    python -m evaluate [--preset default|smoke] [--output DIR] [--sampler PATH] [--seed N]
-                       [--set key=value ...] [--reference [TASK=]PATH ...] [--overwrite] [--quiet]
+    python -m evaluate [--preset default|smoke|full|regression_1d|paper] [--output DIR] [--sampler PATH] [--seed N]
+                       [--set key=value ...] [--reference [TASK=]PATH ...] [--save-samples] [--overwrite] [--quiet]
     python -m evaluate reference --output DIR [--preset P] [--task NAME ...] [--set key=value ...]
                        [--chains 4] [--warmup 200] [--samples 100] [--thinning 1] [--max-doublings 10]
                        [--seed N] [--init init_params|prior] [--overwrite] [--quiet]
@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "class, e.g. HMC) for TASK (default: the only task); adds agreement and total variation "
                         "per method (repeatable)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing report in --output")
+    p.add_argument("--save-samples", action="store_true",
+                   help="also write each method's final-run parameter samples as ArviZ InferenceData (netCDF) to "
+                        "OUTPUT/samples/<task>/<method>.nc")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -198,7 +201,8 @@ def main(argv=None) -> int:
         out = Path(args.output)
         check_output(out, args.overwrite, ConfigError)
         references = _parse_references(args.reference)
-        results = evaluate(cfg, out, sampler_path=args.sampler, progress=not args.quiet, references=references)
+        results = evaluate(cfg, out, sampler_path=args.sampler, progress=not args.quiet, references=references,
+                           samples=args.save_samples)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130

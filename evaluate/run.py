@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -42,7 +43,7 @@ from evaluate.reference import load_references
 from evaluate.report import write_report
 from tasks import TaskCache, build
 
-__all__ = ["DIVERGENCE_NOTE", "evaluate", "load_l2e", "run_task_method"]
+__all__ = ["DIVERGENCE_NOTE", "evaluate", "load_l2e", "run_task_method", "save_samples"]
 
 DIVERGENCE_NOTE = ("a chain (ensemble member) with a non-finite sample or prediction is divergent and counted per "
                    "method (divergent_chains); its non-finite samples are excluded from the BMA and all metrics, its "
@@ -206,13 +207,32 @@ def _task_report(task, task_key, held_out: str, ref: dict | None, cfg: EvalConfi
     return entry, runs
 
 
+def save_samples(out_dir, task_name: str, runs: dict, methods) -> dict:
+    """Write the kept samples of each method's final run as ArviZ InferenceData (netCDF;
+    evaluate.samples.write_inference_data) to out_dir/samples/<task slug>/<method>.nc; returns {method: path
+    relative to out_dir} (methods without a finite sample are skipped)."""
+    from evaluate.hmc_reference import slugify
+    from evaluate.samples import write_inference_data
+
+    paths = {}
+    for method in methods:
+        res = runs[method][0]
+        if res.samples is None or res.num_finite == 0:
+            continue
+        rel = Path("samples") / slugify(task_name) / f"{method}.nc"
+        write_inference_data(Path(out_dir) / rel, res.samples, res.chain_ids, draws_per_chain=res.draws_per_chain)
+        paths[method] = str(rel)
+    return paths
+
+
 def evaluate(cfg: EvalConfig, out_dir=None, sampler_path=None, progress: bool = True, sampler: dict | None = None,
-             references: dict | None = None, cache: CompileCache | None = None) -> dict:
+             references: dict | None = None, cache: CompileCache | None = None, samples: bool = False) -> dict:
     """Run the evaluation described by `cfg`; write the report (evaluate.report.write_report) into out_dir (if
     given).  `sampler` (from `load_l2e`) overrides `sampler_path`.  `references`: {task name (or None for the
     only task): path} (evaluate.reference.load_references); every input is checked before anything is
-    computed.  cache: a CompileCache to reuse (default: a new one for this evaluation).  Returns the results
-    dict (schema: evaluate.report)."""
+    computed.  cache: a CompileCache to reuse (default: a new one for this evaluation).  samples: also write
+    every method's final-run samples (`save_samples`; needs out_dir).  Returns the results dict (schema:
+    evaluate.report)."""
     needs_sampler = any(get_method(m).needs_sampler for m in cfg.methods)
     if needs_sampler and sampler is None:
         sampler = load_l2e(sampler_path)  # fail fast, before any compilation
@@ -225,8 +245,11 @@ def evaluate(cfg: EvalConfig, out_dir=None, sampler_path=None, progress: bool = 
     with tqdm(total=_num_runs(cfg) * len(tasks), desc="evaluate", unit="run", disable=not progress,
               dynamic_ncols=True) as bar:
         for t, (name, task, held_out) in enumerate(zip(cfg.task_names(), tasks, cfg.held_out)):
-            results["tasks"][name], _ = _task_report(task, jax.random.fold_in(root, t), held_out, refs.get(name),
-                                                     cfg, sampler, cache, _Progress(bar))
+            entry, runs = _task_report(task, jax.random.fold_in(root, t), held_out, refs.get(name), cfg, sampler,
+                                       cache, _Progress(bar))
+            if samples and out_dir is not None:
+                entry["samples"] = save_samples(out_dir, name, runs, cfg.methods)
+            results["tasks"][name] = entry
     if out_dir is not None:
         paths = write_report(results, out_dir)
         results["paths"] = {k: str(v) for k, v in paths.items()}

@@ -45,7 +45,7 @@ def checkpoint(tmp_path_factory):
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory, checkpoint):
     out = tmp_path_factory.mktemp("smoke")
-    return out, evaluate(get_preset("smoke"), out, sampler_path=checkpoint, progress=False)
+    return out, evaluate(get_preset("smoke"), out, sampler_path=checkpoint, progress=False, samples=True)
 
 
 TIMING = {"seconds", "ess_per_second", "seconds_per_step", "sghmc_seconds_per_step", "seconds_per_step_vs_sghmc"}
@@ -90,6 +90,27 @@ def test_smoke_report(smoke):
         assert hp["tuned"] and hp["learning_rate"] in [p["learning_rate"] for p in points]
         assert len(hp["grid"]) == len(points) and all(k.startswith("lr=") for k in hp["grid"])
     assert "| sghmc |" in (out / "report.md").read_text()
+
+
+def test_save_samples_writes_inference_data(smoke):
+    """--save-samples: each method's final-run samples as ArviZ InferenceData, one chain per chain / member."""
+    import arviz as az
+    import numpy as np
+
+    from evaluate.__main__ import build_parser
+
+    assert build_parser().parse_args(["--save-samples"]).save_samples
+    out, results = smoke
+    (name, task), = results["tasks"].items()
+    assert set(task["samples"]) == set(DEFAULT_METHODS)
+    shapes = {}
+    for method, rel in task["samples"].items():
+        assert rel == f"samples/{name.replace('/', '_')}/{method}.nc"
+        post = az.from_netcdf(out / rel).posterior
+        for v in post.data_vars.values():
+            assert v.dims[:2] == ("chain", "draw") and np.isfinite(v.values).all()
+        shapes[method] = (post.sizes["chain"], post.sizes["draw"])
+    assert shapes == {"l2e": (1, 3), "sghmc": (1, 3), "csghmc": (1, 3), "deep_ensemble": (3, 1)}
 
 
 def test_same_seed_same_numbers_other_seed_differs(smoke, checkpoint, tmp_path):

@@ -35,7 +35,8 @@ class CompileCache:
         return self._values[key]
 
     def warm_up(self, key: tuple, fn: Callable, state, data, args, device=None) -> None:
-        """Call chunk `fn(state, key, start, data, args)` once (result discarded) unless done for (key, device);
+        """Call chunk `fn(state, key, start, data, args) -> (state, infos)` once (result discarded) unless done for
+        (key, device);
         with `device`, on inputs placed there (a jitted function compiles once per device it runs on)."""
         if device is not None:
             key = key + (device,)

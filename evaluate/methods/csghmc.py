@@ -48,10 +48,10 @@ def _schedule(cfg, s: CSGHMCSettings):
 
 
 def _kernel(task, num_steps: int, cycles: int, exploration_ratio: float, momentum_decay: float):
+    step = l2e.cyclical_sghmc.build_kernel(task.posterior, num_steps, cycles, exploration_ratio)
+
     def kernel(key, state, batch, args):
-        alg = l2e.cyclical_sghmc(task.posterior, args["lr"], num_steps=num_steps, num_cycles=cycles,
-                                 exploration_ratio=exploration_ratio, momentum_decay=momentum_decay)
-        return alg.step(key, state, batch)
+        return step(key, state, batch, args["lr"], momentum_decay)
 
     return kernel
 
@@ -62,9 +62,8 @@ def run_csghmc(ctx, key, hp: dict):
     static = (cfg.num_steps, num_cycles(cfg, s), s.exploration_ratio, s.momentum_decay)
     hp = {**hp, "num_cycles": static[1], "exploration_ratio": s.exploration_ratio,
           "momentum_decay": s.momentum_decay}
-    init = l2e.cyclical_sghmc(ctx.task.posterior, 1.0, *static[:2], static[2], static[3]).init
     return run_single_chain(ctx, key, hp, _schedule(cfg, s), ("csghmc",) + static, lambda: _kernel(ctx.task, *static),
-                            init, lr_args(hp))
+                            l2e.cyclical_sghmc.init, lr_args(hp))
 
 
 METHOD = Method("csghmc", CSGHMCSettings, run_csghmc, grid=lr_grid, schedule=_schedule)

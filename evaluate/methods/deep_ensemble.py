@@ -13,8 +13,9 @@ import optax
 from evaluate.budget import member_schedule
 from evaluate.methods.base import Method, check_grid, check_in, lr_grid
 from evaluate.methods.driver import lr_args, run_members
+from l2e.types import all_finite, tree_vdot
 
-__all__ = ["DEState", "DeepEnsembleSettings", "METHOD", "run_deep_ensemble"]
+__all__ = ["DEInfo", "DEState", "DeepEnsembleSettings", "METHOD", "run_deep_ensemble"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +37,14 @@ class DEState(NamedTuple):
     opt_state: Any
 
 
+class DEInfo(NamedTuple):
+    """loss: mean minibatch NLL at the pre-update parameters (the MAP objective less its prior term);
+    is_finite: the loss and the updated parameters are finite."""
+
+    loss: jax.Array
+    is_finite: jax.Array
+
+
 def _optimizer(lr, steps: int, momentum: float) -> optax.GradientTransformation:
     return optax.sgd(optax.cosine_decay_schedule(lr, steps), momentum=momentum)
 
@@ -43,14 +52,16 @@ def _optimizer(lr, steps: int, momentum: float) -> optax.GradientTransformation:
 def _kernel(task, steps: int, momentum: float):
     n = task.data_size
 
-    def loss(params, batch):
-        return task.nll(params, batch) - task.log_prior(params) / n
+    def objective(params, batch):
+        nll = task.nll(params, batch)
+        return nll - task.log_prior(params) / n, nll
 
     def kernel(key, state, batch, args):
         del key  # deterministic given the minibatch
-        grads = jax.grad(loss)(state.position, batch)
+        (_, nll), grads = jax.value_and_grad(objective, has_aux=True)(state.position, batch)
         updates, opt_state = _optimizer(args["lr"], steps, momentum).update(grads, state.opt_state, state.position)
-        return DEState(optax.apply_updates(state.position, updates), opt_state)
+        position = optax.apply_updates(state.position, updates)
+        return DEState(position, opt_state), DEInfo(nll, all_finite(nll, tree_vdot(position, position)))
 
     return kernel
 

@@ -2,7 +2,7 @@
 
 Every chain (and every member) is `l2e.chains.make_chunk` + `jax.jit` + `l2e.chains.run_chain`: a Python loop
 over a compiled chunk of a few unrolled updates (never a CNN gradient inside `lax.scan`; see l2e/chains.py).
-Kernels have the chunk signature `kernel(key, state, minibatch, args) -> state` with the traced
+Kernels have the chunk signature `kernel(key, state, minibatch, args) -> (state, info)` with the traced
 hyperparameters in `args` (a dict), so a whole tuning grid compiles once per (task, method, schedule).
 
 Devices: ensemble members run round robin on the local devices (`l2e.devices.member_device`), each the same
@@ -54,12 +54,12 @@ def run_single_chain(ctx, key, hp: dict, schedule: ChainSchedule, cache_key: tup
     ck, fn = chunk_fn(ctx, cache_key, make_kernel, schedule)
     ctx.cache.warm_up(ck, fn, state, task.train_data, args)
     t0 = time.perf_counter()
-    final, samples = run_chain(fn, state, key_chain, task.train_data, args, schedule)
-    jax.block_until_ready(samples)
+    chain = run_chain(fn, state, key_chain, task.train_data, args, schedule)
+    jax.block_until_ready(chain.samples)
     seconds = time.perf_counter() - t0
     if final_info is not None:
-        hp = {**hp, **final_info(final)}
-    return finalise(ctx, samples, [0] * schedule.num_samples, schedule.num_steps, seconds, hp)
+        hp = {**hp, **final_info(chain.state)}
+    return finalise(ctx, chain.samples, [0] * schedule.num_samples, schedule.num_steps, seconds, hp)
 
 
 def run_members(ctx, key, hp: dict, schedule: ChainSchedule, cache_key: tuple, make_kernel,
@@ -80,9 +80,8 @@ def run_members(ctx, key, hp: dict, schedule: ChainSchedule, cache_key: tuple, m
     for m in range(k):  # dispatch is asynchronous, so members on different devices overlap
         dev = member_device(m)
         state, member_key, member_args = jax.device_put((init(m), jax.random.fold_in(key_chain, m), args), dev)
-        _, sample = run_chain(fn, state, member_key, ctx.cache.data.put(task.train_data, dev), member_args,
-                              schedule)
-        members.append(sample)
+        chain = run_chain(fn, state, member_key, ctx.cache.data.put(task.train_data, dev), member_args, schedule)
+        members.append(chain.samples)
     home = jax.local_devices()[0]
     samples = jax.tree.map(lambda *xs: jnp.concatenate([jax.device_put(x, home) for x in xs]), *members)
     jax.block_until_ready(samples)

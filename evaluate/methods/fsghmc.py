@@ -118,8 +118,10 @@ def _step_cost(ctx, posterior, friction: float, lr: float) -> dict:
 
 
 def _kernel(posterior, friction: float):
+    step = l2e.fsghmc.build_kernel(posterior)
+
     def kernel(key, state, batch, args):
-        return l2e.fsghmc(posterior, args["lr"], friction).step(key, state, batch)
+        return step(key, state, batch, args["lr"], friction)
 
     return kernel
 
@@ -132,9 +134,8 @@ def run_fsghmc(ctx, key, hp: dict):
     posterior, record = fsghmc_posterior(ctx.task, s)
     hp = {**hp, "friction": friction, "thinning": ctx.cfg.sample_thinning, "gp_prior": record,
           **_step_cost(ctx, posterior, friction, float(hp["learning_rate"]))}
-    init = l2e.fsghmc(posterior, 1.0, friction).init
     return run_single_chain(ctx, key, hp, single_chain_schedule(ctx.cfg), ("fsghmc", friction, s),
-                            lambda: _kernel(posterior, friction), init, lr_args(hp),
+                            lambda: _kernel(posterior, friction), l2e.fsghmc.init, lr_args(hp),
                             final_info=lambda st: {"cholesky_ok": bool(st.chol_ok)})
 
 

@@ -23,9 +23,10 @@ class L2ESettings:
 
 
 def _kernel(task, sampler: l2e.L2EConfig):
+    step = l2e.l2e.build_kernel(task.posterior, sampler)
+
     def kernel(key, state, batch, args):
-        config = dataclasses.replace(sampler, learning_rate=args["lr"])  # traced lr skips the positivity check
-        return l2e.build_kernel(task.posterior, config)(key, state, batch, args["meta"])
+        return step(key, state, batch, args["meta"], learning_rate=args["lr"])
 
     return kernel
 
@@ -33,13 +34,12 @@ def _kernel(task, sampler: l2e.L2EConfig):
 def run_l2e(ctx, key, hp: dict):
     """One L2E chain; hp: learning_rate, "meta_params" and "sampler" (the checkpoint's L2EConfig)."""
     meta_params, sampler = hp["meta_params"], hp["sampler"]
-    static = dataclasses.replace(sampler, learning_rate=1.0)  # lr is traced; the rest is compiled in
+    static = dataclasses.replace(sampler, learning_rate=1.0)  # lr is a traced call argument; the rest is static
     args = {**lr_args(hp), "meta": meta_params}
-    init = l2e.l2e(ctx.task.posterior, meta_params, static).init
     record = {"learning_rate": hp["learning_rate"], "thinning": ctx.cfg.sample_thinning,
               "sampler": {k: v for k, v in dataclasses.asdict(sampler).items() if k != "learning_rate"}}
     return run_single_chain(ctx, key, record, single_chain_schedule(ctx.cfg), ("l2e", static),
-                            lambda: _kernel(ctx.task, static), init, args)
+                            lambda: _kernel(ctx.task, static), l2e.l2e.init, args)
 
 
 METHOD = Method("l2e", L2ESettings, run_l2e, grid=lr_grid, schedule=lambda cfg, s: single_chain_schedule(cfg),

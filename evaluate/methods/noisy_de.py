@@ -4,6 +4,7 @@ velocity; the last iterate of each member is one sample."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -13,9 +14,10 @@ import optax
 from evaluate.budget import member_schedule
 from evaluate.methods.base import Method, check_grid, check_in, lr_grid
 from evaluate.methods.driver import lr_args, run_members
-from l2e.types import normal_like
+from l2e.diffusions import sgd_momentum
+from l2e.types import all_finite, normal_like, tree_vdot
 
-__all__ = ["METHOD", "NoisyDESettings", "NoisyDEState", "run_noisy_de"]
+__all__ = ["METHOD", "NoisyDEInfo", "NoisyDESettings", "NoisyDEState", "run_noisy_de"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,9 +40,17 @@ class NoisyDEState(NamedTuple):
     step: jax.Array
 
 
+class NoisyDEInfo(NamedTuple):
+    """loss: mean minibatch NLL at the pre-update parameters; is_finite: the loss and the new parameters are
+    finite."""
+
+    loss: jax.Array
+    is_finite: jax.Array
+
+
 def _kernel(task, steps: int, momentum: float, temperature: float = 1.0):
-    """SGHMC in SGD-with-momentum form (BASELINES §0/§7), mean-loss units, a = 1 − momentum:
-    v ← momentum·v − lr_t·(ḡ − ∇log p(θ)/N) + N(0, 2·a·lr_t·T/N),  θ ← θ + v,
+    """SGHMC in SGD-with-momentum form (`l2e.diffusions.sgd_momentum`; BASELINES §0/§7), mean-loss units,
+    a = 1 − momentum:  v ← momentum·v − (lr_t/N)·∇Ũ + N(0, 2·a·lr_t·T/N),  θ ← θ + v  (∇Ũ/N = ḡ − ∇log p(θ)/N),
     lr_t = lr·cosine decay to 0 over the member's updates.  T = 0 is heavy-ball SGD (lr inside the velocity;
     optax's sgd puts it outside — identical for a constant lr)."""
     n = task.data_size
@@ -48,12 +58,14 @@ def _kernel(task, steps: int, momentum: float, temperature: float = 1.0):
 
     def kernel(key, state, batch, args):
         lr = args["lr"] * schedule(state.step)
-        _, grad_u = task.posterior.potential_grad(state.position, batch)
+        loss, _, grad_u = task.posterior.value_and_potential_grad(state.position, batch)
         noise = normal_like(key, state.position)
         std = jnp.sqrt(2.0 * (1.0 - momentum) * lr * temperature / n)
-        vel = jax.tree.map(lambda v, g, z: momentum * v - (lr / n) * g + std * z, state.velocity, grad_u, noise)
+        update = functools.partial(sgd_momentum, momentum=momentum, step_size=lr / n, noise_std=std)
+        vel = jax.tree.map(update, state.velocity, grad_u, noise)
         pos = jax.tree.map(lambda x, v: x + v, state.position, vel)
-        return NoisyDEState(pos, vel, state.step + 1)
+        info = NoisyDEInfo(loss, all_finite(loss, tree_vdot(pos, pos)))
+        return NoisyDEState(pos, vel, state.step + 1), info
 
     return kernel
 

@@ -27,8 +27,10 @@ class PSGLDSettings:
 
 
 def _kernel(task, rho: float, lam: float):
+    step = l2e.psgld.build_kernel(task.posterior)
+
     def kernel(key, state, batch, args):
-        return l2e.psgld(task.posterior, args["lr"], rho, lam).step(key, state, batch)
+        return step(key, state, batch, args["lr"], rho, lam)
 
     return kernel
 
@@ -37,9 +39,8 @@ def run_psgld(ctx, key, hp: dict):
     """One pSGLD chain; hp: learning_rate."""
     rho, lam = ctx.settings.rho, ctx.settings.lam
     hp = {**hp, "rho": rho, "lam": lam, "thinning": ctx.cfg.sample_thinning, "temperature": 1.0}
-    init = l2e.psgld(ctx.task.posterior, 1.0, rho, lam).init
     return run_single_chain(ctx, key, hp, single_chain_schedule(ctx.cfg), ("psgld", rho, lam),
-                            lambda: _kernel(ctx.task, rho, lam), init, lr_args(hp))
+                            lambda: _kernel(ctx.task, rho, lam), l2e.psgld.init, lr_args(hp))
 
 
 METHOD = Method("psgld", PSGLDSettings, run_psgld, grid=lr_grid, schedule=lambda cfg, s: single_chain_schedule(cfg))

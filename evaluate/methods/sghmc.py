@@ -31,8 +31,10 @@ def _grid(s: SGHMCSettings) -> list[dict]:
 
 
 def _kernel(task):
+    step = l2e.sghmc.build_kernel(task.posterior)
+
     def kernel(key, state, batch, args):
-        return l2e.sghmc(task.posterior, args["lr"], args["friction"]).step(key, state, batch)
+        return step(key, state, batch, args["lr"], args["friction"])
 
     return kernel
 
@@ -41,10 +43,9 @@ def run_sghmc(ctx, key, hp: dict):
     """One SGHMC chain; hp: learning_rate, friction (default: the first of the grid)."""
     friction = float(hp.get("friction", ctx.settings.frictions[0]))
     hp = {**hp, "friction": friction, "thinning": ctx.cfg.sample_thinning}
-    init = l2e.sghmc(ctx.task.posterior, 1.0, friction).init
     args = {**lr_args(hp), "friction": jnp.asarray(friction, jnp.float32)}
     return run_single_chain(ctx, key, hp, single_chain_schedule(ctx.cfg), ("sghmc",), lambda: _kernel(ctx.task),
-                            init, args)
+                            l2e.sghmc.init, args)
 
 
 METHOD = Method("sghmc", SGHMCSettings, run_sghmc, grid=_grid, schedule=lambda cfg, s: single_chain_schedule(cfg))
