@@ -21,6 +21,7 @@ METHOD_MODULES = (  # one line per method, in the order methods run and are repo
     "csghmc",
     "psgld",
     "fsghmc",
+    "sgnht",
     "deep_ensemble",  # before the full-batch methods, which start from its members
     "noisy_de",
     "mile",
