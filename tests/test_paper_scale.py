@@ -65,20 +65,22 @@ def test_meta_training_independent_of_device_count(tmp_path, execution):
 
 
 EVAL_SCRIPT = textwrap.dedent("""
-    import sys, dataclasses, jax, numpy as np
-    from evaluate.config import get_preset
-    from evaluate.methods import run_deep_ensemble, run_mile, run_nuts_bde
+    import sys, jax, numpy as np
+    from evaluate.config import apply_overrides, get_preset
+    from evaluate.methods.registry import run_method
     from tasks import build
-    cfg = dataclasses.replace(get_preset("regression_1d"), num_steps=200, num_samples=4, fullbatch_chains=4,
-                              mile_steps=(2, 1, 1), mile_samples=2, mile_thinning=1, nuts_warmup=10,
-                              nuts_samples=2, nuts_thinning=1, nuts_max_doublings=4)
+    cfg = apply_overrides(get_preset("regression_1d"), [
+        "num_steps=200", "num_samples=4", "settings.mile.chains=4", "settings.mile.steps=2,1,1",
+        "settings.mile.samples=2", "settings.mile.thinning=1", "settings.nuts_bde.chains=4",
+        "settings.nuts_bde.warmup=10", "settings.nuts_bde.samples=2", "settings.nuts_bde.thinning=1",
+        "settings.nuts_bde.max_doublings=4"])
     task = build(cfg.tasks[0])
-    de = run_deep_ensemble(task, jax.random.PRNGKey(0), {"learning_rate": 0.01}, cfg)
+    de = run_method("deep_ensemble", task, jax.random.PRNGKey(0), {"learning_rate": 0.01}, cfg)
     init = jax.tree.map(np.asarray, de.samples)
-    mile = run_mile(task, jax.random.PRNGKey(0), {"init_positions": init, "step_size0": 0.01}, cfg)
-    nuts = run_nuts_bde(task, jax.random.PRNGKey(0), {"init_positions": init}, cfg)
+    mile = run_method("mile", task, jax.random.PRNGKey(0), {"init_positions": init, "step_size0": 0.01}, cfg)
+    nuts = run_method("nuts_bde", task, jax.random.PRNGKey(0), {"init_positions": init}, cfg)
     flat = lambda t: np.concatenate([np.ravel(np.asarray(x)) for x in jax.tree.leaves(t)])
-    np.savez(sys.argv[1], de=flat(de.samples), mile=flat(mile.samples), pred=np.asarray(de.predictions),
+    np.savez(sys.argv[1], de=flat(de.samples), mile=flat(mile.samples), pred=np.asarray(de.outputs),
              nuts=flat(nuts.samples))
     print("devices", len(jax.devices()))
 """)

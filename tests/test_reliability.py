@@ -242,7 +242,7 @@ def test_evaluation_report_says_divergent_chains_are_excluded(tmp_path):
 
     cfg = dataclasses.replace(get_preset("smoke"), tasks=(TaskSpec("iris", ModelSpec("mlp", hidden=(8,))),),
                               held_out=("none",))
-    cfg = apply_overrides(cfg, ["tune=false", "methods=sghmc", "grid.sghmc_lrs=1e6"])
+    cfg = apply_overrides(cfg, ["tune=false", "methods=sghmc", "settings.sghmc.lrs=1e6"])
     results = evaluate(cfg, tmp_path / "rep", progress=False)
     (task,) = results["tasks"].values()
     m = task["methods"]["sghmc"]
