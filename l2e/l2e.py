@@ -146,7 +146,7 @@ def _fixed_preactivation(meta_params: PyTree, gs, xs, ms) -> jax.Array:
     """P = F·W1[fixed] + b1 (d, hidden): the first layer on the 8 normalised features other than the
     momentum, rows in jax.tree order (leaves gs, xs of ḡ and θ; ms of the averages, (6, *shape))."""
     mom_col = FEATURE_NAMES.index("momentum")
-    fixed = jnp.asarray([i for i in range(NUM_FEATURES) if i != mom_col])
+    fixed = np.asarray([i for i in range(NUM_FEATURES) if i != mom_col])
     (w1, b1), *_ = mlp_layers(meta_params)
     feats = jnp.concatenate([  # (d, 8): columns FEATURE_NAMES without momentum
         _rms_rows(jnp.concatenate([gl.reshape(1, -1), xl.reshape(1, -1), ml.reshape(len(DECAYS), -1)])).T

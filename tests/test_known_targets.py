@@ -1,4 +1,4 @@
-"""Correctness on targets with known moments: SGLD, SGHMC, cyclical SGHMC (sampling-phase states only),
+"""Correctness on targets with known moments: SGLD, SGHMC, SGNHT, cyclical SGHMC (sampling-phase states only),
 MCLMC and NUTS (HMC with window adaptation) on
 
   * gauss: a 10-D Gaussian N(μ, diag σ²), μ = linspace(−2, 2), σ = linspace(0.5, 1.5) (as test_samplers.py);
@@ -72,7 +72,7 @@ def run_sg(sampler, dim, init_fn, num_chains=64, num_steps=3000, burn=1000, keep
 
         def body(state, k):
             kb, ks = jax.random.split(k)
-            state = sampler.step(ks, state, jax.random.normal(kb, (dim,)))
+            state, _ = sampler.step(ks, state, jax.random.normal(kb, (dim,)))
             return state, state.position
 
         return jax.lax.scan(body, sampler.init(init_fn(k0)), jax.random.split(kc, num_steps))[1]
@@ -139,6 +139,8 @@ def draw(sampler: str, target: str) -> np.ndarray:
         keep = np.array([l2e.is_sampling_step(i, c["num_steps"], c["num_cycles"], c["exploration_ratio"])
                          for i in range(c["num_steps"])])
         return run_sg(l2e.cyclical_sghmc(post, **c), dim, init_fn, num_steps=c["num_steps"], burn=0, keep=keep)
+    if sampler == "sgnht":  # ε = sqrt(lr/N) = 0.05, diffusion A = 1 (the thermostat ξ starts at A)
+        return run_sg(l2e.sgnht(post, learning_rate=0.25, diffusion=1.0), dim, init_fn)
     if sampler == "nuts":
         return run_nuts(logp, dim, init_fn)
     if sampler == "mclmc":
@@ -147,7 +149,7 @@ def draw(sampler: str, target: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
-@pytest.mark.parametrize("sampler", ["sgld", "sghmc", "csghmc", "mclmc", "nuts"])
+@pytest.mark.parametrize("sampler", ["sgld", "sghmc", "sgnht", "csghmc", "mclmc", "nuts"])
 def test_recovers_moments(sampler, target):
     """Mean within 0.1 sd, variance within 15 % (every coordinate); mixture mode weight within 0.05."""
     _, _, _, mean, var = TARGETS[target]

@@ -33,7 +33,7 @@ def run_many(sampler, num_chains=64, num_steps=3000, burn=1000):
     def chain(key):
         def body(state, k):
             kb, ks = jax.random.split(k)
-            state = sampler.step(ks, state, noise_batch(kb, None, 0))
+            state, _ = sampler.step(ks, state, noise_batch(kb, None, 0))
             return state, state.position
 
         _, xs = jax.lax.scan(body, sampler.init(jnp.zeros(DIM)), jax.random.split(key, num_steps))
@@ -72,14 +72,14 @@ def test_cyclical_sghmc_sampling_phase_has_noise_exploration_none():
                            momentum_decay=0.5)
     # exploration (no noise, no grad noise): deterministic, independent of the key
     st = s.init(jnp.zeros(DIM))
-    a = s.step(jax.random.PRNGKey(1), st, jnp.zeros(DIM))
-    b = s.step(jax.random.PRNGKey(2), st, jnp.zeros(DIM))
+    (a, info_a), (b, _) = (s.step(jax.random.PRNGKey(k), st, jnp.zeros(DIM)) for k in (1, 2))
     np.testing.assert_array_equal(a.position, b.position)
+    assert not bool(info_a.sampling) and float(info_a.learning_rate) == pytest.approx(0.5)
     # sampling phase (k = 30 of a 50-step cycle): the key matters
     st = st._replace(step=jnp.asarray(30))
-    a = s.step(jax.random.PRNGKey(1), st, jnp.zeros(DIM))
-    b = s.step(jax.random.PRNGKey(2), st, jnp.zeros(DIM))
+    (a, info_a), (b, _) = (s.step(jax.random.PRNGKey(k), st, jnp.zeros(DIM)) for k in (1, 2))
     assert not np.allclose(a.position, b.position)
+    assert bool(info_a.sampling)
     lr0, sampling0 = l2e.cyclical_schedule(0, 0.5, 100, 2, 0.5)
     lr_end, sampling_end = l2e.cyclical_schedule(49, 0.5, 100, 2, 0.5)
     assert float(lr0) == pytest.approx(0.5) and not bool(sampling0)
@@ -101,10 +101,12 @@ def test_l2e_with_sghmc_meta_model_equals_sghmc_step():
     st_ref = ref.init(theta0)
     for i in range(5):  # several steps so the momentum is non-zero
         key, batch = jax.random.PRNGKey(10 + i), jax.random.normal(jax.random.PRNGKey(20 + i), (DIM,))
-        st_l2e = kernel(key, st_l2e, batch, None)
-        st_ref = ref.step(key, st_ref, batch)
+        st_l2e, info_l2e = kernel(key, st_l2e, batch, None)
+        st_ref, info_ref = ref.step(key, st_ref, batch)
         np.testing.assert_allclose(st_l2e.position, st_ref.position, rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(st_l2e.momentum, st_ref.momentum, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(info_l2e.kinetic, info_ref.kinetic, rtol=1e-5)  # Σ r'·β = Σ r'² for β = r
+        assert float(info_l2e.loss) == pytest.approx(float(info_ref.loss), rel=1e-5)
 
 
 def test_l2e_step_with_mlp_is_finite_and_updates_averages():
@@ -115,7 +117,8 @@ def test_l2e_step_with_mlp_is_finite_and_updates_averages():
     assert st.averages["w"].shape == (6, 3, 4)
     post2 = Posterior(lambda p, b: jnp.sum(p["w"] ** 2) + jnp.sum(p["b"]), lambda p: jnp.zeros(()), N)
     s = l2e.l2e(post2, phi, l2e.L2EConfig(learning_rate=0.25))
-    st2 = jax.jit(s.step)(jax.random.PRNGKey(0), st, None)
+    st2, info = jax.jit(s.step)(jax.random.PRNGKey(0), st, None)
+    assert bool(info.is_finite) and float(info.loss) == pytest.approx(12.0)
     g = 2.0 * jnp.ones((3, 4))
     np.testing.assert_allclose(st2.averages["w"][:, 0, 0], (1 - np.asarray(l2e.DECAYS)) * 2.0, rtol=1e-3)
     assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(st2))
@@ -163,8 +166,10 @@ def test_run_chain_keeps_only_thinned_samples_and_is_chunk_invariant():
     for chunk in (1, 5):
         sched = ChainSchedule(num_steps=40, num_samples=3, thinning=10, batch_size=1, chunk=chunk)
         fn = jax.jit(make_chunk(kern, noise_batch, 1, sched.chunk_length))
-        _, samples = run_chain(fn, s.init(jnp.zeros(DIM)), jax.random.PRNGKey(0), None, None, sched)
-        assert samples.shape == (3, DIM)
+        res = run_chain(fn, s.init(jnp.zeros(DIM)), jax.random.PRNGKey(0), None, None, sched)
+        samples = res.samples
+        assert samples.shape == (3, DIM) and int(res.state.step) == 40
+        assert res.info.loss.shape == (40,) and res.info.kinetic.shape == (40,) and bool(np.all(res.info.is_finite))
         outs.append(np.asarray(samples))
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-6)
     assert ChainSchedule(40, 3, 10).sample_steps == (20, 30, 40)
@@ -190,10 +195,120 @@ def test_fused_l2e_step_equals_generic_two_pass_step():
     sa = sb = l2e.l2e(task.posterior, phi, cfg).init(task.init_params(jax.random.PRNGKey(0)))
     for i in range(4):
         batch = task.sample_batch(jax.random.PRNGKey(100 + i), task.train_data, 32)
-        sa = fused(jax.random.PRNGKey(i), sa, batch, phi)
-        sb = generic(jax.random.PRNGKey(i), sb, batch, phi)
+        sa, ia = fused(jax.random.PRNGKey(i), sa, batch, phi)
+        sb, ib = generic(jax.random.PRNGKey(i), sb, batch, phi)
+        assert float(ia.loss) == pytest.approx(float(ib.loss), rel=1e-5)
+        # the fused step's kinetic uses β as applied, (θ' − θ)/ε: equal up to the rounding of θ'
+        np.testing.assert_allclose(ia.kinetic, ib.kinetic, rtol=1e-3)
     for a, b in zip(jax.tree.leaves(sa), jax.tree.leaves(sb)):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
     moved = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(
         jax.tree.leaves(sa.position), jax.tree.leaves(task.init_params(jax.random.PRNGKey(0)))))
     assert moved > 1e-3
+
+
+# ------------------------------------------------------------------------------ interface: infos, kernels, checks
+
+
+def _minibatch_samplers(post):
+    phi = l2e.init_meta_params(jax.random.PRNGKey(0))
+    return {
+        "sgld": l2e.sgld(post, 2.0), "sghmc": l2e.sghmc(post, 0.25, 1.0), "psgld": l2e.psgld(post, 0.3),
+        "csghmc": l2e.cyclical_sghmc(post, 0.5, num_steps=20, num_cycles=2, exploration_ratio=0.0),
+        "sgnht": l2e.sgnht(post, 0.25, 1.0), "l2e": l2e.l2e(post, phi, l2e.L2EConfig(learning_rate=0.25)),
+    }
+
+
+@pytest.mark.parametrize("name", ["sgld", "sghmc", "psgld", "csghmc", "sgnht", "l2e"])
+def test_step_returns_state_and_info(name):
+    """step -> (state, info): loss is the mean minibatch NLL at the pre-update position, is_finite is True on a
+    finite step and False once the position is NaN; momentum methods report kinetic."""
+    post = gaussian_posterior()
+    s = _minibatch_samplers(post)[name]
+    theta0 = jnp.linspace(-1.0, 1.0, DIM)
+    batch = jax.random.normal(jax.random.PRNGKey(1), (DIM,))
+    st, info = jax.jit(s.step)(jax.random.PRNGKey(2), s.init(theta0), batch)
+    assert float(info.loss) == pytest.approx(float(post.nll(theta0, batch)), rel=1e-6)
+    assert info.loss.shape == () and info.is_finite.dtype == bool and bool(info.is_finite)
+    if name in ("sghmc", "sgnht"):
+        np.testing.assert_allclose(info.kinetic, jnp.sum(st.momentum**2), rtol=1e-6)
+    bad = st._replace(position=st.position.at[0].set(jnp.nan))
+    assert not bool(jax.jit(s.step)(jax.random.PRNGKey(3), bad, batch)[1].is_finite)
+
+
+def test_kernels_take_traced_hyperparameters():
+    """build_kernel's hyperparameters are call arguments: a jitted kernel with a traced learning rate and friction
+    gives the factory's chain bit for bit (one compilation serves a tuning grid)."""
+    post = gaussian_posterior()
+    kernel = jax.jit(l2e.sghmc.build_kernel(post))
+    ref = l2e.sghmc(post, 0.25, 0.3)
+    sa = sb = ref.init(jnp.ones(DIM))
+    for i in range(3):
+        batch = jax.random.normal(jax.random.PRNGKey(i), (DIM,))
+        sa, _ = kernel(jax.random.PRNGKey(10 + i), sa, batch, jnp.float32(0.25), jnp.float32(0.3))
+        sb, _ = jax.jit(ref.step)(jax.random.PRNGKey(10 + i), sb, batch)
+    np.testing.assert_array_equal(sa.position, sb.position)
+    cyc = jax.jit(l2e.cyclical_sghmc.build_kernel(post, num_steps=10, num_cycles=2))
+    st, info = cyc(jax.random.PRNGKey(0), l2e.cyclical_sghmc.init(jnp.ones(DIM)), jnp.zeros(DIM), jnp.float32(0.5))
+    assert float(info.learning_rate) == pytest.approx(0.5)
+
+
+def test_sampler_api_exposes_module():
+    """l2e.<sampler>(...) is the factory; l2e.<sampler>.init / .build_kernel and the module's names are reachable."""
+    from l2e import sghmc as sghmc_module
+
+    assert l2e.sghmc.build_kernel is sghmc_module.build_kernel and l2e.sghmc.SGHMCState is l2e.SGHMCState
+    assert l2e.l2e.build_kernel is l2e.build_kernel and l2e.fsghmc.init is l2e.fsghmc.module.init_fsghmc
+    assert isinstance(l2e.sgnht(gaussian_posterior(), 0.1), l2e.SamplingAlgorithm)
+
+
+def test_checks():
+    from l2e.checks import check_in_range, check_positive
+
+    check_positive(a=1, b=0.5, c=jnp.float32(-1.0))  # traced / array values are not checked
+    for bad in (0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="x must be a positive finite number"):
+            check_positive(x=bad)
+    check_in_range("rho", 1.0, 0.0, 1.0)
+    with pytest.raises(ValueError, match=r"rho must be in \[0.0, 1.0\)"):
+        check_in_range("rho", 1.0, 0.0, 1.0, include_high=False)
+    with pytest.raises(ValueError, match="exploration_ratio"):
+        l2e.cyclical_sghmc(gaussian_posterior(), 0.1, num_steps=10, exploration_ratio=1.0)
+    with pytest.raises(ValueError, match="learning_rate"):
+        l2e.L2EConfig(learning_rate=0.0)
+
+
+def test_diffusion_updates_are_elementwise():
+    """The shared one-step updates give the same numbers on a flat vector as leaf by leaf (the fused L2E step)."""
+    from l2e import diffusions
+
+    k = jax.random.split(jax.random.PRNGKey(0), 4)
+    tree = {"a": jax.random.normal(k[0], (3, 2)), "b": jax.random.normal(k[1], (4,))}
+    g = jax.tree.map(lambda x: 2.0 * x + 1.0, tree)
+    z = jax.tree.map(lambda x: jnp.sin(x), tree)
+    flat = lambda t: jnp.concatenate([x.reshape(-1) for x in jax.tree.leaves(t)])  # noqa: E731
+    leafwise = jax.tree.map(lambda r, gi, zi: diffusions.sghmc_momentum(r, gi, zi, 0.1, 0.3, 0.05), tree, g, z)
+    np.testing.assert_array_equal(flat(leafwise), diffusions.sghmc_momentum(flat(tree), flat(g), flat(z), 0.1, 0.3, 0.05))
+    np.testing.assert_allclose(diffusions.sgd_momentum(tree["b"], g["b"], z["b"], 0.9, 0.01, 0.0),
+                               0.9 * tree["b"] - 0.01 * g["b"], rtol=1e-6)
+
+
+def test_make_chunk_refuses_a_bare_state():
+    s = l2e.sghmc(gaussian_posterior(), 0.25)
+    chunk = make_chunk(lambda key, st, b, args: s.step(key, st, b)[0], noise_batch, 1, 2)
+    with pytest.raises(TypeError, match=r"must return \(state, info\)"):
+        chunk(s.init(jnp.zeros(DIM)), jax.random.PRNGKey(0), 0, None, None)
+
+
+def test_device_data_cache():
+    from l2e.devices import DeviceDataCache, member_device
+
+    cache = DeviceDataCache(max_entries=2)
+    a, b, c = jnp.ones(3), jnp.zeros(3), jnp.arange(3.0)
+    dev = member_device(0)
+    first = cache.put((a, b), dev)
+    assert cache.put((a, b), dev) is first and len(cache) == 1
+    cache.put(b, dev)
+    cache.put(c, dev)
+    assert len(cache) == 2 and cache.put((a, b), dev) is not first  # evicted (least recently used)
+    assert member_device(len(jax.local_devices())) == member_device(0)
