@@ -1,0 +1,54 @@
+"""`python -m evaluate card`: the sampler card (evaluate.card) for every minibatch sampler, written as
+card.json, card.md and card.png in --output."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import l2e
+from evaluate.card import CardConfig, _hand_designed, card_markdown, learned_builder, plot_card, sampler_card
+from l2e.io import ConfigError, apply_overrides, atomic_write_text
+
+
+def default_released_path() -> Path:
+    """$L2E_DATA_DIR/l2e_released, else ../shared/data/l2e_released next to the repository."""
+    if env := os.environ.get("L2E_DATA_DIR"):
+        return Path(env) / "l2e_released"
+    return Path(__file__).resolve().parents[2] / "shared" / "data" / "l2e_released"
+
+
+def card_samplers(sampler_path=None, released_path=None) -> tuple[dict, list[str]]:
+    """(name -> builder, notes): the hand-designed samplers, the shipped L2E, a user checkpoint (`sampler_path`)
+    and the authors' released L2E (`released_path`, default `default_released_path()`; skipped with a note when
+    absent)."""
+    from l2e.released import load_released
+
+    samplers, notes = dict(_hand_designed()), []
+    params, config, _ = l2e.load_meta_params(None)
+    samplers["l2e (shipped)"] = learned_builder(params, config)
+    if sampler_path is not None:
+        params, config, _ = l2e.load_meta_params(sampler_path)
+        samplers[f"l2e ({sampler_path})"] = learned_builder(params, config)
+    path = Path(released_path) if released_path is not None else default_released_path()
+    if path.exists():
+        params, config = load_released(path)
+        samplers["l2e (released)"] = learned_builder(params, config)
+    elif released_path is not None:
+        raise ConfigError(f"released meta-parameters not found: {path}")
+    else:
+        notes.append(f"l2e (released) skipped: {path} not found")
+    return samplers, notes
+
+
+def run_card(out: Path, sampler_path=None, released_path=None, overrides=(), progress=None) -> dict:
+    """Validate everything, run the card, write card.json / card.md / card.png into `out` (created)."""
+    cfg = apply_overrides(CardConfig(), list(overrides))
+    samplers, notes = card_samplers(sampler_path, released_path)
+    card = sampler_card(samplers, cfg, progress=progress)
+    card["notes"] = notes
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "card.json", json.dumps(card, indent=1))
+    atomic_write_text(out / "card.md", "# Sampler card\n\n" + card_markdown(card) + "".join(f"\n{n}\n" for n in notes))
+    plot_card(card, out / "card.png")
+    return card
