@@ -47,6 +47,74 @@ def run_b6(quick: bool) -> float:
         return time.perf_counter() - t0
 
 
+def _b1_b2(q: bool, skip: set, results: dict, emit) -> None:
+    from bench.inner_loop import default_meta_params, make_task, step_costs
+
+    phi = default_meta_params()
+    cases = [("digits", 8, 2, 64, 20 if q else 100), ("mnist", 8, 2, 128, 10 if q else 50)]
+    for ds, ch, dep, bs, steps in cases:
+        if ds == "mnist" and (q or not os.path.isdir("/work/shared/data/mnist")):
+            continue
+        t0 = time.perf_counter()
+        r = step_costs(make_task(ds, ch, dep), steps=steps, repeats=2 if q else 5, batch_size=bs, scan=False,
+                       variants=("nomlp",), meta_params=phi)
+        results[f"B1B2 {r['task']}"] = r
+        tag = f"{r['task']} d={r['d']} batch {bs}"
+        if "B1" not in skip:
+            emit(line("B1", r["B1"], f"{tag}; without the meta-model MLP (α=0, β=r) "
+                                     f"{r['nomlp/sghmc']:.2f}; {time.perf_counter() - t0:.0f} s"))
+        if "B2" not in skip:
+            emit(line("B2", r["B2"], f"{tag}; sghmc {r['sghmc chunked/standalone']:.2f}"))
+    if "B1" not in skip:
+        emit("B1 ResNet20-FRN/GPU (goal ≤ 1.10): not measured — no GPU lent to this task")
+
+
+def _b3(q: bool, results: dict, emit) -> None:
+    from bench.es_throughput import es_throughput
+
+    t0 = time.perf_counter()
+    r = es_throughput((2,) if q else (2, 4, 8), steps=10 if q else 100, repeats=2 if q else 3)
+    results["B3"] = r
+    for k, v in r.items():
+        if k.startswith("B3 "):
+            emit(line("B3", v, f"{r['task']}, {k[3:]}; {time.perf_counter() - t0:.0f} s",
+                      label=f"ES population throughput ratio {k[3:]}"))
+
+
+def _b4(q: bool, results: dict, emit) -> None:
+    from bench.memory import memory_ratio
+
+    r = memory_ratio(300 if q else 3000, 50 if q else 500, num_outer=1 if q else 2)
+    results["B4"] = r
+    emit(line("B4", r["B4"], f"{r['rss_long_mib']:.0f} / {r['rss_short_mib']:.0f} MiB, "
+                             f"inner {r['long']}/{r['short']}; {r['seconds']:.0f} s",
+              label=f"peak RSS ratio inner {r['long']}/{r['short']}"))
+
+
+def _b5(q: bool, results: dict, emit) -> None:
+    from bench.ess import ess_per_second
+
+    t0 = time.perf_counter()
+    r = ess_per_second(chains=2 if q else 3, steps=100 if q else 1000)
+    results["B5"] = r
+    lw, cw = r["l2e"], r["csghmc"]
+    emit(line("B5", r["B5"], f"{r['task']}, {r['chains']} chains × {r['steps']} steps, 10 draws each; mean "
+                             f"per-coordinate ESS per chain {np.mean(lw['weight_ess_per_chain']):.2f} in "
+                             f"{lw['seconds']:.1f} s vs {np.mean(cw['weight_ess_per_chain']):.2f} in "
+                             f"{cw['seconds']:.1f} s; {time.perf_counter() - t0:.0f} s",
+              label="ESS/s ratio l2e/csghmc, weight space (paper's definition)"))
+    emit(line("B5", r["B5 function space"], f"test log-predictive ESS {lw['ess']:.1f} vs {cw['ess']:.1f} "
+                                            f"of {lw['samples']} draws",
+              label="ESS/s ratio l2e/csghmc, function space"))
+
+
+def _b6(q: bool, results: dict, emit) -> None:
+    s = run_b6(q)
+    results["B6"] = s
+    emit(line("B6", s, "smoke preset (--quick)" if q else "default preset",
+              label="meta_train --preset " + ("smoke" if q else "default") + " wall s"))
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -55,7 +123,6 @@ def main(argv=None) -> dict:
     ap.add_argument("--json", default=None, help="also write all raw results to this JSON file")
     a = ap.parse_args(argv)
     skip = {s.strip().upper() for s in a.skip.split(",") if s.strip()}
-    q = a.quick
     results, lines = {}, []
     t_all = time.perf_counter()
 
@@ -64,62 +131,10 @@ def main(argv=None) -> dict:
         print(s, flush=True)
 
     if not {"B1", "B2"} <= skip:
-        from bench.inner_loop import make_task, step_costs
-
-        cases = [("digits", 8, 2, 64, 20 if q else 100), ("mnist", 8, 2, 128, 10 if q else 50)]
-        for ds, ch, dep, bs, steps in cases:
-            if ds == "mnist" and (q or not os.path.isdir("/work/shared/data/mnist")):
-                continue
-            t0 = time.perf_counter()
-            r = step_costs(make_task(ds, ch, dep), steps=steps, repeats=2 if q else 5, batch_size=bs, scan=False,
-                           variants=("nomlp",))
-            results[f"B1B2 {r['task']}"] = r
-            tag = f"{r['task']} d={r['d']} batch {bs}"
-            if "B1" not in skip:
-                emit(line("B1", r["B1"], f"{tag}; without the meta-model MLP (α=0, β=r) "
-                                         f"{r['nomlp/sghmc']:.2f}; {time.perf_counter() - t0:.0f} s"))
-            if "B2" not in skip:
-                emit(line("B2", r["B2"], f"{tag}; sghmc {r['sghmc chunked/standalone']:.2f}"))
-        if "B1" not in skip:
-            emit("B1 ResNet20-FRN/GPU (goal ≤ 1.10): not measured — no GPU lent to this task")
-    if "B3" not in skip:
-        from bench.es_throughput import es_throughput
-
-        t0 = time.perf_counter()
-        r = es_throughput((2,) if q else (2, 4, 8), steps=10 if q else 100, repeats=2 if q else 3)
-        results["B3"] = r
-        for k, v in r.items():
-            if k.startswith("B3 "):
-                emit(line("B3", v, f"{r['task']}, {k[3:]}; {time.perf_counter() - t0:.0f} s",
-                          label=f"ES population throughput ratio {k[3:]}"))
-    if "B4" not in skip:
-        from bench.memory import memory_ratio
-
-        r = memory_ratio(300 if q else 3000, 50 if q else 500, num_outer=1 if q else 2)
-        results["B4"] = r
-        emit(line("B4", r["B4"], f"{r['rss_long_mib']:.0f} / {r['rss_short_mib']:.0f} MiB, "
-                                 f"inner {r['long']}/{r['short']}; {r['seconds']:.0f} s",
-                  label=f"peak RSS ratio inner {r['long']}/{r['short']}"))
-    if "B5" not in skip:
-        from bench.ess import ess_per_second
-
-        t0 = time.perf_counter()
-        r = ess_per_second(chains=2 if q else 3, steps=100 if q else 1000)
-        results["B5"] = r
-        lw, cw = r["l2e"], r["csghmc"]
-        emit(line("B5", r["B5"], f"{r['task']}, {r['chains']} chains × {r['steps']} steps, 10 draws each; mean "
-                                 f"per-coordinate ESS per chain {np.mean(lw['weight_ess_per_chain']):.2f} in "
-                                 f"{lw['seconds']:.1f} s vs {np.mean(cw['weight_ess_per_chain']):.2f} in "
-                                 f"{cw['seconds']:.1f} s; {time.perf_counter() - t0:.0f} s",
-                  label="ESS/s ratio l2e/csghmc, weight space (paper's definition)"))
-        emit(line("B5", r["B5 function space"], f"test log-predictive ESS {lw['ess']:.1f} vs {cw['ess']:.1f} "
-                                                f"of {lw['samples']} draws",
-                  label="ESS/s ratio l2e/csghmc, function space"))
-    if "B6" not in skip:
-        s = run_b6(q)
-        results["B6"] = s
-        emit(line("B6", s, "smoke preset (--quick)" if q else "default preset",
-                  label="meta_train --preset " + ("smoke" if q else "default") + " wall s"))
+        _b1_b2(a.quick, skip, results, emit)
+    for fig, run in (("B3", _b3), ("B4", _b4), ("B5", _b5), ("B6", _b6)):
+        if fig not in skip:
+            run(a.quick, results, emit)
     total = time.perf_counter() - t_all
     emit(f"total {total:.0f} s")
     results["total_seconds"] = total

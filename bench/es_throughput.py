@@ -29,8 +29,9 @@ def es_throughput(populations=(2, 4, 8), steps: int = 100, repeats: int = 3, spe
                   modes=("sequential", "vmap")) -> dict:
     cfg = PRESETS["default"]
     spec = spec or TaskSpec("digits", ModelSpec("cnn", channels=8, depth=2))
-    sched = cfg.inner.__class__(num_steps=steps, num_samples=max(1, min(cfg.inner.num_samples, steps // cfg.inner.thinning)),
-                                thinning=cfg.inner.thinning, batch_size=cfg.inner.batch_size, chunk=cfg.inner.chunk)
+    num_samples = max(1, min(cfg.inner.num_samples, steps // cfg.inner.thinning))
+    sched = cfg.inner.__class__(num_steps=steps, num_samples=num_samples, thinning=cfg.inner.thinning,
+                                batch_size=cfg.inner.batch_size, chunk=cfg.inner.chunk)
     phi = default_meta_params()
     keys = outer_keys(0, 0)
 

@@ -12,7 +12,7 @@ Protocol (evaluate's `default` preset, its first held-out task digits/cnn-c16-d3
   * seconds: the methods' own `seconds` (sampling wall time after compilation), summed over chains;
   * B5 (weight space; the L2E paper's ESS/s, METRICS.md "ESS per time", and what `python -m evaluate`
     reports): per chain, the Geyer single-chain ESS of every parameter coordinate over its K draws
-    (`evaluate.run.ess_entry`), averaged over coordinates, summed over chains, ÷ seconds;
+    (`evaluate.entries.ess_entry`), averaged over coordinates, summed over chains, ÷ seconds;
   * B5 function space (a second view, reported alongside): scalar summary of each sample = its test-set mean
     log predictive mean_i log p(y_i | x_i, θ); ESS = blackjax.diagnostics.effective_sample_size over the
     (chains, K) array (multi-chain Geyer; between-chain spread counts against it), ÷ seconds.
@@ -29,8 +29,8 @@ from blackjax.diagnostics import effective_sample_size
 
 import l2e
 from evaluate.config import get_preset
+from evaluate.entries import ess_entry
 from evaluate.methods import run_csghmc, run_l2e, split_data
-from evaluate.run import ess_entry
 from tasks import TaskSpec, build_task
 
 
@@ -52,10 +52,10 @@ def ess_per_second(chains: int = 4, steps: int = 1000, spec: TaskSpec | None = N
         for c in range(chains):
             key = jax.random.fold_in(jax.random.PRNGKey(seed), c)
             r = run(task, key, hp, cfg, "test")
-            if r.samples_log_probs.shape[0] != r.num_requested:
+            if r.num_finite != r.num_requested:
                 divergent += 1
                 continue
-            lp = r.samples_log_probs[:, np.arange(len(y)), y]  # (K, n)
+            lp = r.outputs[:, np.arange(len(y)), y]  # (K, n) log-softmax of the true class
             summaries.append(lp.mean(axis=1))
             weight_ess.append(ess_entry(r)["mean_ess"])
             seconds += r.seconds

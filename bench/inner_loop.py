@@ -22,7 +22,6 @@ B1 = l2e chunked ÷ sghmc chunked;  B2 = l2e chunked ÷ l2e standalone.
 from __future__ import annotations
 
 import argparse
-import functools
 import statistics
 import time
 
@@ -38,9 +37,8 @@ from tasks import ModelSpec, Task, TaskSpec, build_task
 MNIST_DIR = "/work/shared/data/mnist"
 
 
-@functools.lru_cache(maxsize=None)
 def default_meta_params():
-    """SGHMC-like meta-parameters (a 500-step jitted fit: computed once per process)."""
+    """SGHMC-like meta-parameters (a 500-step jitted fit; callers compute them once and pass them on)."""
     return sghmc_like_meta_params(jax.random.PRNGKey(0))
 
 
@@ -64,20 +62,21 @@ def median_ratio(times: dict, num: str, den: str) -> float:
 
 def chain_runners(task: Task, kernel, state0, args, steps: int, chunk: int, batch_size: int,
                   standalone: bool = True, scan: bool = False) -> dict:
-    """Zero-argument callables running `steps` steps of `kernel`: chunked (+ standalone, scan)."""
+    """Zero-argument callables running `steps` steps of `kernel` (-> (state, info)), each returning the final
+    state: chunked (+ standalone, scan)."""
     key = jax.random.PRNGKey(0)
     data = task.train_data
     out = {}
     sched = ChainSchedule(num_steps=steps, num_samples=1, thinning=1, batch_size=batch_size, chunk=chunk)
     chunk_fn = jax.jit(make_chunk(kernel, Task.sample_batch, batch_size, sched.chunk_length))
-    out["chunked"] = lambda: run_chain(chunk_fn, state0, key, data, args, sched)[0]
+    out["chunked"] = lambda: run_chain(chunk_fn, state0, key, data, args, sched).state
     if standalone:
         one = jax.jit(make_chunk(kernel, Task.sample_batch, batch_size, 1))
 
         def run_standalone():
             s = state0
             for i in range(steps):
-                s = one(s, key, jnp.asarray(i, jnp.int32), data, args)
+                s, _ = one(s, key, jnp.asarray(i, jnp.int32), data, args)
             return s
 
         out["standalone"] = run_standalone
@@ -87,7 +86,7 @@ def chain_runners(task: Task, kernel, state0, args, steps: int, chunk: int, batc
         @jax.jit
         def scanned(s, data, args):
             def body(s, i):
-                return body_chunk(s, key, i, data, args), None
+                return body_chunk(s, key, i, data, args)[0], None
 
             return jax.lax.scan(body, s, jnp.arange(steps, dtype=jnp.int32))[0]
 
@@ -164,18 +163,18 @@ def step_costs(task: Task, steps: int = 200, repeats: int = 7, chunk: int = 2, b
     return res
 
 
-def check_fused(task: Task, steps: int = 5) -> float:
+def check_fused(task: Task, steps: int = 5, meta_params=None) -> float:
     """Max |Δ| between the default (fused) L2E step and the generic two-`meta_fn` step after `steps` steps."""
     cfg = L2EConfig(alpha_scale=0.1, beta_scale=0.1)
-    phi = default_meta_params()
+    phi = meta_params if meta_params is not None else default_meta_params()
     s_ref = s_fus = l2e_init(task.init_params(jax.random.PRNGKey(1)))
     generic = build_kernel(task.posterior, cfg, mlp_meta_fn(cfg.alpha_scale, cfg.beta_scale))
     ref = jax.jit(make_chunk(generic, Task.sample_batch, 64, 1))
     fus = jax.jit(make_chunk(build_kernel(task.posterior, cfg), Task.sample_batch, 64, 1))
     key = jax.random.PRNGKey(3)
     for i in range(steps):
-        s_ref = ref(s_ref, key, jnp.asarray(i, jnp.int32), task.train_data, phi)
-        s_fus = fus(s_fus, key, jnp.asarray(i, jnp.int32), task.train_data, phi)
+        s_ref, _ = ref(s_ref, key, jnp.asarray(i, jnp.int32), task.train_data, phi)
+        s_fus, _ = fus(s_fus, key, jnp.asarray(i, jnp.int32), task.train_data, phi)
     diffs = jax.tree.leaves(jax.tree.map(lambda a, b: jnp.max(jnp.abs(a - b)), (s_ref.position, s_ref.momentum),
                                          (s_fus.position, s_fus.momentum)))
     return float(max(diffs))
@@ -203,9 +202,10 @@ def main(argv=None) -> dict:
     p.add_argument("--variants", default="", help="comma-separated extra variants, e.g. bf16,nomlp")
     a = p.parse_args(argv)
     task = make_task(a.dataset, a.channels, a.depth, a.residual, a.data_dir)
+    phi = default_meta_params()
     if a.check:
-        print(f"fused vs generic step, max |Δ| after 5 steps: {check_fused(task):.3g}")
-    res = step_costs(task, a.steps, a.repeats, a.chunk, a.batch_size, breakdown=a.breakdown,
+        print(f"fused vs generic step, max |Δ| after 5 steps: {check_fused(task, meta_params=phi):.3g}")
+    res = step_costs(task, a.steps, a.repeats, a.chunk, a.batch_size, breakdown=a.breakdown, meta_params=phi,
                      variants=tuple(v for v in a.variants.split(",") if v))
     report(res)
     return res

@@ -30,8 +30,8 @@ def two_pass_mlp(meta_params, feats: jax.Array) -> jax.Array:
     return mlp_from_preactivation(meta_params, pre, r + 1e-3 * alpha_beta[:, 1], slice(1, 2))[:, 0]
 
 
-def profile(d: int, repeats: int = 7, calls: int = 200) -> dict:
-    phi = default_meta_params()
+def profile(d: int, repeats: int = 7, calls: int = 200, meta_params=None) -> dict:
+    phi = meta_params if meta_params is not None else default_meta_params()
     (_, _), (w2, b2), _ = mlp_layers(phi)
     feats = jax.random.normal(jax.random.PRNGKey(0), (d, 9))
     h = jax.random.normal(jax.random.PRNGKey(1), (d, 32))
@@ -59,9 +59,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--sizes", default="3454,32254")
     ap.add_argument("--repeats", type=int, default=7)
     a = ap.parse_args(argv)
-    out = {}
+    out, phi = {}, default_meta_params()
     for d in (int(x) for x in a.sizes.split(",")):
-        r = out[d] = profile(d, a.repeats)
+        r = out[d] = profile(d, a.repeats, meta_params=phi)
         print(f"d={d}: " + "  ".join(f"{k} {v:.1f}" + ("" if "GFLOP" in k else " µs") for k, v in r.items()))
     return out
 

@@ -12,25 +12,33 @@ def _ok(x):
 
 
 @pytest.fixture(scope="module")
+def meta_params():
+    from bench.inner_loop import default_meta_params
+
+    return default_meta_params()
+
+
+@pytest.fixture(scope="module")
 def tiny_task():
     from bench.inner_loop import make_task
 
     return make_task("digits", channels=4, depth=1, max_train=200)
 
 
-def test_b1_b2_step_costs(tiny_task):
+def test_b1_b2_step_costs(tiny_task, meta_params):
     from bench.inner_loop import step_costs
 
-    r = step_costs(tiny_task, steps=4, repeats=1, batch_size=16, scan=False)
+    r = step_costs(tiny_task, steps=4, repeats=1, batch_size=16, scan=True, meta_params=meta_params,
+                   variants=("nomlp",))
     for k in ("B1", "B2", "sghmc chunked/standalone"):
         assert _ok(r[k]), (k, r[k])
     assert all(_ok(v) for v in r["ms"].values())
 
 
-def test_fused_step_matches_generic_step(tiny_task):
+def test_fused_step_matches_generic_step(tiny_task, meta_params):
     from bench.inner_loop import check_fused
 
-    assert check_fused(tiny_task, steps=1) < 1e-4
+    assert check_fused(tiny_task, steps=1, meta_params=meta_params) < 1e-4
 
 
 def test_b3_es_throughput():
