@@ -11,7 +11,6 @@ exact.  With G ≡ 1 (λ = 1, ρ = 1, V = 0) this is `l2e.sgld` exactly.
 """
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import jax

@@ -16,7 +16,7 @@ from l2e.checks import check_positive
 from l2e.diffusions import physical_step_size, position_update, sghmc_momentum, sghmc_noise_std
 from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_vdot
 
-__all__ = ["SGHMCInfo", "SGHMCState", "build_kernel", "init", "physical_step_size", "sghmc"]
+__all__ = ["SGHMCInfo", "SGHMCState", "build_kernel", "init", "sghmc"]
 
 
 class SGHMCState(NamedTuple):

@@ -1,7 +1,6 @@
 """Smoke test of the benchmark harness (bench/): tiny configurations, finite positive ratios (not the goals)."""
 import math
 
-import jax
 import pytest
 
 from tasks import ModelSpec, TaskSpec
