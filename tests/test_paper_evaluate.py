@@ -9,8 +9,6 @@ import pytest
 
 from evaluate.__main__ import main
 from evaluate.config import get_preset
-from tasks.datasets import _load_full
-from tasks.task import _splits, build_task
 from test_loaders import _fake_tfds, _imgs
 
 
@@ -19,11 +17,7 @@ def fake_paper_data(monkeypatch):
     calls = []
     _fake_tfds(monkeypatch, {"cifar10": (_imgs(48, seed=1), 10), "fashion_mnist": (_imgs(48, 28, 1, seed=2), 10)},
                calls)
-    for cache in (_load_full, _splits, build_task):
-        cache.cache_clear()
-    yield calls
-    for cache in (_load_full, _splits, build_task):
-        cache.cache_clear()
+    return calls  # tasks and data are cached per evaluation (tasks.TaskCache), so nothing global to clear
 
 
 def test_paper_preset_is_the_papers_protocol():
