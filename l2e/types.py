@@ -76,14 +76,20 @@ def normal_like(key: jax.Array, tree: PyTree) -> PyTree:
     return jax.tree.unflatten(treedef, out)
 
 
+def _flat(tree: PyTree) -> jax.Array:
+    """Every coordinate of every leaf in one (d,) vector (jax.tree order); XLA fuses it into a reduction."""
+    leaves = jax.tree.leaves(tree)
+    return leaves[0].reshape(-1) if len(leaves) == 1 else jnp.concatenate([x.reshape(-1) for x in leaves])
+
+
 def tree_sum(tree: PyTree) -> jax.Array:
     """Σ of every coordinate of every leaf (scalar)."""
-    return functools.reduce(operator.add, [jnp.sum(x) for x in jax.tree.leaves(tree)])
+    return jnp.sum(_flat(tree))
 
 
 def tree_vdot(a: PyTree, b: PyTree) -> jax.Array:
     """Σ_i a_i·b_i over every coordinate of two pytrees of the same structure (scalar)."""
-    return functools.reduce(operator.add, [jnp.sum(x * y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))])
+    return jnp.sum(_flat(a) * _flat(b))
 
 
 def tree_size(tree: PyTree) -> int:
