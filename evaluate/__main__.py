@@ -6,6 +6,9 @@
                        [--chains 4] [--warmup 200] [--samples 100] [--thinning 1] [--max-doublings 10]
                        [--seed N] [--init init_params|prior] [--overwrite] [--quiet]
 
+    python -m evaluate card [--output DIR] [--sampler PATH] [--released PATH] [--set key=value ...] [--overwrite]
+
+The `card` subcommand runs the sampler card (evaluate.card: known Gaussian / mixture targets with gradient noise).
 The `reference` subcommand computes the project's own full-batch NUTS reference of each task (test-set
 predictive + convergence diagnostics; evaluate.hmc_reference), to be passed back as `--reference DIR`.
 
@@ -186,6 +189,10 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "reference":
         return reference_main(argv[1:])
+    if argv and argv[0] == "card":
+        from evaluate.card_cli import card_main
+
+        return card_main(argv[1:])
     args = build_parser().parse_args(argv)
     import l2e
     from evaluate.config import get_preset

@@ -88,7 +88,8 @@ class CardConfig:
     band_seeds: int = 3
     seed: int = 0
 
-    def __post_init__(self):
+    def check(self) -> "CardConfig":
+        """self, or ConfigError naming the first bad field (run after all overrides: fields depend on each other)."""
         for name in ("step_factor", "friction", "data_size", "num_steps", "num_chains", "band_seeds"):
             v = getattr(self, name)
             if not (0 < v < math.inf):
@@ -97,6 +98,7 @@ class CardConfig:
             raise ConfigError(f"noise must be a non-negative finite number, got {self.noise}")
         if not 0 <= self.burn_in < self.num_steps:
             raise ConfigError(f"burn_in ({self.burn_in}) must be in [0, num_steps = {self.num_steps})")
+        return self
 
 
 def card_posterior(target: Target, cfg: CardConfig) -> tuple[Posterior, Callable]:
@@ -222,6 +224,7 @@ def sampler_card(samplers: dict[str, SamplerBuilder], cfg: CardConfig = CardConf
                  targets: tuple[Target, ...] | None = None, progress: Callable[[str], None] | None = None) -> dict:
     """{"config", "rows": one per (target, sampler) (seed 0), "band": {target: [lo, hi]} of SGHMC's median
     variance ratio over cfg.band_seeds seeds}."""
+    cfg.check()
     rows, band = [], {}
     for target in targets or default_targets():
         for name, builder in samplers.items():

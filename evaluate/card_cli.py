@@ -43,7 +43,7 @@ def card_samplers(sampler_path=None, released_path=None) -> tuple[dict, list[str
 
 def run_card(out: Path, sampler_path=None, released_path=None, overrides=(), progress=None) -> dict:
     """Validate everything, run the card, write card.json / card.md / card.png into `out` (created)."""
-    cfg = apply_overrides(CardConfig(), list(overrides))
+    cfg = apply_overrides(CardConfig(), list(overrides)).check()
     samplers, notes = card_samplers(sampler_path, released_path)
     card = sampler_card(samplers, cfg, progress=progress)
     card["notes"] = notes
@@ -52,3 +52,49 @@ def run_card(out: Path, sampler_path=None, released_path=None, overrides=(), pro
     atomic_write_text(out / "card.md", "# Sampler card\n\n" + card_markdown(card) + "".join(f"\n{n}\n" for n in notes))
     plot_card(card, out / "card.png")
     return card
+
+
+def build_card_parser():
+    from l2e.io import OneLineErrorParser
+
+    p = OneLineErrorParser(prog="python -m evaluate card",
+                           description="The sampler card: every minibatch sampler on known targets with gradient noise.")
+    p.add_argument("--output", default="runs/card", help="card directory (default: runs/card)")
+    p.add_argument("--sampler", default=None, help="also card this L2E checkpoint (run dir, checkpoints/ or step dir)")
+    p.add_argument("--released", default=None,
+                   help="the L2E authors' meta_params.pickle or its directory (default: ../shared/data/l2e_released "
+                        "or $L2E_DATA_DIR/l2e_released; skipped with a note when absent)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a CardConfig field, e.g. --set num_steps=100000 --set noise=0")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing card in --output")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    return p
+
+
+def card_main(argv) -> int:
+    """`python -m evaluate card ...`: validate (output, overrides, checkpoints) before running, one-line errors."""
+    import sys
+
+    from evaluate.report import probe_writable
+    from l2e.io import one_line
+    from l2e.released import ReleasedFormatError
+
+    args = build_card_parser().parse_args(argv)
+    out = Path(args.output)
+    try:
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"--output {out} exists and is not a directory")
+        if (out / "card.json").exists() and not args.overwrite:
+            raise ConfigError(f"{out / 'card.json'} exists; pass --overwrite or choose another --output")
+        probe_writable(out, ConfigError)
+        progress = None if args.quiet else (lambda line: print(f"card: {line}", flush=True))
+        card = run_card(out, args.sampler, args.released, args.overrides, progress)
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except (ConfigError, l2e.CheckpointError, ReleasedFormatError, ValueError, OSError) as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        return 2
+    print(card_markdown(card))
+    print(f"card: {out / 'card.md'} (json: {out / 'card.json'}, plot: {out / 'card.png'})")
+    return 0
