@@ -1,0 +1,246 @@
+"""SMILE / pSMILE: minibatch microcanonical Langevin dynamics (Sommer et al., ICML 2026; shared/spec/SMILE.md).
+
+One step is one isokinetic McLachlan step of the ESH dynamics on the minibatch log density
+ℓ_B(θ) = log p(θ) − S·mean-NLL_B(θ) (S = `likelihood_scale`, default N; the public code uses (N // B)·B):
+velocity by b₁ε, position by ε/2, velocity by (1 − 2b₁)ε, position by ε/2, velocity by b₁ε — two new gradient
+evaluations per step, both on the step's minibatch; the first velocity update reuses the stored gradient of the
+previous step (its minibatch).  Velocity map (e = g/|g|, δ = h|g|/(d − 1), ζ = e^−δ):
+u ← normalise(e(1 − ζ)(1 + ζ + (u·e)(1 − ζ)) + 2ζu), kinetic change (d − 1)[δ − log 2 + log(1 + u·e + (1 − u·e)ζ²)]
+(blackjax 1.2.2's form, which the public code pins).  Position: θ ← θ + h·u.  Gradient entries that are NaN
+become 0, then every entry is clipped to ±1e6.  No partial velocity refresh (L = ∞): the minibatch noise is the
+only stochasticity (`key` is unused).  The velocity starts at **zero** (stored gradient 0, stored log density 0),
+so the first step only aligns it with the gradient; a reset zeroes it again.
+
+pSMILE (`preconditioned=True`): at the start of a step s = clip(σ, 1e-2, 1e4)/rms(clip(σ, 1e-2, 1e4)); positions
+move by h·u/s and the velocity update sees g/s (the stored gradient is g/s with the s of the step that computed
+it, as in the code); after the step, from its final raw gradient g: m ← clip(0.99m + 0.01g, ±1e6),
+σ ← sqrt(max(0.99σ² + 0.01(g − m)², 1e-7)), from m = σ = 1.  Never frozen.
+
+Tuner and guardrail (`tuner=True`; SMILE.md §3, the public code's SMILET / NOISYSMILE step), t = 1, 2, … the step:
+ΔE = kinetic change + (ℓ_stored − ℓ_new)·[ℓ_stored ≠ 0] (two different minibatches).  Gamma fit of |ΔE| from the
+running mean m and standard deviation s: k = m²/(s² + 1e-6), θ = (s² + 1e-6)/m, Wilson–Hilferty quantiles
+Q(p) = θk(1 − 1/(9k) + z_p/(3√k))³.  From t = 10: |ΔE| > Q(reset_prob) → the position reverts and the velocity is
+zeroed (the stored gradient and log density of the rejected position are kept, as in the code); ε ← ε(1 − δ) if
+|ΔE| > Q(1 − 2a/3), then ε ← ε(1 + δ) if |ΔE| < Q(a/3), ε clipped to [1e-8, 10].  Statistics (β = `smoothing`):
+m = |ΔE| for t < 3, else (1 − β)m + β|ΔE|, clipped to [1e-6, 1e6]; v = (1 − β)s²·[t ≠ 1] + β(|ΔE| − m)²,
+s = clip(sqrt(v / c_t), 1e-6, 1e7) with c_t = 1 for t < 5, else 1 − 0.5^(t − 4).  Shipped constants:
+reset_prob 0.98, a = 0.1, δ = 0.02, β = 0.01.  A NaN ΔE (e.g. a NaN minibatch log density) turns the statistics NaN
+and then nothing resets or adapts any more (the code's behaviour; `SMILEInfo.is_finite` reports it).
+
+Quirks of the public code kept here on purpose (the faithful form is the only form):
+- the bias correction c_t divides the *stored* standard deviation at every step, so it compounds (early s is
+  inflated by up to ∏(1 − 2^−j)^−½ ≈ 1.9);
+- the rule drifts downward: it shrinks ε with probability ≈ 2a/3 and grows it with ≈ a/3 when the Gamma fit is
+  exact; on N(0, I₁₀) with gradient noise ν = 1 ε shrinks in 5–10 % and grows in 3.5–8 % of steps and falls more
+  than tenfold over 20,000 steps (tests/test_smile.py);
+- for k ≲ 0.55 the lower quantile is ≤ 0 and ε can only shrink: with exact gradients (|ΔE| ≈ 1e-6) the first
+  reset sets off a cascade and ε reaches the 1e-8 floor within 2,000 steps (tests/test_smile.py).
+`tuner=False` gives the naive forms (SMILE-naive, pSMILE-naive): fixed ε, no reset.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from l2e.checks import check_in_range, check_positive
+from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, settled, tree_size, tree_vdot
+
+__all__ = ["B1", "SMILEInfo", "SMILEState", "build_kernel", "esh_velocity_update", "init", "psmile", "smile",
+           "SHIPPED"]
+
+B1 = 0.1931833275037836  # McLachlan minimal-norm coefficients (blackjax `mclachlan_coefficients`)
+A1 = 0.5
+B2 = 1.0 - 2.0 * B1
+MAX_GRAD = 1e6
+SHIPPED = {"reset_prob": 0.98, "adaption_prob": 0.1, "adaption_strength": 0.02, "smoothing": 0.01}
+"""The tuner constants of every shipped SMILE experiment (the code's defaults are 0.99 / 0.05 / 0.02 / 0.01)."""
+
+
+class SMILEState(NamedTuple):
+    position: PyTree
+    velocity: PyTree  # unit vector over all coordinates (zero at the start and after a reset)
+    grad: PyTree  # stored ∇ℓ_B of the last evaluation (pSMILE: divided by that step's s)
+    logdensity: jax.Array  # stored ℓ_B of the last evaluation (0: none yet)
+    step_size: jax.Array  # ε
+    de_mean: jax.Array  # running mean of |ΔE|
+    de_std: jax.Array  # running standard deviation of |ΔE|
+    grad_mean: PyTree  # pSMILE: running gradient mean m (ones; unused without preconditioning)
+    grad_sd: PyTree  # pSMILE: running gradient standard deviation σ (ones)
+    step: jax.Array  # int32, steps done (the code's t − 1)
+
+
+class SMILEInfo(NamedTuple):
+    """loss: mean minibatch NLL at the step's last evaluation (the integrated position, before a possible reset;
+    SMILE evaluates nothing at the pre-update position on this minibatch); is_finite: loss, ΔE and Σθ'² finite;
+    energy_change: ΔE; step_size: the ε this step used; reset: the guardrail reverted this step."""
+
+    loss: jax.Array
+    is_finite: jax.Array
+    energy_change: jax.Array
+    step_size: jax.Array
+    reset: jax.Array
+
+
+def init(position: PyTree, step_size=1e-3) -> SMILEState:
+    """Velocity, stored gradient and statistics zero; ε = `step_size`; pSMILE's m = σ = 1."""
+    dtype = jax.tree.leaves(position)[0].dtype
+    zeros = jax.tree.map(jnp.zeros_like, position)
+    ones = jax.tree.map(jnp.ones_like, position)
+    zero = jnp.zeros((), dtype)
+    return SMILEState(position, zeros, zeros, zero, jnp.asarray(step_size, dtype), zero, zero, ones, ones,
+                      jnp.zeros((), jnp.int32))
+
+
+def _normalised(tree):
+    """(tree / |tree|, |tree|); a tree of norm ≤ 1e-13 is returned unchanged (blackjax)."""
+    norm = jnp.sqrt(tree_vdot(tree, tree))
+    safe = jnp.where(norm > 1e-13, norm, 1.0)
+    return jax.tree.map(lambda a: a / safe, tree), norm
+
+
+def esh_velocity_update(velocity: PyTree, grad: PyTree, h) -> tuple[PyTree, jax.Array]:
+    """The exact isokinetic (ESH) velocity map over time h for the log-density gradient `grad`:
+    (new unit velocity, kinetic-energy change).  A zero velocity is turned towards the gradient."""
+    d = tree_size(velocity)
+    e, gnorm = _normalised(grad)
+    ue = tree_vdot(velocity, e)
+    delta = h * gnorm / (d - 1)
+    zeta = jnp.exp(-delta)
+    raw = jax.tree.map(lambda ei, ui: ei * (1 - zeta) * (1 + zeta + ue * (1 - zeta)) + 2 * zeta * ui, e, velocity)
+    new, _ = _normalised(raw)
+    return new, (delta - math.log(2.0) + jnp.log(1 + ue + (1 - ue) * zeta**2)) * (d - 1)
+
+
+def _precondition_scale(grad_sd: PyTree) -> PyTree:
+    """s = clip(σ, 1e-2, 1e4) / rms(clip(σ, 1e-2, 1e4)) over every coordinate."""
+    clipped = jax.tree.map(lambda s: jnp.clip(s, 1e-2, 1e4), grad_sd)
+    rms = jnp.sqrt(tree_vdot(clipped, clipped) / tree_size(clipped))
+    return jax.tree.map(lambda c: c / rms, clipped)
+
+
+def _integrate(value_and_grad, state: SMILEState, eps, scale):
+    """One McLachlan step: (position, velocity, stored gradient (/s), ℓ_B, loss, kinetic change)."""
+
+    def move(x, u):
+        if scale is None:
+            return jax.tree.map(lambda xi, ui: xi + eps * A1 * ui, x, u)
+        return jax.tree.map(lambda xi, ui, si: xi + eps * A1 * ui / si, x, u, scale)
+
+    def evaluate(x):
+        (logdensity, loss), g = value_and_grad(x)
+        g = jax.tree.map(lambda a: jnp.where(jnp.isnan(a), 0.0, jnp.clip(a, -MAX_GRAD, MAX_GRAD)), g)
+        if scale is not None:
+            g = jax.tree.map(jnp.divide, g, scale)
+        return g, logdensity, loss
+
+    u, dk1 = esh_velocity_update(state.velocity, state.grad, eps * B1)
+    x = move(state.position, u)
+    g, _, _ = evaluate(x)
+    u, dk2 = esh_velocity_update(u, g, eps * B2)
+    x = move(x, u)
+    g, logdensity, loss = evaluate(x)
+    u, dk3 = esh_velocity_update(u, g, eps * B1)
+    return x, u, g, logdensity, loss, dk1 + dk2 + dk3
+
+
+def _gamma_quantile(p, shape, scale):
+    """Wilson–Hilferty approximation of the Gamma(shape, scale) quantile at probability p."""
+    z = jax.scipy.stats.norm.ppf(p)
+    return scale * shape * (1 - 1 / (9 * shape) + z / (3 * jnp.sqrt(shape))) ** 3
+
+
+def _tune(state: SMILEState, abs_de, reset_prob, adaption_prob, adaption_strength, smoothing):
+    """(reset, new ε, new mean, new std) of the guardrail and step-size rule (module doc)."""
+    t = state.step.astype(abs_de.dtype) + 1.0
+    m, s = state.de_mean, state.de_std
+    var = s**2 + 1e-6
+    shape, scale = m**2 / var, var / m
+    active = t >= 10.0
+    reset = active & (abs_de > _gamma_quantile(reset_prob, shape, scale))
+    eps = state.step_size
+    new = jnp.where(abs_de > _gamma_quantile(1 - 2 * adaption_prob / 3, shape, scale), eps * (1 - adaption_strength),
+                    eps)
+    new = jnp.where(abs_de < _gamma_quantile(adaption_prob / 3, shape, scale), new * (1 + adaption_strength), new)
+    new = jnp.where(active, jnp.clip(new, 1e-8, 10.0), eps)
+    mean = jnp.clip(jnp.where(t < 3.0, abs_de, m * (1 - smoothing) + smoothing * abs_de), 1e-6, 1e6)
+    v = s**2 * (t != 1.0) * (1 - smoothing) + smoothing * (abs_de - mean) ** 2
+    correction = jnp.where(t < 5.0, 1.0, 1.0 - 0.5 ** (t - 4.0))
+    std = jnp.clip(jnp.sqrt(v / correction), 1e-6, 1e7)
+    return reset, new, mean, std
+
+
+def _update_noise_stats(grad_mean: PyTree, grad_sd: PyTree, raw_grad: PyTree) -> tuple[PyTree, PyTree]:
+    """pSMILE's gradient-noise EMAs from this step's final raw gradient (m first, then σ with the new m)."""
+    mean = jax.tree.map(lambda m, g: jnp.clip(m * 0.99 + g * 0.01, -MAX_GRAD, MAX_GRAD), grad_mean, raw_grad)
+    sd = jax.tree.map(lambda s, g, m: jnp.sqrt(jnp.maximum(s**2 * 0.99 + (g - m) ** 2 * 0.01, 1e-7)), grad_sd,
+                      raw_grad, mean)
+    return mean, sd
+
+
+def build_kernel(posterior: Posterior, preconditioned: bool = False, tuner: bool = True,
+                 likelihood_scale: float | None = None):
+    """kernel(key, state, minibatch, reset_prob=0.98, adaption_prob=0.1, adaption_strength=0.02, smoothing=0.01)
+    -> (SMILEState, SMILEInfo).  `preconditioned`: pSMILE; `tuner`: step-size rule and reset guardrail (False:
+    the naive fixed-step form); `likelihood_scale` S of ℓ_B = log p − S·mean NLL (None: N).  The tuner
+    constants may be traced; with `tuner=False` they are ignored."""
+    scale_s = float(posterior.data_size if likelihood_scale is None else likelihood_scale)
+
+    def logdensity(x, minibatch):
+        loss = posterior.nll(x, minibatch)
+        return posterior.log_prior(x) - scale_s * loss, loss
+
+    def kernel(key: jax.Array, state: SMILEState, minibatch, reset_prob=SHIPPED["reset_prob"],
+               adaption_prob=SHIPPED["adaption_prob"], adaption_strength=SHIPPED["adaption_strength"],
+               smoothing=SHIPPED["smoothing"]):
+        del key  # deterministic given the minibatch
+        if tree_size(state.position) < 2:
+            raise ValueError("SMILE needs at least 2 coordinates (the ESH map divides by d − 1)")
+        scale = _precondition_scale(state.grad_sd) if preconditioned else None
+        vg = jax.value_and_grad(lambda x: logdensity(x, minibatch), has_aux=True)
+        x, u, g, ld, loss, dk = _integrate(vg, state, state.step_size, scale)
+        de = dk + (state.logdensity - ld) * (state.logdensity != 0.0)
+        if tuner:
+            reset, eps, de_mean, de_std = _tune(state, jnp.abs(de), reset_prob, adaption_prob, adaption_strength,
+                                                smoothing)
+            x = jax.tree.map(lambda old, new: jnp.where(reset, old, new), state.position, x)
+            u = jax.tree.map(lambda v: jnp.where(reset, jnp.zeros_like(v), v), u)
+        else:
+            reset, eps, de_mean, de_std = jnp.zeros((), bool), state.step_size, state.de_mean, state.de_std
+        grad_mean, grad_sd = state.grad_mean, state.grad_sd
+        if preconditioned:
+            grad_mean, grad_sd = _update_noise_stats(grad_mean, grad_sd, jax.tree.map(jnp.multiply, g, scale))
+        new = SMILEState(x, u, g, ld, eps, de_mean, de_std, grad_mean, grad_sd, state.step + 1)
+        finite = all_finite(loss, de, tree_vdot(*settled((x, x))))
+        return new, SMILEInfo(loss, finite, de, state.step_size, reset)
+
+    return kernel
+
+
+def smile(posterior: Posterior, step_size: float = 1e-3, tuner: bool = True, preconditioned: bool = False,
+          reset_prob: float = SHIPPED["reset_prob"], adaption_prob: float = SHIPPED["adaption_prob"],
+          adaption_strength: float = SHIPPED["adaption_strength"], smoothing: float = SHIPPED["smoothing"],
+          likelihood_scale: float | None = None) -> SamplingAlgorithm:
+    """SMILE (tuner on) or SMILE-naive (`tuner=False`); `preconditioned=True` gives pSMILE(-naive).
+    `step_size`: the initial (naive: fixed) ε; the tuner constants as in the module doc."""
+    check_positive(step_size=step_size)
+    check_in_range("reset_prob", reset_prob, 0.0, 1.0)
+    check_in_range("adaption_prob", adaption_prob, 0.0, 1.0)
+    check_in_range("adaption_strength", adaption_strength, 0.0, 1.0, include_high=False)
+    check_in_range("smoothing", smoothing, 0.0, 1.0)
+    kernel = build_kernel(posterior, preconditioned, tuner, likelihood_scale)
+
+    def init_fn(position: PyTree) -> SMILEState:
+        return init(position, step_size)
+
+    def step(key: jax.Array, state: SMILEState, minibatch):
+        return kernel(key, state, minibatch, reset_prob, adaption_prob, adaption_strength, smoothing)
+
+    return SamplingAlgorithm(init_fn, step)
+
+
+def psmile(posterior: Posterior, step_size: float = 1e-3, tuner: bool = True, **kwargs) -> SamplingAlgorithm:
+    """pSMILE: `smile(..., preconditioned=True)`."""
+    return smile(posterior, step_size, tuner, preconditioned=True, **kwargs)
