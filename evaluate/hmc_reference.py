@@ -18,6 +18,9 @@ Convergence (all in the metadata): function-space split R̂ (rank-normalised, ac
 the per-draw probability of the BMA-predicted class (classification) or of the loc (regression);
 weight-space bulk ESS and split R̂ per parameter; chainwise cR̂ (4 splits); per-chain NUTS statistics.
 `converged` = function-space max split R̂ < 1.1 and no divergent transition (CONVERGENCE_RULE).
+Dispersion (metadata "dispersion", read back by `evaluate.reference.load_references`): the
+`evaluate.dispersion.dispersion_stats` of all draws (weight norm, pooled and within-chain pairwise distance over at
+most 200 draws, predictive variance on the test split), the yardstick of every method's dispersion ratios.
 
 Files (`write_reference`): OUT/<slug>/probs.txt (classification; NeurIPS-2021 BDL text layout, "%.18e",
 read by `evaluate.reference.load_reference_probs`) or OUT/<slug>/predictive.npz (regression: loc, scale
@@ -42,6 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from evaluate import diagnostics
+from evaluate.dispersion import dispersion_stats
 from evaluate.metrics import agreement
 from l2e.io import atomic_write_bytes, atomic_write_text
 from tasks.likelihoods import categorical, gaussian
@@ -117,6 +121,18 @@ def _weight_diagnostics(flat: np.ndarray) -> dict:
     return out
 
 
+def _dispersion(flat: np.ndarray, preds: np.ndarray, kind: str) -> dict | None:
+    """`evaluate.dispersion.dispersion_stats` of all draws (chains pooled; chain ids for the within-chain pairs)
+    on the test predictions; None if a draw is not finite."""
+    m, s = flat.shape[:2]
+    if not (np.all(np.isfinite(flat)) and np.all(np.isfinite(preds))):
+        return None
+    stats = dispersion_stats(flat.reshape(m * s, -1), preds.reshape(m * s, *preds.shape[2:]), kind,
+                             np.repeat(np.arange(m), s))
+    stats["split"] = "test"
+    return stats
+
+
 def _classification_summary(task, lp: np.ndarray, y: np.ndarray) -> dict:
     """Reference files, function-space R̂, test metrics and data record of classification draws lp (m, s, n, C)."""
     m, s, n, c = lp.shape
@@ -177,7 +193,9 @@ def compute_reference(task, key: jax.Array, num_chains: int = 4, num_warmup: int
     sampling_seconds = time.perf_counter() - t0
     flat = _flat_draws(samples)
     y = np.asarray(task.splits.test[1])
-    summary = _SUMMARY[task.kind](task, _predict(task, samples, num_chains), y)
+    preds = _predict(task, samples, num_chains)
+    summary = _SUMMARY[task.kind](task, preds, y)
+    summary["dispersion"] = _dispersion(flat, preds, task.kind)
     sampler = {"algorithm": "NUTS (blackjax) after Stan window adaptation, diagonal mass matrix, full batch",
                "chains": int(num_chains), "warmup": int(num_warmup), "samples_per_chain": int(num_samples),
                "thinning": int(thinning), "total_draws": int(num_chains * num_samples), "init": init,
@@ -206,7 +224,7 @@ def _metadata(task, name, seed, sampler: dict, info, flat: np.ndarray, summary: 
                       "seconds": info.seconds.tolist()},
         "num_divergent": divergent, "num_grad_evals": int(info.num_grad_evals.sum()), "seconds": float(seconds),
         "finite": finite, "function_space": summary["function_space"], "weight_space": weight,
-        "test": summary["test"],
+        "test": summary["test"], "dispersion": summary["dispersion"],
         "converged": bool(finite and fs_max is not None and fs_max < 1.1 and divergent == 0),
         "convergence_rule": CONVERGENCE_RULE,
         "versions": {"jax": jax.__version__, "blackjax": getattr(blackjax, "__version__", "unknown"),

@@ -185,7 +185,7 @@ def load_reference_dir(path, name: str, task) -> dict:
     _check_metadata(meta, task, name, where)
     _, y = task.splits.test
     y = np.asarray(y)
-    out = {"path": str(task_dir), "kind": task.kind, "metadata": meta}
+    out = {"path": str(task_dir), "kind": task.kind, "metadata": meta, "dispersion": meta.get("dispersion")}
     if task.kind == "classification":
         probs_path = task_dir / "probs.txt"
         out["probs"] = load_reference_probs(probs_path, int(y.shape[0]), task.num_classes)
@@ -203,7 +203,9 @@ def load_references(references: dict | None, names: list[str], tasks: list) -> d
     with reference.json (from `python -m evaluate reference`), whose stored task kind, spec (all fields
     except data_dir) and test data must match the configured task.  Every entry is checked (shape against the
     task's test split, probabilities, row order).  Returned per task: {"path", "kind", "probs" (n, C) and
-    "accuracy" (classification) or "loc", "scale" (S, n) (regression), "metadata" (dict, None for a text file)}.
+    "accuracy" (classification) or "loc", "scale" (S, n) (regression), "metadata" (dict, None for a text file),
+    "dispersion" (the reference's evaluate.dispersion statistics on the test split from its metadata; None for a
+    text file or a reference written before they were stored)}.
     """
     out = {}
     for key, path in (references or {}).items():
@@ -242,5 +244,5 @@ def load_references(references: dict | None, names: list[str], tasks: list) -> d
             probs = load_reference_probs(path, int(y_test.shape[0]), task.num_classes)
             acc = check_alignment(probs, np.asarray(y_test), f"reference probabilities {path}")
             out[name] = {"path": str(path), "kind": "classification", "probs": probs, "accuracy": acc,
-                         "metadata": None}
+                         "metadata": None, "dispersion": None}
     return out
