@@ -4,14 +4,16 @@ and read (`restore_checkpoint` on resume, `load_meta_params` / `load_sampler`).
 A checkpoint root (e.g. `<run>/checkpoints`) holds one directory per committed step, named by the step
 number. A step directory holds three items: `es_state` (orbax: the optimiser state's leaves as {"0": …,
 "1": …} in tree-flatten order), `meta_params` (orbax: the MLP's flax params) and `meta` (JSON file
-`meta/metadata`: the L2E sampler configuration, the outer iteration, the meta-training config).
+`meta/metadata`: the sampler kind `sampler_kind` ("l2e" when absent), its configuration `sampler`, the outer
+iteration, the meta-training config).
 
 Writing is two-phase, so a process killed at any point never leaves a partial step that is read: every item
 goes into a staging directory `<root>/.tmp-<step>`, which is fsynced and renamed to `<root>/<step>` (atomic on
 POSIX). Only digit-named directories holding all items are read; `clean_staging` removes leftovers.
 
-`load_sampler(path)` accepts a meta-training output directory, its `checkpoints/` directory (latest step
-taken) or one step directory; with no path it loads the checkpoint shipped in the `checkpoints` package.
+`load_sampler(name_or_path)` accepts a shipped name (`SHIPPED`: "default", "paper-form", "kinetic"), a
+meta-training output directory, its `checkpoints/` directory (latest step taken) or one step directory; with
+none it loads the shipped "default". The sampler it returns is the checkpoint's kind (`KINDS`).
 """
 from __future__ import annotations
 
@@ -21,31 +23,62 @@ import os
 import shutil
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from l2e.io import atomic_write_json, fsync_dir
+from l2e.kinetic import KineticConfig, kinetic
 from l2e.l2e import L2EConfig, l2e
-from l2e.meta_model import NUM_FEATURES
+from l2e.meta_model import NUM_FEATURES, NUM_THETA_FEATURES
 from l2e.types import Posterior, PyTree, SamplingAlgorithm
 
 
 ITEMS = ("es_state", "meta_params", "meta")
 KEEP_CHECKPOINTS = 3
 
+SHIPPED = {"default": "default", "paper-form": "default", "kinetic": "kinetic"}
+"""Shipped name -> directory under the `checkpoints` package. "default" is the paper-form L2E (the sampler the
+golden smoke evaluation runs); "paper-form" names it explicitly; "kinetic" is the meta-trained Kinetic-L2E."""
+
+
+class LearnedKind(NamedTuple):
+    """A learned sampler kind as stored in checkpoints: its config class, factory(posterior, meta_params, config)
+    and the meta-model's input / output widths."""
+
+    config: type
+    factory: Callable[..., SamplingAlgorithm]
+    inputs: int
+    outputs: int
+
+
+KINDS = {"l2e": LearnedKind(L2EConfig, l2e, NUM_FEATURES, 2),
+         "kinetic": LearnedKind(KineticConfig, kinetic, NUM_THETA_FEATURES, 1)}
+
 
 class CheckpointError(ValueError):
     """A checkpoint that is missing, corrupt or of another meta-model shape."""
 
 
-def shipped_checkpoint() -> Path:
-    """Path of the meta-trained sampler shipped with the package."""
+def shipped_checkpoint(name: str = "default") -> Path:
+    """Path of the shipped checkpoint `name` (a key of SHIPPED)."""
     import checkpoints
 
-    return Path(checkpoints.__file__).resolve().parent / "default"
+    if name not in SHIPPED:
+        raise CheckpointError(f"unknown shipped sampler {name!r} (known: {', '.join(SHIPPED)})")
+    return Path(checkpoints.__file__).resolve().parent / SHIPPED[name]
+
+
+def resolve_checkpoint(name_or_path: str | Path | None) -> Path:
+    """The directory a name or path refers to: None → shipped "default"; a key of SHIPPED (a plain string
+    without a path separator) → that shipped checkpoint; anything else → the path itself."""
+    if name_or_path is None:
+        return shipped_checkpoint()
+    if isinstance(name_or_path, str) and name_or_path in SHIPPED:
+        return shipped_checkpoint(name_or_path)
+    return Path(name_or_path)
 
 
 def resolve_step_dir(path: str | Path) -> Path:
@@ -77,49 +110,62 @@ def read_meta(step_dir: Path) -> dict:
     return meta
 
 
-def check_meta_params(meta_params: Any, where: str) -> PyTree:
-    """Validate a restored meta-parameter tree: Dense layers 9 → … → 2 with consistent shapes."""
+def check_meta_params(meta_params: Any, where: str, inputs: int = NUM_FEATURES, outputs: int = 2) -> PyTree:
+    """Validate a restored meta-parameter tree: Dense layers `inputs` → … → `outputs` with consistent shapes
+    (defaults: the paper-form L2E's 9 → … → 2)."""
     try:
         layers = sorted(meta_params, key=lambda k: int(k.split("_")[-1]))
         shapes = [(tuple(meta_params[k]["kernel"].shape), tuple(meta_params[k]["bias"].shape)) for k in layers]
     except (TypeError, KeyError, ValueError, AttributeError):
         raise CheckpointError(f"{where}: not an L2E meta-model parameter tree") from None
-    fan_in = NUM_FEATURES
+    fan_in = inputs
     for (kin, kout), (b,) in shapes:
         if kin != fan_in or b != kout:
             raise CheckpointError(
                 f"{where}: meta-model of another shape (layer {kin}x{kout}, expected input {fan_in})")
         fan_in = kout
-    if fan_in != 2:
-        raise CheckpointError(f"{where}: meta-model has {fan_in} outputs, expected 2")
+    if fan_in != outputs:
+        raise CheckpointError(f"{where}: meta-model has {fan_in} outputs, expected {outputs}")
     return jax.tree.map(lambda x: np.asarray(x, np.float32), meta_params)
 
 
-def load_meta_params(path: str | Path | None = None) -> tuple[PyTree, L2EConfig, dict]:
-    """(meta_params, sampler config, metadata) from a checkpoint (default: the shipped one)."""
+def sampler_kind(meta: dict, where: str = "checkpoint") -> str:
+    """The learned sampler kind a checkpoint's metadata records ("l2e" when it records none: older runs)."""
+    kind = meta.get("sampler_kind", "l2e")
+    if kind not in KINDS:
+        raise CheckpointError(f"{where}: unknown sampler kind {kind!r} (known: {', '.join(KINDS)})")
+    return kind
+
+
+def load_meta_params(name_or_path: str | Path | None = None) -> tuple[PyTree, Any, dict]:
+    """(meta_params, sampler config, metadata) from a checkpoint: a shipped name, a path, or None (the shipped
+    "default"). The config is the checkpoint kind's (L2EConfig for "l2e", KineticConfig for "kinetic")."""
     import orbax.checkpoint as ocp
 
-    step_dir = resolve_step_dir(shipped_checkpoint() if path is None else path)
+    step_dir = resolve_step_dir(resolve_checkpoint(name_or_path))
     meta = read_meta(step_dir)
+    kind = KINDS[sampler_kind(meta, str(step_dir))]
     try:
         with warnings.catch_warnings():  # orbax warns about sharding; we convert to host numpy anyway
             warnings.simplefilter("ignore", UserWarning)
             raw = ocp.PyTreeCheckpointer().restore((step_dir / "meta_params").resolve())
     except Exception as e:  # orbax raises many types for damaged files
         raise CheckpointError(f"corrupt checkpoint {step_dir}: {type(e).__name__}: {str(e).splitlines()[0]}") from None
-    params = check_meta_params(raw, str(step_dir))
-    fields = {f.name for f in dataclasses.fields(L2EConfig)}
-    config = L2EConfig(**{k: v for k, v in meta.get("sampler", {}).items() if k in fields})
+    params = check_meta_params(raw, str(step_dir), kind.inputs, kind.outputs)
+    fields = {f.name for f in dataclasses.fields(kind.config)}
+    config = kind.config(**{k: v for k, v in meta.get("sampler", {}).items() if k in fields})
     return params, config, meta
 
 
-def load_sampler(path: str | Path | None = None, *, posterior: Posterior, **overrides) -> SamplingAlgorithm:
-    """A ready L2E sampler for `posterior` from a meta-training checkpoint (default: the shipped one).
+def load_sampler(name_or_path: str | Path | None = None, *, posterior: Posterior, **overrides) -> SamplingAlgorithm:
+    """A ready learned sampler for `posterior` from a checkpoint: a shipped name ("default", "paper-form",
+    "kinetic"), a run / checkpoints / step directory, or None (the shipped "default"). The sampler is the
+    checkpoint's kind (an `l2e.l2e` or an `l2e.kinetic` sampler).
 
-    `overrides` replace fields of the checkpoint's L2EConfig (e.g. learning_rate=2.0, temperature=1.0).
+    `overrides` replace fields of the checkpoint's sampler config (e.g. learning_rate=2.0, temperature=1.0).
     """
-    params, config, _ = load_meta_params(path)
-    return l2e(posterior, params, dataclasses.replace(config, **overrides))
+    params, config, meta = load_meta_params(name_or_path)
+    return KINDS[sampler_kind(meta)].factory(posterior, params, dataclasses.replace(config, **overrides))
 
 
 # --------------------------------------------------------------------------- writing and resuming

@@ -5,9 +5,13 @@ Input features per coordinate, in the released code's order (so its checkpoint l
 with g the mean-minibatch NLL gradient (not ×N), r the raw momentum and m_d running averages of g.
 Each feature is normalised per tensor to unit RMS: x / sqrt(1e-5 + mean_tensor(x²)).
 MLP 9 → 32 → ReLU → 32 → ReLU → 2 (1,442 parameters); out0 → α, out1 → β.
+
+Kinetic-L2E's μ-MLP (l2e.kinetic) is the same per-coordinate MLP with 1 output on features that are functions
+of θ alone (`theta_features`: θ normalised per tensor, the tensor's log RMS, its log size).
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import flax.linen as nn
@@ -131,3 +135,50 @@ def sghmc_like_meta_params(key: jax.Array, hidden: Sequence[int] = (32, 32), ste
         return jax.lax.scan(body, (p, opt.init(p)), None, length=steps)[0][0]
 
     return fit(params)
+
+
+# ------------------------------------------------------------------------ θ-only features and the μ-MLP (Kinetic-L2E)
+
+THETA_FEATURE_NAMES = ("position", "log_rms", "log_size")
+"""Per-coordinate features that are functions of θ alone (l2e.kinetic): θ_i normalised to unit RMS over its
+tensor, the tensor's log RMS ½·log(1e-5 + mean θ²) (a function of θ too) and log(size)/10 (a constant)."""
+NUM_THETA_FEATURES = len(THETA_FEATURE_NAMES)
+
+
+def theta_leaf_features(x: jax.Array) -> jax.Array:
+    """The θ-only features of one tensor: (size, 3), columns in THETA_FEATURE_NAMES order."""
+    flat = x.reshape(-1)
+    ms = NORM_EPS + jnp.mean(jnp.square(flat))
+    consts = jnp.stack([0.5 * jnp.log(ms), jnp.asarray(math.log(flat.size) / 10.0, flat.dtype)])
+    return jnp.concatenate([(flat * jax.lax.rsqrt(ms))[:, None], jnp.broadcast_to(consts, (flat.size, 2))], axis=1)
+
+
+def theta_features(position: PyTree) -> jax.Array:
+    """Every coordinate's θ-only features, leaf after leaf in jax.tree order: (d, 3)."""
+    return jnp.concatenate([theta_leaf_features(x) for x in jax.tree.leaves(position)], axis=0)
+
+
+def init_mu_params(key: jax.Array, hidden: Sequence[int] = (32, 32), zero_output: bool = True) -> PyTree:
+    """Meta-parameters of the μ-MLP, 3 → hidden → 1 (haiku-default init). zero_output: the output layer's
+    kernel and bias are 0, so μ ≡ 0 exactly (Kinetic-L2E is then SGHMC)."""
+    params = MetaMLP(tuple(hidden), outputs=1).init(key, jnp.zeros((1, NUM_THETA_FEATURES)))["params"]
+    if zero_output:
+        last = mlp_layers_names(params)[-1]
+        params = {**params, last: jax.tree.map(jnp.zeros_like, params[last])}
+    return params
+
+
+def mlp_layers_names(meta_params: PyTree) -> list[str]:
+    """The Dense layer names of a meta-parameter dict, input layer first."""
+    return sorted(meta_params, key=lambda k: int(k.split("_")[-1]))
+
+
+def apply_mu(meta_params: PyTree, position: PyTree) -> PyTree:
+    """The μ-MLP's output per coordinate of θ (unscaled), as a pytree shaped like `position`."""
+    out = MetaMLP(hidden_sizes(meta_params), outputs=1).apply({"params": meta_params}, theta_features(position))[:, 0]
+    leaves, treedef = jax.tree.flatten(position)
+    bounds = [0]
+    for x in leaves:
+        bounds.append(bounds[-1] + x.size)
+    return jax.tree.unflatten(treedef, [out[lo:hi].reshape(x.shape).astype(x.dtype)
+                                        for lo, hi, x in zip(bounds[:-1], bounds[1:], leaves)])

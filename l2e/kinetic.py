@@ -1,0 +1,147 @@
+"""Kinetic-L2E (L2E paper App. D; spec L2E.md §4, SAMPLING.md §1–§2): SGHMC with a learned kinetic energy
+
+    K(θ, r) = ½‖r − μ_φ(θ)‖²,   μ_φ(θ) = mu_scale · MLP_φ(θ-only features)   (l2e.meta_model.apply_mu)
+
+so β = ∇_rK = r − μ(θ) and α = ∇_θK = −J_μ(θ)ᵀ(r − μ(θ)), one `jax.vjp` of μ per step. The SGHMC recipe with this
+K (Ma et al., 2015: D = diag(0, C), Q = [[0, −I], [I, 0]]), in L2E's symplectic-Euler order (L2E.md §4):
+
+    r' = r − ε·∇Ũ(θ) − ε·C·β(θ, r) − ε·α(θ, r) + N(0, 2CεT)
+    θ' = θ + ε·(r' − μ(θ))
+
+with ε = sqrt(lr/N). For the continuous dynamics exp(−(U + K)/T) is stationary; its θ-marginal is exp(−U/T) for
+every μ (Z_K(θ) = ∫exp(−K/T)dr does not depend on θ) and r | θ ~ N(μ(θ), T·I). The features of μ are functions of
+θ alone (never the minibatch gradient or its averages), so K is one scalar function of (θ, r): SAMPLING.md §1's
+conditions 1–3 hold. μ ≡ 0 (`l2e.meta_model.init_mu_params(zero_output=True)`) is SGHMC (tests/test_kinetic.py).
+
+Algebra worth knowing (not a test): in p = r − μ(θ) the continuous dynamics are dθ = p dt,
+dp = −∇U dt − C·p dt + (J_μᵀ − J_μ)·p dt + noise, i.e. SGHMC plus a curl from the antisymmetric part of J_μ. A
+per-coordinate μ has an almost diagonal, hence almost symmetric, J_μ (off-diagonal terms come from the per-tensor
+normalisation only), so what μ changes is the start (p₀ = −μ(θ₀) for r₀ = 0) and the O(ε) discretisation terms.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from l2e.checks import check_positive
+from l2e.diffusions import physical_step_size, position_update, sghmc_noise_std
+from l2e.meta_model import apply_mu
+from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_vdot
+
+__all__ = ["KineticConfig", "KineticInfo", "KineticState", "build_kernel", "energy", "gradients", "init", "kinetic",
+           "kinetic_momentum", "mlp_mu_fn"]
+
+
+@dataclasses.dataclass(frozen=True)
+class KineticConfig:
+    """Hyperparameters of the Kinetic-L2E step.
+
+    learning_rate: lr = ε²·N (mean-loss units); friction: C; temperature: T; mu_scale: μ = mu_scale·MLP output.
+    """
+
+    learning_rate: float = 0.5
+    friction: float = 0.1
+    temperature: float = 1.0
+    mu_scale: float = 1.0
+
+    def __post_init__(self):
+        check_positive(learning_rate=self.learning_rate, friction=self.friction, temperature=self.temperature,
+                       mu_scale=self.mu_scale)
+
+
+class KineticState(NamedTuple):
+    position: PyTree
+    momentum: PyTree
+    step: jax.Array
+
+
+class KineticInfo(NamedTuple):
+    """loss: mean minibatch NLL at the pre-update θ; is_finite: loss and kinetic finite;
+    kinetic: Σ r'·∇_rK(θ, r') = Σ r'·(r' − μ(θ)) at the new momentum r' (≈ d·T at equilibrium)."""
+
+    loss: jax.Array
+    is_finite: jax.Array
+    kinetic: jax.Array
+
+
+# mu_fn(meta_params, position) -> μ(θ), a pytree shaped like position (already scaled)
+MuFn = Callable[[PyTree, PyTree], PyTree]
+
+
+def mlp_mu_fn(mu_scale: float) -> MuFn:
+    """μ(θ) = mu_scale · the per-coordinate μ-MLP on θ-only features (l2e.meta_model.apply_mu)."""
+
+    def mu_fn(meta_params, position):
+        return jax.tree.map(lambda m: mu_scale * m, apply_mu(meta_params, position))
+
+    return mu_fn
+
+
+def init(position: PyTree) -> KineticState:
+    """Momentum r₀ = 0 (as SGHMC; then p₀ = r₀ − μ(θ₀) = −μ(θ₀))."""
+    return KineticState(position, jax.tree.map(jnp.zeros_like, position), jnp.zeros((), jnp.int32))
+
+
+def energy(mu_fn: MuFn, meta_params: PyTree, position: PyTree, momentum: PyTree) -> jax.Array:
+    """K(θ, r) = ½‖r − μ(θ)‖² (scalar)."""
+    mu = mu_fn(meta_params, position)
+    return 0.5 * sum(jnp.sum(jnp.square(r - m)) for r, m in zip(jax.tree.leaves(momentum), jax.tree.leaves(mu)))
+
+
+def gradients(mu_fn: MuFn, meta_params: PyTree, position: PyTree, momentum: PyTree):
+    """(α, β, μ) = (∇_θK, ∇_rK, μ(θ)) at (θ, r): β = r − μ(θ), α = −J_μ(θ)ᵀβ (one vector–Jacobian product)."""
+    mu, vjp = jax.vjp(lambda x: mu_fn(meta_params, x), position)
+    beta = jax.tree.map(jnp.subtract, momentum, mu)
+    (jt_beta,) = vjp(beta)
+    return jax.tree.map(jnp.negative, jt_beta), beta, mu
+
+
+def kinetic_momentum(r: jax.Array, grad_u: jax.Array, alpha: jax.Array, beta: jax.Array, z: jax.Array, step_size,
+                     friction, noise_std) -> jax.Array:
+    """r − ε·∇Ũ − ε·C·β − ε·α + σ·z, per coordinate. With β = r and α = ±0 it is l2e.diffusions.sghmc_momentum
+    operation for operation (x − ε·(±0) = x exactly)."""
+    return r - step_size * grad_u - step_size * friction * beta - step_size * alpha + noise_std * z
+
+
+def build_kernel(posterior: Posterior, config: KineticConfig = KineticConfig(), mu_fn: MuFn | None = None):
+    """kernel(key, state, minibatch, meta_params, learning_rate=config.learning_rate, friction=config.friction,
+    temperature=config.temperature) -> (KineticState, KineticInfo).
+
+    meta_params and the hyperparameters are call arguments (traced for ES and tuning grids); mu_fn defaults to
+    `mlp_mu_fn(config.mu_scale)`.
+    """
+    mu_fn = mlp_mu_fn(config.mu_scale) if mu_fn is None else mu_fn
+
+    def kernel(key: jax.Array, state: KineticState, minibatch, meta_params: PyTree,
+               learning_rate=config.learning_rate, friction=config.friction, temperature=config.temperature):
+        with jax.ensure_compile_time_eval():
+            eps = physical_step_size(learning_rate, posterior.data_size)
+            noise_std = sghmc_noise_std(eps, friction, temperature)
+        loss, _, grad_u = posterior.value_and_potential_grad(state.position, minibatch)
+        alpha, beta, mu = gradients(mu_fn, meta_params, state.position, state.momentum)
+        noise = normal_like(key, state.position)
+
+        def kick(r, gu, a, b, z):
+            return kinetic_momentum(r, gu, a, b, z, eps, friction, noise_std)
+
+        mom = jax.tree.map(kick, state.momentum, grad_u, alpha, beta, noise)
+        velocity = jax.tree.map(jnp.subtract, mom, mu)  # ∇_rK(θ, r') = r' − μ(θ)
+        pos = jax.tree.map(lambda x, v: position_update(x, v, eps), state.position, velocity)
+        kinetic = tree_vdot(*settled((mom, velocity)))
+        return KineticState(pos, mom, state.step + 1), KineticInfo(loss, all_finite(loss, kinetic), kinetic)
+
+    return kernel
+
+
+def kinetic(posterior: Posterior, meta_params: PyTree, config: KineticConfig = KineticConfig(),
+            mu_fn: MuFn | None = None) -> SamplingAlgorithm:
+    """A ready Kinetic-L2E sampler: `init(position)`, `step(key, state, minibatch) -> (KineticState, KineticInfo)`."""
+    kernel = build_kernel(posterior, config, mu_fn)
+
+    def step(key, state, minibatch):
+        return kernel(key, state, minibatch, meta_params)
+
+    return SamplingAlgorithm(init, step)
