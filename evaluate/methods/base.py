@@ -19,7 +19,9 @@ class Run(NamedTuple):
 
     task: the built task; cfg: the EvalConfig; settings: the method's settings (cfg.settings.<name>);
     split: "test" / "inner_valid" / ... (a Splits field) or an (x, y) tuple to predict on;
-    cache: the evaluation's CompileCache.
+    cache: the evaluation's CompileCache;
+    probe: only measure the cost of one update (the drivers compile, warm up and time the method's chunk and
+      return a MethodResult without samples; evaluate.budget's wall-time budgets).
     """
 
     task: Any
@@ -27,6 +29,7 @@ class Run(NamedTuple):
     settings: Any
     split: Any
     cache: Any
+    probe: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +46,12 @@ class Method:
     schedule: (cfg, settings) -> ChainSchedule of one chain / ensemble member; None for full-batch methods.
     check: (cfg, settings) -> None, raising ConfigError for settings that do not fit cfg (beyond the schedule).
     full_batch: uses full-batch gradients and its own budget (else the shared G minibatch gradients).
-    needs_sampler: hp gets "meta_params" and "sampler" (the L2E checkpoint).
+    needs_sampler: hp gets "meta_params", "sampler" and "checkpoint" (the L2E checkpoint).
+    needs_released: hp gets the same from the L2E authors' released meta-parameters (`--released PATH`).
     warm_start: hp gets "init_positions", "step_size0" and "warm_start" from the deep ensemble's final run.
+    temperature: the temperature T the method targets, reported in every row (1.0 for the posterior samplers; a
+      string for methods without one, e.g. "n/a (optimiser)"); a runner that tunes or reads T records it as
+      hyperparameters["temperature"], which takes precedence.
     """
 
     name: str
@@ -55,7 +62,9 @@ class Method:
     check: Callable | None = None
     full_batch: bool = False
     needs_sampler: bool = False
+    needs_released: bool = False
     warm_start: bool = False
+    temperature: float | str = 1.0
 
     @property
     def tuned(self) -> bool:

@@ -5,6 +5,11 @@ over a compiled chunk of a few unrolled updates (never a CNN gradient inside `la
 Kernels have the chunk signature `kernel(key, state, minibatch, args) -> (state, info)` with the traced
 hyperparameters in `args` (a dict), so a whole tuning grid compiles once per (task, method, schedule).
 
+Besides the samples, each run reports the FLOPs of one update (evaluate.budget.step_flops, once per compiled
+chunk) and, for kernels whose Info has `kinetic`, each chain's kinetic temperature (`kinetic_temperature`).
+A probe run (Run.probe) only compiles, warms up and times the chunk (`PROBE_CALLS` calls; the median seconds
+per call / updates per call) and returns `outputs.probe_result`.
+
 Devices: ensemble members run round robin on the local devices (`l2e.devices.member_device`), each the same
 single-member program as on one device (identical numbers whatever the device count).
 """
@@ -15,12 +20,19 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from evaluate.methods.outputs import MethodResult, finalise
+from evaluate.budget import step_flops
+from evaluate.methods.outputs import MethodResult, finalise, probe_result
 from l2e.chains import ChainSchedule, make_chunk, run_chain
 from l2e.devices import member_device
+from l2e.types import tree_size
 
-__all__ = ["chain_keys", "chunk_fn", "lr_args", "run_members", "run_single_chain"]
+__all__ = ["PROBE_CALLS", "chain_keys", "chunk_fn", "kinetic_temperature", "lr_args", "run_members",
+           "run_single_chain"]
+
+PROBE_CALLS = 10
+"""Timed chunk calls of a probe run (after compilation and one warm-up call)."""
 
 
 def chain_keys(key) -> tuple[jax.Array, jax.Array]:
@@ -44,6 +56,45 @@ def chunk_fn(ctx, cache_key: tuple, make_kernel: Callable[[], Callable], schedul
     return key, fn
 
 
+def kinetic_temperature(info, schedule: ChainSchedule, num_params: int) -> float | None:
+    """T_kin = ⟨Σ r·∇_rK⟩ / d over the sampling window (SAMPLING.md §3): the mean of `info.kinetic` over the
+    updates from the first kept sample to the last (both included; update t's kinetic term is at the momentum
+    after it), restricted to the sampling-phase updates when the Info has `sampling` (cyclical SGHMC), divided
+    by d = num_params.  None if the Info has no `kinetic`, the window is empty or a value is not finite."""
+    if not hasattr(info, "kinetic"):
+        return None
+    kinetic = np.asarray(info.kinetic, np.float64).reshape(-1)
+    steps = schedule.sample_steps
+    window = np.zeros(kinetic.shape[0], bool)
+    window[steps[0] - 1:steps[-1]] = True
+    if hasattr(info, "sampling"):
+        window &= np.asarray(info.sampling, bool).reshape(-1)
+    values = kinetic[window]
+    if values.size == 0 or not np.all(np.isfinite(values)):
+        return None
+    return float(np.mean(values) / num_params)
+
+
+def _flops(ctx, ck, make_kernel, state, args, schedule: ChainSchedule) -> float | None:
+    """FLOPs of one update (evaluate.budget.step_flops) on a minibatch of the task, once per chunk key."""
+    def measure():
+        batch = ctx.task.sample_batch(jax.random.PRNGKey(0), ctx.task.train_data, schedule.batch_size)
+        return step_flops(make_kernel(), jax.random.PRNGKey(0), state, batch, args)
+
+    return ctx.cache.get(("flops",) + ck, measure)
+
+
+def _probe(ctx, fn, state, data, args, length: int, hp: dict, flops) -> MethodResult:
+    """Median wall seconds of PROBE_CALLS chunk calls (already warmed up) / `length` updates per call."""
+    key = jax.random.PRNGKey(0)
+    times = []
+    for i in range(PROBE_CALLS):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(state, key, jnp.asarray(i * length, jnp.int32), data, args))
+        times.append(time.perf_counter() - t0)
+    return probe_result(hp, float(np.median(times)) / length, flops)
+
+
 def run_single_chain(ctx, key, hp: dict, schedule: ChainSchedule, cache_key: tuple, make_kernel, init_fn,
                      args, final_info: Callable | None = None) -> MethodResult:
     """One chain of `schedule` from init_fn(task.init_params(init key)); `final_info(final_state) -> dict` adds
@@ -53,13 +104,18 @@ def run_single_chain(ctx, key, hp: dict, schedule: ChainSchedule, cache_key: tup
     state = init_fn(task.init_params(init_key))
     ck, fn = chunk_fn(ctx, cache_key, make_kernel, schedule)
     ctx.cache.warm_up(ck, fn, state, task.train_data, args)
+    flops = _flops(ctx, ck, make_kernel, state, args, schedule)
+    if ctx.probe:
+        return _probe(ctx, fn, state, task.train_data, args, schedule.chunk_length, hp, flops)
     t0 = time.perf_counter()
     chain = run_chain(fn, state, key_chain, task.train_data, args, schedule)
     jax.block_until_ready(chain.samples)
     seconds = time.perf_counter() - t0
     if final_info is not None:
         hp = {**hp, **final_info(chain.state)}
-    return finalise(ctx, chain.samples, [0] * schedule.num_samples, schedule.num_steps, seconds, hp)
+    t_kin = kinetic_temperature(chain.info, schedule, tree_size(state.position))
+    return finalise(ctx, chain.samples, [0] * schedule.num_samples, schedule.num_steps, seconds, hp,
+                    t_kin=None if not hasattr(chain.info, "kinetic") else [t_kin], flops_per_step=flops)
 
 
 def run_members(ctx, key, hp: dict, schedule: ChainSchedule, cache_key: tuple, make_kernel,
@@ -75,15 +131,22 @@ def run_members(ctx, key, hp: dict, schedule: ChainSchedule, cache_key: tuple, m
     ck, fn = chunk_fn(ctx, cache_key, make_kernel, schedule)
     for m in range(min(k, len(jax.local_devices()))):
         ctx.cache.warm_up(ck, fn, init(0), task.train_data, args, member_device(m))
+    flops = _flops(ctx, ck, make_kernel, init(0), args, schedule)
+    if ctx.probe:
+        return _probe(ctx, fn, init(0), task.train_data, args, schedule.chunk_length, hp, flops)
     t0 = time.perf_counter()
-    members = []
+    members, infos = [], []
     for m in range(k):  # dispatch is asynchronous, so members on different devices overlap
         dev = member_device(m)
         state, member_key, member_args = jax.device_put((init(m), jax.random.fold_in(key_chain, m), args), dev)
         chain = run_chain(fn, state, member_key, ctx.cache.data.put(task.train_data, dev), member_args, schedule)
         members.append(chain.samples)
+        infos.append(chain.info)
     home = jax.local_devices()[0]
     samples = jax.tree.map(lambda *xs: jnp.concatenate([jax.device_put(x, home) for x in xs]), *members)
     jax.block_until_ready(samples)
     seconds = time.perf_counter() - t0
-    return finalise(ctx, samples, list(range(k)), schedule.num_steps * k, seconds, hp, num_chains=k)
+    d = tree_size(init(0).position)
+    t_kin = [kinetic_temperature(i, schedule, d) for i in infos] if hasattr(infos[0], "kinetic") else None
+    return finalise(ctx, samples, list(range(k)), schedule.num_steps * k, seconds, hp, num_chains=k, t_kin=t_kin,
+                    flops_per_step=flops)

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["MethodResult", "finalise", "finite_samples", "predict_outputs", "split_data"]
+__all__ = ["MethodResult", "finalise", "finite_samples", "predict_outputs", "probe_result", "split_data"]
 
 
 @dataclasses.dataclass
@@ -27,6 +27,11 @@ class MethodResult:
     samples: the kept parameter samples, a pytree of numpy leaves (K, ...); chain_ids (K,) int: the chain
       (ensemble member) of each; num_chains: chains run; draws_per_chain: samples requested per chain.
     gradient: "minibatch" or "full-batch"; batch_size: B of a minibatch method (None for full batch).
+    t_kin: kinetic temperature per chain / member over its sampling window (driver.kinetic_temperature; None
+      per chain whose value is not finite), or None for a method whose steps report no kinetic term.
+    flops_per_step: XLA's cost-analysis FLOPs of one compiled update on one minibatch (evaluate.budget.step_flops),
+      None where not measured (full-batch methods) or unavailable.
+    measured_seconds_per_step: a probe run's measured wall seconds per update (Run.probe), else None.
     """
 
     outputs: np.ndarray
@@ -41,6 +46,9 @@ class MethodResult:
     draws_per_chain: int = 0
     gradient: str = "minibatch"
     batch_size: int | None = None
+    t_kin: list | None = None
+    flops_per_step: float | None = None
+    measured_seconds_per_step: float | None = None
 
     @property
     def num_finite(self) -> int:
@@ -86,9 +94,16 @@ def finite_samples(tree) -> np.ndarray:
     return ok
 
 
+def probe_result(hp: dict, seconds_per_step: float, flops_per_step: float | None) -> MethodResult:
+    """The MethodResult of a probe run (Run.probe): no samples, no gradient evaluations, the measured cost."""
+    return MethodResult(np.zeros((0, 0, 0), np.float32), 0, 0.0, 0, hp, flops_per_step=flops_per_step,
+                        measured_seconds_per_step=seconds_per_step)
+
+
 def finalise(ctx, samples, chain_of_sample: list[int], grad_evals: int, seconds: float, hp: dict,
-             num_chains: int = 1, gradient: str = "minibatch") -> MethodResult:
-    """Predict the samples on ctx.split, drop non-finite samples, count the chains they belong to as divergent."""
+             num_chains: int = 1, gradient: str = "minibatch", **extra) -> MethodResult:
+    """Predict the samples on ctx.split, drop non-finite samples, count the chains they belong to as divergent;
+    `extra`: further MethodResult fields (t_kin, flops_per_step)."""
     x, _ = split_data(ctx.task, ctx.split)
     out = predict_outputs(ctx.task, samples, x, ctx.cfg.eval_batch, ctx.cache)
     ok = finite_samples(samples) & np.all(np.isfinite(out), axis=(1, 2))
@@ -97,4 +112,5 @@ def finalise(ctx, samples, chain_of_sample: list[int], grad_evals: int, seconds:
     chain_ids = np.asarray(chain_of_sample, dtype=np.int64)[ok]
     return MethodResult(out[ok], grad_evals, seconds, divergent, hp, num_requested=len(ok), samples=kept,
                         chain_ids=chain_ids, num_chains=num_chains, draws_per_chain=len(ok) // num_chains,
-                        gradient=gradient, batch_size=None if gradient == "full-batch" else ctx.cfg.batch_size)
+                        gradient=gradient, batch_size=None if gradient == "full-batch" else ctx.cfg.batch_size,
+                        **extra)
