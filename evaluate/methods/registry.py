@@ -17,7 +17,9 @@ __all__ = ["METHODS", "METHOD_MODULES", "MethodSettings", "REGISTRY", "get_metho
 
 METHOD_MODULES = (  # one line per method, in the order methods run and are reported
     "l2e",
+    "l2e_released",
     "sghmc",
+    "sghmc_tempered",
     "csghmc",
     "psgld",
     "fsghmc",
@@ -29,12 +31,18 @@ METHOD_MODULES = (  # one line per method, in the order methods run and are repo
 )
 
 
+_TEMPERATURE = {"deep_ensemble": "n/a (optimiser)"}
+"""Temperatures of methods whose module does not declare one (Method.temperature); to move into their METHOD."""
+
+
 def _load(modules) -> dict[str, Method]:
     methods = {}
     for module in modules:
         method = importlib.import_module(f"evaluate.methods.{module}").METHOD
         if method.name in methods:
             raise ValueError(f"method {method.name!r} registered twice")
+        if method.name in _TEMPERATURE and method.temperature == 1.0:
+            method = dataclasses.replace(method, temperature=_TEMPERATURE[method.name])
         methods[method.name] = method
     return methods
 
@@ -64,9 +72,11 @@ def method_settings(**per_method: dict) -> MethodSettings:
     return MethodSettings(**{name: get_method(name).settings(**fields) for name, fields in per_method.items()})
 
 
-def run_method(name: str, task, key, hp: dict, cfg, split="test", cache: CompileCache | None = None):
+def run_method(name: str, task, key, hp: dict, cfg, split="test", cache: CompileCache | None = None,
+               probe: bool = False):
     """One run of method `name` on `task` -> MethodResult (see Method.run); cache: the evaluation's
-    CompileCache (a fresh one when None)."""
+    CompileCache (a fresh one when None); probe: only measure one update's cost (Run.probe; minibatch
+    methods)."""
     method = get_method(name)
-    ctx = Run(task, cfg, getattr(cfg.settings, name), split, CompileCache() if cache is None else cache)
+    ctx = Run(task, cfg, getattr(cfg.settings, name), split, CompileCache() if cache is None else cache, probe)
     return method.run(ctx, key, hp)

@@ -42,7 +42,7 @@ def _kernel(task):
 def run_sghmc(ctx, key, hp: dict):
     """One SGHMC chain; hp: learning_rate, friction (default: the first of the grid)."""
     friction = float(hp.get("friction", ctx.settings.frictions[0]))
-    hp = {**hp, "friction": friction, "thinning": ctx.cfg.sample_thinning}
+    hp = {**hp, "friction": friction, "thinning": ctx.cfg.sample_thinning, "temperature": 1.0}
     args = {**lr_args(hp), "friction": jnp.asarray(friction, jnp.float32)}
     return run_single_chain(ctx, key, hp, single_chain_schedule(ctx.cfg), ("sghmc",), lambda: _kernel(ctx.task),
                             l2e.sghmc.init, args)
