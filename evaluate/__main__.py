@@ -1,6 +1,7 @@
 """`python -m evaluate`: tune, run and score the registered methods (L2E and baselines) on held-out tasks; report.
 
     python -m evaluate [--preset default|smoke|full|regression_1d|paper] [--output DIR] [--sampler PATH] [--seed N]
+                       [--seeds 0,1,2] [--budget gradients|seconds] [--budget-seconds S] [--released PATH]
                        [--set key=value ...] [--reference [TASK=]PATH ...] [--save-samples] [--overwrite] [--quiet]
     python -m evaluate reference --output DIR [--preset P] [--task NAME ...] [--set key=value ...]
                        [--chains 4] [--warmup 200] [--samples 100] [--thinning 1] [--max-doublings 10]
@@ -37,6 +38,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="L2E checkpoint: a meta-training run dir, its checkpoints/ dir or a step dir "
                         "(default: the shipped checkpoint)")
     p.add_argument("--seed", type=int, default=None, help="evaluation seed (overrides the preset's)")
+    p.add_argument("--seeds", default=None, metavar="S1,S2,...",
+                   help="evaluation seeds: every method (tuning included) is repeated per seed and the report gives "
+                        "mean ± standard error (config seeds=...)")
+    p.add_argument("--budget", default=None, choices=("gradients", "seconds"),
+                   help="gradients: every minibatch method gets num_steps updates (default); seconds: the same wall "
+                        "time (--budget-seconds), steps set from each method's measured seconds per update")
+    p.add_argument("--budget-seconds", type=float, default=None, metavar="S",
+                   help="wall seconds per run of every minibatch method under --budget seconds")
+    p.add_argument("--released", default=None, metavar="PATH",
+                   help="the L2E authors' meta_params.pickle (or its directory) for method l2e_released (default: "
+                        "$L2E_DATA_DIR/l2e_released or ../shared/data/l2e_released)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, e.g. --set num_steps=500 --set settings.sghmc.lrs=0.01,0.1 "
                         "--set methods=l2e,sghmc --set tune=false (method settings: settings.<method>.<field>)")
@@ -185,6 +197,14 @@ def reference_main(argv) -> int:
     return 0
 
 
+def _cli_overrides(args) -> list[str]:
+    """--set overrides, then --seed, --seeds, --budget-seconds and --budget as config overrides (--budget-seconds
+    alone implies --budget seconds)."""
+    mode = args.budget or ("seconds" if args.budget_seconds is not None else None)
+    flags = (("seed", args.seed), ("seeds", args.seeds), ("budget_seconds", args.budget_seconds), ("budget", mode))
+    return list(args.overrides) + [f"{key}={value}" for key, value in flags if value is not None]
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "reference":
@@ -202,14 +222,12 @@ def main(argv=None) -> int:
 
     user_errors = (ConfigError, l2e.CheckpointError, DatasetError, ValueError)
     try:
-        cfg = get_preset(args.preset)
-        overrides = list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else [])
-        cfg = apply_overrides(cfg, overrides)
+        cfg = apply_overrides(get_preset(args.preset), _cli_overrides(args))
         out = Path(args.output)
         check_output(out, args.overwrite, ConfigError)
         references = _parse_references(args.reference)
         results = evaluate(cfg, out, sampler_path=args.sampler, progress=not args.quiet, references=references,
-                           samples=args.save_samples)
+                           samples=args.save_samples, released_path=args.released)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130

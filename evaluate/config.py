@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+from evaluate.budget import BUDGET_MODES
 from evaluate.methods.registry import METHODS, MethodSettings, get_method, method_settings
 from l2e.chains import ChainSchedule
 from l2e.io import ConfigError, apply_overrides
@@ -15,7 +16,7 @@ from tasks.models import ModelSpec
 from tasks.regression import RegressionSpec
 from tasks.task import TaskSpec
 
-__all__ = ["DEFAULT_METHODS", "METHODS", "ConfigError", "EvalConfig", "MethodSettings", "PRESETS",
+__all__ = ["DEFAULT_METHODS", "FULL_GRID_POINTS", "METHODS", "ConfigError", "EvalConfig", "MethodSettings", "PRESETS",
            "apply_overrides", "get_preset", "method_settings"]
 
 DEFAULT_METHODS = ("l2e", "sghmc", "csghmc", "deep_ensemble")
@@ -40,6 +41,16 @@ class EvalConfig:
     settings: the settings of every registered method (tuning grids in mean-loss units, see
       shared/spec/BASELINES.md §0; full-batch methods' chains and budgets).
     barrier_examples: test examples of the loss-barrier path (METRICS §4).
+    seeds: evaluation seeds (None → (seed,)); each repeats every method, tuning included, with the task keys
+      folded from PRNGKey(seed) as for `seed`; with more than one the report gives mean ± standard error per
+      metric (evaluate.seeds) and keeps every seed's entry.
+    budget: "gradients" (every minibatch method gets G = num_steps updates) or "seconds" (every minibatch method
+      gets budget_seconds of wall time per run: evaluate.budget.seconds_num_steps; budget_seconds is ignored
+      under "gradients").
+    extend_grid: when the selected learning rate lies on an edge of a method's grid, extend the grid in that
+      direction (evaluate.tuning; at most GRID_EXTENSIONS times); the entry says so (grid_extended).
+    optional_methods: methods skipped with a note in the report (rather than an error) when their input is
+      missing (l2e_released without its file).
     """
 
     seed: int = 0
@@ -57,11 +68,19 @@ class EvalConfig:
     settings: MethodSettings = MethodSettings()
     title: str = "L2E evaluation on held-out tasks"
     barrier_examples: int = 500
+    seeds: tuple[int, ...] | None = None
+    budget: str = "gradients"
+    budget_seconds: float | None = None
+    extend_grid: bool = False
+    optional_methods: tuple[str, ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, "tasks", tuple(self.tasks))
         object.__setattr__(self, "methods", tuple(self.methods))
         object.__setattr__(self, "held_out", tuple(self.held_out) or ("",) * len(self.tasks))
+        object.__setattr__(self, "optional_methods", tuple(self.optional_methods))
+        if self.seeds is not None:
+            object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
         if not self.tasks:
             raise ConfigError("tasks must not be empty")
         for spec in self.tasks:
@@ -70,6 +89,7 @@ class EvalConfig:
         if len(self.held_out) != len(self.tasks):
             raise ConfigError(f"held_out has {len(self.held_out)} entries for {len(self.tasks)} tasks")
         self._check_sizes()
+        self._check_protocol()
         self._check_methods()
 
     def _check_sizes(self) -> None:
@@ -83,6 +103,29 @@ class EvalConfig:
                 "ensemble members and cSGHMC cycles split the budget evenly")
         if self.thinning is not None and self.thinning <= 0:
             raise ConfigError(f"thinning must be a positive integer or None, got {self.thinning}")
+
+    def _check_protocol(self) -> None:
+        """seeds, budget mode and optional methods."""
+        if self.seeds is not None:
+            if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
+                raise ConfigError(f"seeds must be distinct non-negative integers, got {self.seeds}")
+        if self.budget not in BUDGET_MODES:
+            raise ConfigError(f"budget must be one of {', '.join(BUDGET_MODES)}, got {self.budget!r}")
+        if self.budget_seconds is not None and not 0 < self.budget_seconds < float("inf"):
+            raise ConfigError(f"budget_seconds must be positive, got {self.budget_seconds}")
+        for name in self.optional_methods:
+            get_method(name)
+
+    @property
+    def seed_list(self) -> tuple[int, ...]:
+        """The evaluation seeds: `seeds`, or (seed,)."""
+        return self.seeds if self.seeds is not None else (self.seed,)
+
+    def check_budget(self) -> None:
+        """ConfigError unless budget="seconds" has its budget_seconds (checked when an evaluation starts, so the
+        two can be set by overrides in either order)."""
+        if self.budget == "seconds" and self.budget_seconds is None:
+            raise ConfigError("budget=seconds needs budget_seconds (wall seconds per run, e.g. --budget-seconds 30)")
 
     def _check_methods(self) -> None:
         """Known, distinct methods whose settings fit this config (their warm start's too)."""
@@ -127,8 +170,16 @@ _EVERY_METHOD_GRID = dict(
     sghmc=dict(lrs=(0.003, 0.01, 0.03, 0.1), frictions=(10.0,)), csghmc=dict(lrs=(0.01, 0.03, 0.1, 0.3)),
     l2e=dict(lrs=(0.25, 0.5, 1.0)), deep_ensemble=dict(lrs=(0.003, 0.01, 0.03, 0.1)),
     psgld=dict(lrs=(0.0003, 0.001, 0.003)), fsghmc=dict(lrs=(0.003, 0.01, 0.03, 0.1)),
-    noisy_de=dict(lrs=(0.003, 0.01, 0.03, 0.1)))
-"""Tuning grids of the `full` and `regression_1d` presets (the other registered methods: their defaults)."""
+    noisy_de=dict(lrs=(0.003, 0.01, 0.03, 0.1)), sghmc_tempered=dict(lrs=(0.01, 0.03), temperatures=(1.0, 0.1)),
+    l2e_released=dict(lrs=(0.25, 0.5, 1.0)))
+"""Tuning grids of the `regression_1d` preset (the other registered methods: their defaults)."""
+
+FULL_GRID_POINTS = 4
+_FULL_GRID = dict(
+    _EVERY_METHOD_GRID, l2e=dict(lrs=(0.125, 0.25, 0.5, 1.0)), l2e_released=dict(lrs=(0.125, 0.25, 0.5, 1.0)),
+    psgld=dict(lrs=(0.0003, 0.001, 0.003, 0.01)), sgnht=dict(lrs=(0.003, 0.01, 0.03, 0.1)))
+"""Tuning grids of the `full` preset: FULL_GRID_POINTS points for every tuned method (sghmc: 4 lrs × 1 friction;
+sghmc_tempered: 2 lrs × T ∈ {1, 0.1}), extended at an edge of the lr grid (extend_grid)."""
 
 PRESETS: dict[str, EvalConfig] = {
     # under a minute end to end (compilation included): one tiny task, a short budget, 1–2 lrs per method
@@ -155,7 +206,9 @@ PRESETS: dict[str, EvalConfig] = {
         ),
         num_steps=1000, num_samples=10, batch_size=64, chunk=2,
     ),
-    # every method on a UCI regression task and a small image task (≲ 15 min on 2 CPU cores).  MILE / NUTS-BDE
+    # every method on a UCI regression task and a small image task (≲ 15 min on 2 CPU cores before the tempered
+    # SGHMC control, the released L2E (when ../shared/data/l2e_released exists) and grid extension).  FULL_GRID_POINTS
+    # grid points per tuned method, an lr grid extended at its edges (extend_grid).  MILE / NUTS-BDE
     # budgets are scaled far down from MILE's
     # (50k warm-up + 10k sampling steps; NUTS 100 warm-up, 1000 draws, 12 chains): 2 chains (the first 2 DE
     # members), MILE warm-up (n1, n2, n3) = (800, 100, 100) + 10 draws 10 steps apart, NUTS 100 warm-up + 10 draws
@@ -172,10 +225,11 @@ PRESETS: dict[str, EvalConfig] = {
         ),
         methods=METHODS,
         num_steps=2000, num_samples=10, batch_size=64, chunk=2,
-        settings=method_settings(**_EVERY_METHOD_GRID,
+        settings=method_settings(**_FULL_GRID,
                                  mile=dict(chains=2, steps=(800, 100, 100), samples=10, thinning=10),
                                  nuts_bde=dict(chains=2, warmup=100, samples=10, thinning=1, max_doublings=7)),
         title="L2E evaluation: every baseline (full)",
+        extend_grid=True, optional_methods=("l2e_released",),
     ),
     # the 1-D "in-between uncertainty" problem (tasks.regression.synthetic_1d): the band plot of every method
     "regression_1d": EvalConfig(
@@ -187,6 +241,7 @@ PRESETS: dict[str, EvalConfig] = {
                                  mile=dict(chains=2, steps=(2000, 250, 250), samples=10, thinning=20),
                                  nuts_bde=dict(chains=2, warmup=200, samples=10, thinning=2, max_doublings=8)),
         title="L2E evaluation: 1-D in-between uncertainty",
+        optional_methods=("l2e_released",),
     ),
     # the paper's CIFAR-10 comparison (spec §6, the released code's schedule) on a machine with the data (TFDS
     # cifar10 train[:40960] / test, fashion_mnist) and, for agreement / TV against HMC, the reference file:

@@ -15,8 +15,8 @@ from evaluate.methods import MethodResult, get_method, predict_outputs, split_da
 from evaluate.metrics import agreement, total_variation
 from tasks.likelihoods.categorical import accuracy, bma_probs, ece, nll
 
-__all__ = ["BAND_NOTE", "ESS_ESTIMATOR", "band", "barrier_entry", "ess_entry", "hmc_entry", "method_entry",
-           "mixture_interval"]
+__all__ = ["BAND_NOTE", "ESS_ESTIMATOR", "band", "barrier_entry", "cost_entries", "ess_entry", "hmc_entry",
+           "method_entry", "mixture_interval", "temperature_entries"]
 
 ESS_ESTIMATOR = ("Geyer single-chain ESS (FFT autocovariance, initial monotone sequence; "
                  "evaluate.diagnostics.ess_single_chain) of every parameter coordinate over each non-divergent "
@@ -98,7 +98,8 @@ def barrier_entry(task, res: MethodResult, cfg, cache, num_points: int = 21) -> 
             "nll_barrier": barrier(nll_), "pair": pair, "error_metric": task.likelihood.error_metric, "test_examples": m}
 
 
-def _hyperparameters(task, method: str, res: MethodResult, best_hp: dict, grid_scores: dict, cfg) -> dict:
+def _hyperparameters(task, method: str, res: MethodResult, best_hp: dict, grid_scores: dict, cfg,
+                     extended: list | None = None) -> dict:
     hp = dict(res.hyperparameters)
     hp.update(best_hp)
     tuned = cfg.tune and get_method(method).tuned
@@ -107,26 +108,57 @@ def _hyperparameters(task, method: str, res: MethodResult, best_hp: dict, grid_s
         hp["grid"] = grid_scores
         n = min(cfg.tune_examples, int(split_data(task, "inner_valid")[1].shape[0]))
         hp["tuned_on"] = f"{task.likelihood.score_name}, first {n} inner_valid examples"
+        if cfg.extend_grid:
+            hp["grid_extended"] = list(extended or [])
     return hp
 
 
+def temperature_entries(method: str, res: MethodResult) -> dict:
+    """"temperature": the T the method ran at (its record's, else Method.temperature); "t_kin": the mean over
+    chains of the kinetic temperature (None if no chain has one), "t_kin_per_chain": every chain's (None for
+    methods whose update has no kinetic term)."""
+    per_chain = res.t_kin
+    finite = [v for v in (per_chain or []) if v is not None]
+    return {"temperature": res.hyperparameters.get("temperature", get_method(method).temperature),
+            "t_kin": float(np.mean(finite)) if finite else None, "t_kin_per_chain": per_chain}
+
+
+def cost_entries(method: str, res: MethodResult, tuning: dict | None, time_budget: dict | None) -> dict:
+    """FLOPs and wall seconds per update (minibatch methods: seconds / updates of the final run), the cost of
+    the tuning runs ({"runs", "grad_evals", "seconds"}) and the wall-time budget record (budget="seconds")."""
+    minibatch = not get_method(method).full_batch
+    out = {"flops_per_step": res.flops_per_step,
+           "seconds_per_step": res.seconds / res.grad_evals if minibatch and res.grad_evals else None}
+    if tuning is not None:
+        out["tuning"] = tuning
+    if time_budget is not None:
+        out["time_budget"] = time_budget
+    return out
+
+
 def method_entry(task, method: str, res: MethodResult, best_hp: dict, grid_scores: dict, cfg, cache,
-                 reference: np.ndarray | None) -> dict:
+                 reference: np.ndarray | None, tuning=None, time_budget: dict | None = None) -> dict:
     """The report entry of one method's final run: budget, hyperparameters, `task.metrics` and `task.curve` of
-    the kept samples on the test split, ESS, loss barrier; with `reference` ((n, C) probabilities) agreement
+    the kept samples on the test split, ESS, loss barrier, temperature and T_kin (`temperature_entries`), cost
+    (`cost_entries`; tuning: an evaluate.tuning.Tuning); with `reference` ((n, C) probabilities) agreement
     and total variation of the BMA."""
     y_test = np.asarray(split_data(task, "test")[1])
+    full_batch = get_method(method).full_batch
     entry = {
         "grad_evals": res.grad_evals,
         "gradient": budget.gradient_label(res, task.data_size),
         "epochs": budget.epochs(res, task.data_size),
-        "budget": "own (full-batch)" if get_method(method).full_batch else "shared G (minibatch)",
+        "budget": "own (full-batch)" if full_batch else (
+            "shared wall time (minibatch)" if time_budget is not None else "shared G (minibatch)"),
         "seconds": res.seconds,
         "num_samples": res.num_finite,
         "num_samples_requested": res.num_requested,
         "num_chains": res.num_chains,
         "divergent_chains": res.divergent_chains,
-        "hyperparameters": _hyperparameters(task, method, res, best_hp, grid_scores, cfg),
+        "hyperparameters": _hyperparameters(task, method, res, best_hp, grid_scores, cfg,
+                                            None if tuning is None else tuning.extended),
+        **temperature_entries(method, res),
+        **cost_entries(method, res, None if tuning is None else tuning.cost(), time_budget),
     }
     if res.num_finite:
         entry.update(_finite_or_none(task.metrics(res.outputs, y_test)))
@@ -152,6 +184,7 @@ def hmc_entry(ref: dict, task) -> dict:
     sampler = md.get("sampler") or {}
     keep = ("sampler", "num_divergent", "converged", "convergence_rule", "seed", "function_space")
     entry = {"source": ref["path"], "gradient": f"full-batch (N={task.data_size})", "budget": "reference (own)",
+             "temperature": 1.0,
              "grad_evals": grads, "seconds": md.get("seconds"), "epochs": grads,
              "num_chains": sampler.get("chains"), "divergent_chains": 0,
              "hyperparameters": {k: md[k] for k in keep if k in md}, "curve": None, "ess": None, "barrier": None}

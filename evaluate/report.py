@@ -1,4 +1,5 @@
-"""Report writers for evaluation results: JSON, Markdown tables, the plain-text table; PNGs via evaluate.plots.
+"""Report writers for evaluation results: JSON, Markdown (tables from evaluate.tables), the plain-text table; PNGs
+via evaluate.plots.
 
 Input is the plain dict of `evaluate.run.evaluate`::
 
@@ -9,10 +10,13 @@ Input is the plain dict of `evaluate.run.evaluate`::
 entry: classification "acc", "nll", "ece", "pairwise_kld", ["agreement", "total_variation"];
 regression "lppd", "nll", "rmse", "calibration_error"; both "grad_evals", "gradient", "epochs", "seconds",
 "num_samples", "divergent_chains", "hyperparameters", "curve" ({"num_samples", metric: [...]}), and
-optionally "ess" ({"mean_ess", "ess_per_second", "ess_per_1k_grads", "frac_chainwise_rhat_below_1.1", …})
-and "barrier" ({"lambdas", "error", "nll", "error_barrier", "nll_barrier", "pair"}).  The method "hmc" is the
-reference posterior: shown in the tables, never bolded as best.  band (1-D regression): {"x_train", "y_train",
-"x", "y", "methods": {method: {"mean", "lower", "upper"}}}.
+optionally "ess" ({"mean_ess", "ess_per_second", "ess_per_1k_grads", "frac_chainwise_rhat_below_1.1", …}),
+"barrier" ({"lambdas", "error", "nll", "error_barrier", "nll_barrier", "pair"}), "temperature" / "t_kin"
+(T and T_kin columns), "flops_per_step", "seconds_per_step", "tuning" ({"runs", "grad_evals", "seconds"}) and
+"time_budget" ({"num_steps", …}) (the Cost section).  Over several seeds (evaluate.seeds) numbers are means,
+"se" holds their standard errors ("mean ± se" cells, bold only by `beats`) and "n_seeds" is set.  The method
+"hmc" is the reference posterior: shown in the tables, never bolded as best.  band (1-D regression):
+{"x_train", "y_train", "x", "y", "methods": {method: {"mean", "lower", "upper"}}}.
 
 A metric column appears when at least one method has it; missing entries are rendered as "—".  Curve keys
 ``<metric>_sd`` are drawn as ±1 sd bands.
@@ -20,28 +24,21 @@ A metric column appears when at least one method has it; missing entries are ren
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
-from numbers import Integral, Real
 from pathlib import Path
 
 import numpy as np
 
 from evaluate import plots
+from evaluate.tables import (
+    BUDGET_COLUMNS, REFERENCE_METHOD, TABLE_METRICS, TEMPERATURE_COLUMNS, beats, bold_cells, columns, cost_section,
+    diagnostics_section, dispersion_section, fmt, metric_table, multi_seed, number,
+)
 from l2e.io import atomic_write_bytes
 
-__all__ = ["format_table", "probe_writable", "render_markdown", "write_json", "write_markdown", "write_report"]
-
-TABLE_METRICS = {
-    "classification": ("acc", "nll", "ece", "pairwise_kld", "agreement", "total_variation"),
-    "regression": ("lppd", "nll", "rmse", "calibration_error"),
-}
-BUDGET_COLUMNS = ("gradient", "grad_evals", "epochs", "seconds")
-_BEST = {"acc": max, "nll": min, "lppd": max, "rmse": min, "agreement": max, "total_variation": min,
-         "calibration_error": min}
-REFERENCE_METHOD = "hmc"
-_MISSING = "—"
+__all__ = ["REFERENCE_METHOD", "TABLE_METRICS", "beats", "bold_cells", "format_table", "probe_writable",
+           "render_markdown", "write_json", "write_markdown", "write_report"]
 
 
 # --------------------------------------------------------------------------- utils
@@ -73,32 +70,6 @@ def _json_default(obj):
     raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
 
 
-def _number(v):
-    """Return v as a python float/int if it is a finite-or-nan real scalar, else None."""
-    if v is None or isinstance(v, bool):
-        return None
-    if isinstance(v, np.generic):
-        v = v.item()
-    if isinstance(v, (Integral, Real)):
-        return v
-    return None
-
-
-def _fmt(metric: str, v) -> str:
-    x = _number(v)
-    if x is None:
-        return _MISSING if v is None else str(v)
-    if isinstance(x, float) and math.isnan(x):
-        return "nan"
-    if metric == "seconds":
-        return f"{float(x):.1f}"
-    if metric == "grad_evals":
-        return f"{round(x)}" if math.isfinite(float(x)) else f"{x}"
-    if metric == "epochs":
-        return f"{float(x):.3g}"
-    return f"{float(x):.4g}"
-
-
 def _kind(task: dict) -> str:
     return task.get("kind") or "classification"
 
@@ -127,61 +98,6 @@ def _config_lines(config: dict) -> list[str]:
     return lines
 
 
-def _best_values(methods: dict) -> dict:
-    best = {}
-    for metric, pick in _BEST.items():
-        vals = [_number(m.get(metric)) for k, m in methods.items() if k != REFERENCE_METHOD]
-        vals = [float(v) for v in vals if v is not None and not math.isnan(float(v))]
-        if vals:
-            best[metric] = pick(vals)
-    return best
-
-
-def _columns(methods: dict, names) -> list[str]:
-    return [c for c in names if any(m.get(c) is not None for m in methods.values())]
-
-
-def _table(methods: dict, columns: list[str], best: dict | None = None) -> list[str]:
-    best = best or {}
-    lines = ["| method | " + " | ".join(columns) + " |",
-             "|---|" + "|".join("---" if c == "gradient" else "---:" for c in columns) + "|"]
-    for mname, m in methods.items():
-        cells = []
-        for metric in columns:
-            cell = _fmt(metric, m.get(metric))
-            x = _number(m.get(metric))
-            if mname != REFERENCE_METHOD and metric in best and x is not None and float(x) == best[metric]:
-                cell = f"**{cell}**"
-            cells.append(cell)
-        lines.append(f"| {mname} | " + " | ".join(cells) + " |")
-    return lines + [""]
-
-
-def _diagnostics_section(methods: dict) -> list[str]:
-    rows = []
-    for mname, m in methods.items():
-        ess, bar = m.get("ess") or {}, m.get("barrier") or {}
-        if not ess and not bar:
-            continue
-        rows.append({"method": mname, "draws": ess.get("draws_per_chain"), "chains": ess.get("chains"),
-                     "mean_ess": ess.get("mean_ess"), "ess_per_second": ess.get("ess_per_second"),
-                     "ess_per_1k_grads": ess.get("ess_per_1k_grads"),
-                     "cR̂<1.1": ess.get("frac_chainwise_rhat_below_1.1"),
-                     "error_barrier": bar.get("error_barrier"), "nll_barrier": bar.get("nll_barrier")})
-    if not rows:
-        return []
-    cols = ["chains", "draws", "mean_ess", "ess_per_second", "ess_per_1k_grads", "cR̂<1.1", "error_barrier",
-            "nll_barrier"]
-    estimator = next((m["ess"].get("estimator") for m in methods.values() if m.get("ess")), None)
-    lines = ["Diagnostics: ESS of the kept draws per chain" + (f" ({estimator})" if estimator else "")
-             + "; cR̂ = chainwise split R̂ (fraction of parameters below 1.1); loss barriers along the linear "
-             "path between two samples (test error / RMSE, and NLL; METRICS §4).", ""]
-    lines += ["| method | " + " | ".join(cols) + " |", "|---|" + "|".join("---:" for _ in cols) + "|"]
-    for r in rows:
-        lines.append(f"| {r['method']} | " + " | ".join(_fmt(c, r[c]) for c in cols) + " |")
-    return lines + [""]
-
-
 def _task_section(name: str, task: dict) -> list[str]:
     methods = task.get("methods", {}) or {}
     kind = _kind(task)
@@ -199,10 +115,10 @@ def _task_section(name: str, task: dict) -> list[str]:
             rhat = ((meta.get("function_space") or {}).get("split_rhat") or {}).get("max")
             state = "converged" if meta["converged"] else "**NOT converged**"
             lines += [f"Reference convergence: {state} by the rule '{meta.get('convergence_rule', '?')}' "
-                      f"(function-space split R̂ max {_fmt('x', rhat)}, divergent transitions "
-                      f"{_fmt('x', meta.get('num_divergent'))}).", ""]
-    lines += _table(methods, _columns(methods, TABLE_METRICS[kind]) + _columns(methods, BUDGET_COLUMNS),
-                    _best_values(methods))
+                      f"(function-space split R̂ max {fmt('x', rhat)}, divergent transitions "
+                      f"{fmt('x', meta.get('num_divergent'))}).", ""]
+    cols = columns(methods, TABLE_METRICS[kind] + TEMPERATURE_COLUMNS + BUDGET_COLUMNS)
+    lines += metric_table(methods, cols, bold_cells(methods))
     counts = {k: m.get("num_samples") for k, m in methods.items() if m.get("num_samples") is not None}
     if counts:
         lines.append("Samples per method: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
@@ -210,12 +126,35 @@ def _task_section(name: str, task: dict) -> list[str]:
             lines[-1] += " (**sample counts differ**)"
         lines.append("")
     divergent = {k: m.get("divergent_chains") for k, m in methods.items()
-                 if (_number(m.get("divergent_chains")) or 0) > 0}
+                 if (number(m.get("divergent_chains")) or 0) > 0}
     if divergent:
         lines.append("Methods with divergent chains: "
                      + ", ".join(f"{k} ({v})" for k, v in divergent.items()))
         lines.append("")
-    return lines + _diagnostics_section(methods)
+    return lines + diagnostics_section(methods) + dispersion_section(methods) + cost_section(methods)
+
+
+def _preamble(results: dict) -> list[str]:
+    """The sentences under the configuration: bolding, formats; seeds, temperatures and skipped methods when the
+    results have them."""
+    lines = ["", "Best value per metric and task in **bold** (accuracy, LPPD, agreement: max; NLL, RMSE, total "
+             "variation, calibration error: min; the `hmc` reference row is never bolded); metrics to 4 "
+             "significant digits, seconds to 0.1 s. grad_evals counts the method's gradient evaluations of the "
+             "kind in `gradient` (minibatch or full batch); epochs = per-example gradients / N.", ""]
+    tasks = list(_tasks(results).values())
+    if any(multi_seed(t.get("methods") or {}) for t in tasks):
+        seeds = (results.get("config") or {}).get("seeds")
+        lines += [f"Seeds {seeds}: every number is the mean over seeds ± its standard error (sd/√n); a best value "
+                  "is bold only when it beats the next best by more than 2 combined standard errors "
+                  "(|Δ| > 2·sqrt(se₁² + se₂²)). Every seed's entry is in report.json.", ""]
+    if any(m.get("temperature") is not None for t in tasks for m in (t.get("methods") or {}).values()):
+        lines += ["T: the temperature each method ran at (tuned for sghmc_tempered; the checkpoint's for L2E); "
+                  "T_kin: its measured kinetic temperature ⟨Σ r·∇_rK⟩ / d over the sampling window, mean over "
+                  "chains (1 for a correct sampler at T = 1; SAMPLING.md §3).", ""]
+    skipped = (results.get("config") or {}).get("skipped_methods") or {}
+    if skipped:
+        lines += ["Skipped methods: " + "; ".join(f"{k} ({v})" for k, v in skipped.items()), ""]
+    return lines
 
 
 def render_markdown(results: dict) -> str:
@@ -223,10 +162,7 @@ def render_markdown(results: dict) -> str:
     title = (results.get("config") or {}).get("title", "Benchmark report")
     lines = [f"# {title}", "", "## Configuration", ""]
     lines += _config_lines(results.get("config") or {})
-    lines += ["", "Best value per metric and task in **bold** (accuracy, LPPD, agreement: max; NLL, RMSE, total "
-              "variation, calibration error: min; the `hmc` reference row is never bolded); metrics to 4 "
-              "significant digits, seconds to 0.1 s. grad_evals counts the method's gradient evaluations of the "
-              "kind in `gradient` (minibatch or full batch); epochs = per-example gradients / N.", ""]
+    lines += _preamble(results)
     for name in sorted(_tasks(results)):
         lines += _task_section(name, _tasks(results)[name])
     return "\n".join(lines).rstrip() + "\n"
@@ -271,16 +207,16 @@ def format_table(results: dict) -> str:
         reg = task.get("kind") == "regression"
         c1, c3, c4 = ("lppd", "rmse", "cal") if reg else ("acc", "ece", "kld")
         k1, k3, k4 = ("lppd", "rmse", "calibration_error") if reg else ("acc", "ece", "pairwise_kld")
-        header = (f"{'task':<34} {'method':<13} {c1:>7} {'nll':>7} {c3:>7} {c4:>7} {'grads':>8} {'epochs':>7} "
-                  f"{'K':>4} {'div':>3} {'sec':>7} {'ess':>6}")
+        header = (f"{'task':<34} {'method':<14} {c1:>7} {'nll':>7} {c3:>7} {c4:>7} {'grads':>8} {'epochs':>7} "
+                  f"{'K':>4} {'div':>3} {'sec':>7} {'ess':>6} {'T_kin':>6}")
         lines += [header, "-" * len(header)]
         for mname, m in task["methods"].items():
-            grads = "—" if m.get("grad_evals") is None else f"{m['grad_evals']}{str(m.get('gradient', ' '))[0]}"
+            grads = "—" if m.get("grad_evals") is None else f"{round(m['grad_evals'])}{str(m.get('gradient', ' '))[0]}"
             ess = (m.get("ess") or {}).get("mean_ess")
             lines.append(
-                f"{tname[:34]:<34} {mname:<13} {f(m.get(k1), '.4f'):>7} {f(m.get('nll'), '.4f'):>7} "
+                f"{tname[:34]:<34} {mname:<14} {f(m.get(k1), '.4f'):>7} {f(m.get('nll'), '.4f'):>7} "
                 f"{f(m.get(k3), '.4f'):>7} {f(m.get(k4), '.3f'):>7} {grads:>8} {f(m.get('epochs'), '.1f'):>7} "
-                f"{f(m.get('num_samples'), 'd'):>4} {f(m.get('divergent_chains'), 'd'):>3} "
-                f"{f(m.get('seconds'), '.2f'):>7} {f(ess, '.1f'):>6}")
+                f"{f(m.get('num_samples'), 'g'):>4} {f(m.get('divergent_chains'), 'g'):>3} "
+                f"{f(m.get('seconds'), '.2f'):>7} {f(ess, '.1f'):>6} {f(m.get('t_kin'), '.3f'):>6}")
         lines.append("")
     return "\n".join(lines).rstrip()

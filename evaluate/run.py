@@ -1,33 +1,39 @@
 """`evaluate(cfg, out_dir)`: tune, run and score every method on every held-out task, then write the report.
 
-Protocol per task (index t) and method (evaluate.methods.registry):
-  * keys: task key = fold_in(PRNGKey(seed), t); tuning runs use fold_in(task key, 0), the final run
+Protocol per seed s (cfg.seed_list), task (index t) and method (evaluate.methods.registry):
+  * keys: task key = fold_in(PRNGKey(s), t); tuning runs use fold_in(task key, 0), the final run
     fold_in(task key, 1), each split into (init key, chain key).  Every method gets these same keys (common
     random numbers): the single-chain methods start from the same initial parameters, task.init_params(init
     key), and ensemble member m from task.init_params(fold_in(init key, m)) — member m of every ensemble
     starts from the same parameters, which differ from the chains' start.
-  * budgets (evaluate.budget): minibatch methods share G minibatch gradient evaluations; full-batch methods
-    (Method.full_batch) use their own budgets (settings.<method>), starting from the final deep-ensemble run's
-    first members (BASELINES §6; the deep ensemble is run for them if it is not among the methods).  Every
-    entry states its "gradient" kind and "epochs" = example-gradients / N, so budgets can be compared.
-  * tuning (cfg.tune, methods with a grid): for every grid point, one run of the full budget, scored by
-    `task.score` (BMA NLL; regression −LPPD of the pooled predictive mixture) of its kept samples on the first
-    cfg.tune_examples `inner_valid` examples; a run with a divergent chain scores +inf.  The best finite score
-    wins (if none is finite: the first grid point).  Without tuning the first grid point is used.
-  * final run with the chosen hyperparameters, scored on the full `test` split (evaluate.entries.method_entry).
+  * budgets (evaluate.budget): minibatch methods share G minibatch gradient evaluations (budget="seconds": the
+    same wall time, G per method from its measured seconds per update); full-batch methods (Method.full_batch)
+    use their own budgets (settings.<method>), starting from the final deep-ensemble run's first members
+    (BASELINES §6; the deep ensemble is run for them if it is not among the methods).  Every entry states its
+    "gradient" kind and "epochs" = example-gradients / N, so budgets can be compared, the FLOPs and seconds of
+    one update and what its tuning runs cost.
+  * tuning (cfg.tune, methods with a grid; evaluate.tuning): one run of the full budget per grid point, scored
+    by `task.score` (BMA NLL; regression −LPPD of the pooled predictive mixture) of its kept samples on the
+    first cfg.tune_examples `inner_valid` examples; a run with a divergent chain scores +inf.  The best finite
+    score wins (if none is finite: the first grid point); with cfg.extend_grid a winner on an edge of the lr
+    grid extends it (bounded).  Without tuning the first grid point is used.
+  * final run with the chosen hyperparameters, scored on the full `test` split (evaluate.entries.method_entry),
+    with the temperature the method ran at and its measured kinetic temperature T_kin.
   * divergence (DIVERGENCE_NOTE): a chain (ensemble member) with a non-finite sample or prediction is divergent
     and counted in `divergent_chains`; its non-finite samples are dropped from the BMA and every metric, its
     finite samples are kept.  In tuning, a run with any divergent chain scores +inf.
   * reference (optional, per task; evaluate.reference): a reference posterior's predictive (e.g. HMC).  It gets
     its own "hmc" method entry; with reference probabilities every method's BMA gets `agreement` and
-    `total_variation`.
+    `total_variation`; with the reference's dispersion statistics every method gets "dispersion" (ratios to
+    the reference's, flagged outside [0.5, 2]; evaluate.dispersion.dispersion_entry).
   * regression tasks with 1-D inputs get a "band": the 95 % central interval of each method's pooled
     predictive mixture on the sorted test inputs.
+  * several seeds: every method's entry is the mean ± standard error over seeds (evaluate.seeds), each seed's
+    entry kept; with one seed the report is that seed's.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 
 import jax
@@ -37,10 +43,15 @@ from tqdm.auto import tqdm
 import l2e
 from evaluate import budget
 from evaluate.config import EvalConfig
+from evaluate.dispersion import dispersion_entry
 from evaluate.entries import ESS_ESTIMATOR, band, hmc_entry, method_entry
-from evaluate.methods import METHODS, REGISTRY, CompileCache, MethodResult, get_method, run_method, split_data
+from evaluate.methods import METHODS, REGISTRY, CompileCache, get_method
+from evaluate.methods.l2e_released import load_released_sampler
 from evaluate.reference import load_references
 from evaluate.report import write_report
+from evaluate.seeds import SE_NOTE, aggregate_task
+from evaluate.tuning import GRID_EXTENSIONS, Progress, tune_and_run
+from l2e.io import ConfigError
 from tasks import TaskCache, build
 
 __all__ = ["DIVERGENCE_NOTE", "evaluate", "load_l2e", "run_task_method", "save_samples"]
@@ -48,6 +59,10 @@ __all__ = ["DIVERGENCE_NOTE", "evaluate", "load_l2e", "run_task_method", "save_s
 DIVERGENCE_NOTE = ("a chain (ensemble member) with a non-finite sample or prediction is divergent and counted per "
                    "method (divergent_chains); its non-finite samples are excluded from the BMA and all metrics, its "
                    "finite ones are kept; in tuning, a run with a divergent chain scores +inf")
+TEMPERATURE_NOTE = ("temperature: the T each method ran at (1 for the posterior samplers, the tuned T of "
+                    "sghmc_tempered, the checkpoint's T for L2E); t_kin: kinetic temperature <Σ r·∇_rK> / d over "
+                    "the updates from the first kept sample to the last (cyclical SGHMC: its sampling-phase updates "
+                    "only), per chain (t_kin_per_chain) and its mean; 1 for a correct sampler at T = 1")
 
 
 def load_l2e(sampler_path=None) -> dict:
@@ -57,74 +72,13 @@ def load_l2e(sampler_path=None) -> dict:
     return {"meta_params": meta_params, "sampler": sampler, "path": path, "meta": meta}
 
 
-def _score(task, result: MethodResult, labels) -> float:
-    """Tuning score: `task.score` of the kept samples; +inf if any chain diverged or nothing is left."""
-    if result.divergent_chains or result.num_finite == 0:
-        return math.inf
-    value = task.score(result.outputs, labels)
-    return value if math.isfinite(value) else math.inf
-
-
-def _keys(task_key, phase: int):
-    return tuple(jax.random.split(jax.random.fold_in(task_key, phase)))
-
-
-def _hp_label(point: dict) -> str:
-    """E.g. "lr=0.03" or "lr=0.03,friction=10" (keys of the report's tuning grid)."""
-    names = {"learning_rate": "lr"}
-    return ",".join(f"{names.get(k, k)}={v:g}" for k, v in point.items())
-
-
-class _Progress:
-    """The tqdm bar's postfix and count (a no-op without a bar)."""
-
-    def __init__(self, bar):
-        self.bar = bar
-
-    def start(self, task, method: str, point: dict, phase: str) -> None:
-        if self.bar is not None:
-            self.bar.set_postfix_str(f"{task.spec.name} {method} {_hp_label(point)} ({phase})")
-
-    def done(self) -> None:
-        if self.bar is not None:
-            self.bar.update(1)
-
-
-def _tune(task, task_key, method: str, cfg: EvalConfig, extra: dict, cache, progress) -> tuple[dict, dict]:
-    """(best grid point, {label: score or None}) over the method's grid on the tuning examples."""
-    points = get_method(method).points(getattr(cfg.settings, method))
-    x, y = split_data(task, "inner_valid")
-    tune_split = (x[:cfg.tune_examples], y[:cfg.tune_examples])
-    best_hp, best, grid_scores = points[0], math.inf, {}
-    for point in points:
-        progress.start(task, method, point, "tuning")
-        res = run_method(method, task, _keys(task_key, 0), {**point, **extra}, cfg, tune_split, cache)
-        score = _score(task, res, np.asarray(tune_split[1]))
-        grid_scores[_hp_label(point)] = score if math.isfinite(score) else None
-        if score < best:
-            best_hp, best = point, score
-        progress.done()
-    return best_hp, grid_scores
-
-
-def _tune_and_run(task, task_key, method: str, cfg: EvalConfig, extra: dict, cache, progress):
-    """(final MethodResult on test, chosen grid point, {label: score or None} (empty without tuning))."""
-    if cfg.tune and get_method(method).tuned:
-        best_hp, grid_scores = _tune(task, task_key, method, cfg, extra, cache, progress)
-    else:
-        best_hp, grid_scores = get_method(method).points(getattr(cfg.settings, method))[0], {}
-    progress.start(task, method, best_hp, "final")
-    res = run_method(method, task, _keys(task_key, 1), {**best_hp, **extra}, cfg, "test", cache)
-    progress.done()
-    return res, best_hp, grid_scores
-
-
 def _warm_start(task, task_key, cfg: EvalConfig, chains: int, runs: dict, cache, progress) -> dict:
     """hp of a full-batch method: the first `chains` finite members of the final deep-ensemble run (the one
     reported, or a run made here with the same keys and tuning) and its lr as MILE's ε₀."""
     if "deep_ensemble" not in runs:
-        runs["deep_ensemble"] = _tune_and_run(task, task_key, "deep_ensemble", cfg, {}, cache, progress)
-    res, best_hp, _ = runs["deep_ensemble"]
+        runs["deep_ensemble"] = tune_and_run(task, task_key, "deep_ensemble", cfg, {}, cache, progress)
+    res, tuning, _ = runs["deep_ensemble"]
+    best_hp = tuning.best
     members = sorted(set(np.asarray(res.chain_ids).tolist()))[:chains]
     if not members:
         raise RuntimeError("every deep-ensemble member diverged: no warm start for the full-batch methods")
@@ -139,38 +93,63 @@ def _warm_start(task, task_key, cfg: EvalConfig, chains: int, runs: dict, cache,
     return {"init_positions": init, "step_size0": float(lr0), "warm_start": warm}
 
 
-def run_task_method(task, task_key, method: str, cfg: EvalConfig, sampler: dict | None, runs: dict, cache,
-                    progress) -> tuple:
-    """Tune (optionally) and run one method on one task: (final MethodResult, chosen point, grid scores).
+def _sampler_hp(sampler: dict) -> dict:
+    return {"meta_params": sampler["meta_params"], "sampler": sampler["sampler"], "checkpoint": sampler["path"]}
 
-    runs: per-task {method: that tuple} shared by the methods of one task (the deep-ensemble run there is the
-    warm start of the full-batch methods); cache: the evaluation's CompileCache."""
+
+def run_task_method(task, task_key, method: str, cfg: EvalConfig, samplers: dict, runs: dict, cache,
+                    progress) -> tuple:
+    """Tune (optionally) and run one method on one task: (final MethodResult, evaluate.tuning.Tuning, time-budget
+    record or None).
+
+    samplers: {"l2e": load_l2e(...), "released": load_released_sampler(...)} as the methods need; runs: per-task
+    {method: that tuple} shared by the methods of one task (the deep-ensemble run there is the warm start of
+    the full-batch methods); cache: the evaluation's CompileCache."""
     m = get_method(method)
     extra = {}
     if m.needs_sampler:
-        extra = {"meta_params": sampler["meta_params"], "sampler": sampler["sampler"]}
+        extra = _sampler_hp(samplers["l2e"])
+    if m.needs_released:
+        extra = _sampler_hp(samplers["released"])
     if m.warm_start:
         extra = _warm_start(task, task_key, cfg, getattr(cfg.settings, method).chains, runs, cache, progress)
     if method not in runs:  # the deep ensemble may already have run as a warm start (same keys, same result)
-        runs[method] = _tune_and_run(task, task_key, method, cfg, extra, cache, progress)
+        runs[method] = tune_and_run(task, task_key, method, cfg, extra, cache, progress)
     return runs[method]
 
 
-def _config_record(cfg: EvalConfig, tasks: list, sampler: dict | None) -> dict:
+def _config_record(cfg: EvalConfig, tasks: list, samplers: dict, skipped: dict) -> dict:
     record = cfg.to_dict()
     record["tasks"] = [dataclasses.asdict(t) | {"name": t.name, "kind": task.kind} for t, task in zip(cfg.tasks, tasks)]
     record["divergent_chains"] = DIVERGENCE_NOTE
     shared = [m for m in METHODS if not REGISTRY[m].full_batch]
-    record["budgets"] = budget.budget_note(shared, [m for m in METHODS if REGISTRY[m].full_batch])
+    record["budgets"] = budget.budget_note(shared, [m for m in METHODS if REGISTRY[m].full_batch], cfg.budget)
     record["ess_estimator"] = ESS_ESTIMATOR
     record["thinning_used"] = cfg.sample_thinning
     record["schedules"] = {m: dataclasses.asdict(cfg.schedule(m)) for m in cfg.methods if REGISTRY[m].schedule}
     record["seconds_measure"] = (
         "wall time of the final run's updates (all chunks / chains, sample transfer), after compilation "
-        "(nuts_bde: includes compiling its first chain); excludes tuning runs and test-set prediction")
-    if sampler is not None:
-        record["sampler_checkpoint"] = sampler["path"]
-        record["sampler_config"] = dataclasses.asdict(sampler["sampler"])
+        "(nuts_bde: includes compiling its first chain); excludes tuning runs and test-set prediction; "
+        "seconds_per_step = seconds / updates (minibatch methods); tuning: the tuning runs' count, gradient "
+        "evaluations and seconds")
+    record["flops"] = budget.FLOPS_NOTE
+    record["temperature"] = TEMPERATURE_NOTE
+    if cfg.tune:
+        record["grid_points"] = {m: len(get_method(m).points(getattr(cfg.settings, m)))
+                                 for m in cfg.methods if get_method(m).tuned}
+        if cfg.extend_grid:
+            record["grid_extension"] = (f"a winning lr on an edge of the grid extends it by the grid's ratio at that "
+                                        f"edge, at most {GRID_EXTENSIONS} times (hyperparameters.grid_extended)")
+    if len(cfg.seed_list) > 1:
+        record["seed_aggregation"] = SE_NOTE
+    if "l2e" in samplers:
+        record["sampler_checkpoint"] = samplers["l2e"]["path"]
+        record["sampler_config"] = dataclasses.asdict(samplers["l2e"]["sampler"])
+    if "released" in samplers:
+        record["released_checkpoint"] = samplers["released"]["path"]
+        record["released_config"] = dataclasses.asdict(samplers["released"]["sampler"])
+    if skipped:
+        record["skipped_methods"] = skipped
     return record
 
 
@@ -182,16 +161,21 @@ def _num_runs(cfg: EvalConfig) -> int:
     total = sum(runs(m) for m in cfg.methods)
     if any(get_method(m).warm_start for m in cfg.methods) and "deep_ensemble" not in cfg.methods:
         total += runs("deep_ensemble")
-    return total
+    return total * len(cfg.seed_list)
 
 
-def _task_report(task, task_key, held_out: str, ref: dict | None, cfg: EvalConfig, sampler, cache, progress):
+def _task_report(task, task_key, held_out: str, ref: dict | None, cfg: EvalConfig, samplers: dict, cache,
+                 progress):
     """The report entry of one task: every method's entry (and the reference's), data sizes, 1-D band."""
     runs, methods = {}, {}
     probs = None if ref is None else ref.get("probs")
     for method in cfg.methods:
-        res, best_hp, grid_scores = run_task_method(task, task_key, method, cfg, sampler, runs, cache, progress)
-        methods[method] = method_entry(task, method, res, best_hp, grid_scores, cfg, cache, probs)
+        res, tuning, time_budget = run_task_method(task, task_key, method, cfg, samplers, runs, cache, progress)
+        methods[method] = method_entry(task, method, res, tuning.best, tuning.scores, cfg, cache, probs,
+                                       tuning=tuning, time_budget=time_budget)
+        dispersion = dispersion_entry(task, res, ref) if ref is not None else None
+        if dispersion is not None:  # ratios to the reference's dispersion statistics (evaluate.dispersion)
+            methods[method]["dispersion"] = dispersion
     if ref is not None:
         methods["hmc"] = hmc_entry(ref, task)
     data = {"train": task.data_size, "test": int(task.splits.test[1].shape[0])}
@@ -207,10 +191,10 @@ def _task_report(task, task_key, held_out: str, ref: dict | None, cfg: EvalConfi
     return entry, runs
 
 
-def save_samples(out_dir, task_name: str, runs: dict, methods) -> dict:
+def save_samples(out_dir, task_name: str, runs: dict, methods, prefix: str | None = None) -> dict:
     """Write the kept samples of each method's final run as ArviZ InferenceData (netCDF;
-    evaluate.samples.write_inference_data) to out_dir/samples/<task slug>/<method>.nc; returns {method: path
-    relative to out_dir} (methods without a finite sample are skipped)."""
+    evaluate.samples.write_inference_data) to out_dir/samples/[<prefix>/]<task slug>/<method>.nc; returns
+    {method: path relative to out_dir} (methods without a finite sample are skipped)."""
     from evaluate.hmc_reference import slugify
     from evaluate.samples import write_inference_data
 
@@ -219,37 +203,65 @@ def save_samples(out_dir, task_name: str, runs: dict, methods) -> dict:
         res = runs[method][0]
         if res.samples is None or res.num_finite == 0:
             continue
-        rel = Path("samples") / slugify(task_name) / f"{method}.nc"
+        rel = Path("samples") / (prefix or "") / slugify(task_name) / f"{method}.nc"
         write_inference_data(Path(out_dir) / rel, res.samples, res.chain_ids, draws_per_chain=res.draws_per_chain)
         paths[method] = str(rel)
     return paths
 
 
+def _released_input(cfg: EvalConfig, released_path, released: dict | None) -> tuple:
+    """(cfg, {skipped method: why}, released sampler or None).  A method needing the released file runs when it
+    loads; a missing file skips the methods listed in cfg.optional_methods (with a note) unless --released named
+    it, and is an error (ConfigError) otherwise; a refused file raises ReleasedFormatError (a ValueError)."""
+    names = [m for m in cfg.methods if get_method(m).needs_released]
+    if not names or released is not None:
+        return cfg, {}, released
+    try:
+        return cfg, {}, load_released_sampler(released_path)
+    except FileNotFoundError as e:
+        if released_path is not None or any(m not in cfg.optional_methods for m in names):
+            raise ConfigError(f"{e} (pass --released PATH or set $L2E_DATA_DIR)") from None
+        kept = tuple(m for m in cfg.methods if m not in names)
+        if not kept:
+            raise ConfigError(f"{e}: no method left to evaluate") from None
+        return dataclasses.replace(cfg, methods=kept), {m: f"skipped: {e}" for m in names}, None
+
+
 def evaluate(cfg: EvalConfig, out_dir=None, sampler_path=None, progress: bool = True, sampler: dict | None = None,
-             references: dict | None = None, cache: CompileCache | None = None, samples: bool = False) -> dict:
+             references: dict | None = None, cache: CompileCache | None = None, samples: bool = False,
+             released_path=None, released: dict | None = None) -> dict:
     """Run the evaluation described by `cfg`; write the report (evaluate.report.write_report) into out_dir (if
-    given).  `sampler` (from `load_l2e`) overrides `sampler_path`.  `references`: {task name (or None for the
-    only task): path} (evaluate.reference.load_references); every input is checked before anything is
-    computed.  cache: a CompileCache to reuse (default: a new one for this evaluation).  samples: also write
-    every method's final-run samples (`save_samples`; needs out_dir).  Returns the results dict (schema:
-    evaluate.report)."""
-    needs_sampler = any(get_method(m).needs_sampler for m in cfg.methods)
-    if needs_sampler and sampler is None:
-        sampler = load_l2e(sampler_path)  # fail fast, before any compilation
+    given).  `sampler` (from `load_l2e`) overrides `sampler_path`; `released` (from
+    evaluate.methods.l2e_released.load_released_sampler) overrides `released_path` (default: the shared data's
+    l2e_released).  `references`: {task name (or None for the only task): path} (evaluate.reference.
+    load_references); every input is checked before anything is computed.  cache: a CompileCache to reuse
+    (default: a new one for this evaluation).  samples: also write every method's final-run samples
+    (`save_samples`; needs out_dir).  Returns the results dict (schema: evaluate.report)."""
+    cfg.check_budget()
+    cfg, skipped, released = _released_input(cfg, released_path, released)
+    samplers = {} if released is None else {"released": released}
+    if any(get_method(m).needs_sampler for m in cfg.methods):
+        samplers["l2e"] = sampler if sampler is not None else load_l2e(sampler_path)  # fail fast
     task_cache = TaskCache()
     tasks = [build(spec, task_cache) for spec in cfg.tasks]  # dataset errors surface here
     refs = load_references(references, cfg.task_names(), tasks)
     cache = CompileCache() if cache is None else cache
-    results = {"config": _config_record(cfg, tasks, sampler if needs_sampler else None), "tasks": {}}
-    root = jax.random.PRNGKey(cfg.seed)
+    results = {"config": _config_record(cfg, tasks, samplers, skipped), "tasks": {}}
+    seeds = cfg.seed_list
+    per_seed = {name: {} for name in cfg.task_names()}
     with tqdm(total=_num_runs(cfg) * len(tasks), desc="evaluate", unit="run", disable=not progress,
               dynamic_ncols=True) as bar:
-        for t, (name, task, held_out) in enumerate(zip(cfg.task_names(), tasks, cfg.held_out)):
-            entry, runs = _task_report(task, jax.random.fold_in(root, t), held_out, refs.get(name), cfg, sampler,
-                                       cache, _Progress(bar))
-            if samples and out_dir is not None:
-                entry["samples"] = save_samples(out_dir, name, runs, cfg.methods)
-            results["tasks"][name] = entry
+        for seed in seeds:
+            root = jax.random.PRNGKey(seed)
+            for t, (name, task, held_out) in enumerate(zip(cfg.task_names(), tasks, cfg.held_out)):
+                entry, runs = _task_report(task, jax.random.fold_in(root, t), held_out, refs.get(name), cfg,
+                                           samplers, cache, Progress(bar))
+                if samples and out_dir is not None:
+                    prefix = f"seed{seed}" if len(seeds) > 1 else None
+                    entry["samples"] = save_samples(out_dir, name, runs, cfg.methods, prefix)
+                per_seed[name][seed] = entry
+    for name, entries in per_seed.items():
+        results["tasks"][name] = entries[seeds[0]] if len(seeds) == 1 else aggregate_task(entries)
     if out_dir is not None:
         paths = write_report(results, out_dir)
         results["paths"] = {k: str(v) for k, v in paths.items()}
