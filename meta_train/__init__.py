@@ -1,4 +1,5 @@
-"""Meta-training of the L2E sampler with antithetic evolution strategies (`python -m meta_train`).
+"""Meta-training of a learned sampler (the paper-form L2E or Kinetic-L2E: `sampler_kind`) with antithetic evolution
+strategies (`python -m meta_train`).
 
 Submodules: config (MetaTrainConfig, ESConfig), presets (the named configurations), es (the fitness of an ES
 population: inner chains and meta-loss), outer (the pure outer step: ask, fitness shaping, tell, log row),
@@ -12,7 +13,7 @@ import importlib
 
 _LAZY = {
     "PRESETS": "meta_train.presets", "ConfigError": "meta_train.config", "ESConfig": "meta_train.config",
-    "MetaTrainConfig": "meta_train.config", "apply_overrides": "meta_train.config",
+    "MetaTrainConfig": "meta_train.config", "ObjectiveConfig": "meta_train.config", "apply_overrides": "meta_train.config",
     "RunDirError": "meta_train.run_dir", "meta_train": "meta_train.train",
 }
 

@@ -7,6 +7,7 @@ import json
 
 from l2e.chains import ChainSchedule
 from l2e.io import ConfigError, apply_overrides, dataclass_from_dict
+from l2e.kinetic import KineticConfig
 from l2e.l2e import L2EConfig
 from tasks.distribution import TaskDistribution
 
@@ -45,6 +46,35 @@ class ESConfig:
                 raise ConfigError(f"es.{name} must be positive, got {getattr(self, name)}")
 
 
+OBJECTIVES = ("bma", "ce")
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectiveConfig:
+    """The meta-objective over an inner chain's samples (SAMPLING.md §4; L2E.md §5.2).
+
+    kind: "bma" — NLL of the K samples' Bayesian model average (paper eq. 7); "ce" — mean of the samples'
+    individual NLLs (the paper's cross-entropy ablation, eq. 12).
+    burn_in: 0 — the samples are where `inner` puts them (the last one after the final update, `inner.thinning`
+    apart); B > 0 — the K samples are spread evenly over the window after burn-in, (B, num_steps]: thinning
+    (num_steps − B) // K, the last after the final update (`inner.thinning` is then not used).
+    log_temperature: log each member's kinetic temperature T_kin = ⟨Σ r·∇_rK⟩ / d over the sampling window (the
+    K·thinning updates ending at the last sample) in the log row ("t_kin"); runs a program that keeps the
+    per-step infos.
+    """
+
+    kind: str = "bma"
+    burn_in: int = 0
+    log_temperature: bool = False
+
+    def __post_init__(self):
+        if self.kind not in OBJECTIVES:
+            raise ConfigError(f"objective.kind must be one of {OBJECTIVES}, got {self.kind!r}")
+        if self.burn_in < 0:
+            raise ConfigError(f"objective.burn_in must be ≥ 0, got {self.burn_in}")
+
+
+SAMPLER_KINDS = ("l2e", "kinetic")
 META_INITS = ("sghmc", "random")
 
 
@@ -52,8 +82,12 @@ META_INITS = ("sghmc", "random")
 class MetaTrainConfig:
     """Everything that determines a meta-training run (with the seed, its numbers are reproducible).
 
-    meta_init: "random" (haiku-style init, as the paper) or "sghmc" (the MLP first fitted to
-    α ≈ 0, β ≈ normalised momentum; see l2e.meta_model.sghmc_like_meta_params).
+    sampler_kind: the learned sampler meta-trained — "l2e" (the paper-form step, configured by `sampler`) or
+    "kinetic" (Kinetic-L2E, l2e.kinetic, configured by `kinetic`); the other group is not used.
+    meta_init: "random" (haiku-style init, as the paper) or "sghmc": for "l2e" the MLP first fitted to
+    α ≈ 0, β ≈ normalised momentum (l2e.meta_model.sghmc_like_meta_params); for "kinetic" the μ-MLP's output
+    layer set to 0, so μ ≡ 0 and the step is exactly SGHMC (l2e.meta_model.init_mu_params).
+    objective: the meta-objective and its sampling window (ObjectiveConfig).
     """
 
     seed: int = 0
@@ -66,13 +100,36 @@ class MetaTrainConfig:
     sampler: L2EConfig = L2EConfig()
     inner: ChainSchedule = ChainSchedule(num_steps=3000, num_samples=10, thinning=50, batch_size=128)
     tasks: TaskDistribution = TaskDistribution(datasets=("digits",))
+    sampler_kind: str = "l2e"
+    kinetic: KineticConfig = KineticConfig()
+    objective: ObjectiveConfig = ObjectiveConfig()
 
     def __post_init__(self):
         if self.meta_init not in META_INITS:
             raise ConfigError(f"meta_init must be one of {META_INITS}, got {self.meta_init!r}")
+        if self.sampler_kind not in SAMPLER_KINDS:
+            raise ConfigError(f"sampler_kind must be one of {SAMPLER_KINDS}, got {self.sampler_kind!r}")
         for name in ("num_outer", "meta_loss_examples", "checkpoint_every"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        b, s, k = self.objective.burn_in, self.inner.num_steps, self.inner.num_samples
+        if b and (s - b) // k < 1:
+            raise ConfigError(f"objective.burn_in ({b}) leaves fewer than inner.num_samples ({k}) steps of the "
+                              f"inner.num_steps ({s})")
+
+    @property
+    def sampler_config(self) -> L2EConfig | KineticConfig:
+        """The configuration of the sampler being meta-trained (`sampler` or `kinetic`, by sampler_kind)."""
+        return self.kinetic if self.sampler_kind == "kinetic" else self.sampler
+
+    @property
+    def schedule(self) -> ChainSchedule:
+        """The inner chain's schedule: `inner` itself, or with objective.burn_in > 0 its samples spread evenly
+        over (burn_in, num_steps]."""
+        b = self.objective.burn_in
+        if not b:
+            return self.inner
+        return dataclasses.replace(self.inner, thinning=(self.inner.num_steps - b) // self.inner.num_samples)
 
     def to_dict(self) -> dict:
         return json.loads(json.dumps(dataclasses.asdict(self)))
@@ -91,4 +148,5 @@ def __getattr__(name):  # PRESETS lives in meta_train.presets (which imports thi
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["ConfigError", "ESConfig", "META_INITS", "MetaTrainConfig", "apply_overrides", "from_dict"]
+__all__ = ["ConfigError", "ESConfig", "META_INITS", "MetaTrainConfig", "OBJECTIVES", "ObjectiveConfig", "SAMPLER_KINDS",
+           "apply_overrides", "from_dict"]

@@ -32,7 +32,9 @@ from jax.sharding import Mesh
 
 from l2e.chains import ChainSchedule, make_chunk, run_chain
 from l2e.devices import DeviceDataCache, member_device, per_member, population_mesh, replicate, shard_population
+from l2e.kinetic import KineticConfig, build_kernel as kinetic_kernel, init as kinetic_init
 from l2e.l2e import L2EConfig, build_kernel, init as l2e_init
+from l2e.types import tree_size
 from tasks.base import TaskCache
 from tasks.task import Task, TaskSpec, build_task
 
@@ -91,55 +93,92 @@ def _states_only(chunk):
     return lambda *args: chunk(*args)[0]
 
 
-def member_chunk(cache: ProgramCache, spec: TaskSpec, sampler: L2EConfig, schedule: ChainSchedule):
-    """Jitted single-member chunk (state, key, start, data, meta_params) -> state; runs on its inputs' device."""
+class SamplerFunctions(NamedTuple):
+    """A learned sampler's `init(position)` and `build_kernel(posterior, config)`."""
+
+    init: Callable
+    build_kernel: Callable
+
+
+def sampler_module(sampler: L2EConfig | KineticConfig) -> SamplerFunctions:
+    """The `init` and `build_kernel` of the sampler a config configures: l2e.kinetic's for a KineticConfig, else
+    l2e.l2e's (this module's `build_kernel`, looked up at call time so tests can substitute it)."""
+    if isinstance(sampler, KineticConfig):
+        return SamplerFunctions(kinetic_init, kinetic_kernel)
+    return SamplerFunctions(l2e_init, build_kernel)
+
+
+def _chunk_outputs(chunk, kinetic: bool):
+    """chunk(...) -> (state, infos) as (state, per-step Σ r·∇_rK (length,)) when `kinetic`, else (state, None)."""
+    if kinetic:
+        return lambda *args: (lambda state, infos: (state, infos.kinetic))(*chunk(*args))
+    return lambda *args: (chunk(*args)[0], None)
+
+
+def _make_chunk(cache: ProgramCache, spec: TaskSpec, sampler, schedule: ChainSchedule):
+    kernel = sampler_module(sampler).build_kernel(cache.task(spec).posterior, sampler)
+    return make_chunk(kernel, Task.sample_batch, schedule.batch_size, schedule.chunk_length)
+
+
+def member_chunk(cache: ProgramCache, spec: TaskSpec, sampler: L2EConfig | KineticConfig, schedule: ChainSchedule,
+                 kinetic: bool = False):
+    """Jitted single-member chunk (state, key, start, data, meta_params) -> (state, per-step kinetic or None);
+    runs on its inputs' device."""
+    build = lambda: jax.jit(_chunk_outputs(_make_chunk(cache, spec, sampler, schedule), kinetic))  # noqa: E731
+    return cache.program(("member_chunk", spec, sampler, schedule, kinetic), build)
+
+
+def population_chunk(cache: ProgramCache, spec: TaskSpec, sampler: L2EConfig | KineticConfig,
+                     schedule: ChainSchedule, mesh: Mesh, kinetic: bool = False):
+    """Jitted chunk over the population -> (states, per-step kinetic (P, length) or None): states and
+    meta-params have the population on axis 0 (sharded over `mesh`); key, start and data are shared."""
 
     def build():
-        task = cache.task(spec)
-        chunk = make_chunk(build_kernel(task.posterior, sampler), Task.sample_batch, schedule.batch_size,
-                           schedule.chunk_length)
-        return jax.jit(_states_only(chunk))
-
-    return cache.program(("member_chunk", spec, sampler, schedule), build)
-
-
-def population_chunk(cache: ProgramCache, spec: TaskSpec, sampler: L2EConfig, schedule: ChainSchedule,
-                     mesh: Mesh):
-    """Jitted chunk over the population -> (states, None): states and meta-params have the population on
-    axis 0 (sharded over `mesh`); key, start and data are shared."""
-
-    def build():
-        task = cache.task(spec)
-        chunk = make_chunk(build_kernel(task.posterior, sampler), Task.sample_batch, schedule.batch_size,
-                           schedule.chunk_length)
+        chunk = _make_chunk(cache, spec, sampler, schedule)
+        if kinetic:
+            return per_member(_chunk_outputs(chunk, True), mesh, (True, False, False, False, True))
         states = per_member(_states_only(chunk), mesh, (True, False, False, False, True))
         return lambda *args: (states(*args), None)
 
-    return cache.program(("population_chunk", spec, sampler, schedule, mesh), build)
+    return cache.program(("population_chunk", spec, sampler, schedule, mesh, kinetic), build)
+
+
+def _log_likelihoods(task: Task, samples, x, y) -> jax.Array:
+    """log p_k(y_b | x_b): (K, B) for samples with leaves (K, ...)."""
+    logp = jax.vmap(lambda p: jax.nn.log_softmax(task.logits(p, x)))(samples)  # (K, B, C)
+    return jnp.take_along_axis(logp, y[None, :, None], axis=2)[..., 0]
 
 
 def bma_nll_fn(task: Task):
-    """BMA NLL of samples (leaves (K, ...)) on x (B, ...), y (B,): −mean_b log mean_k p_k(y_b | x_b)."""
+    """BMA NLL of samples (leaves (K, ...)) on x (B, ...), y (B,): −mean_b log mean_k p_k(y_b | x_b) (eq. 7)."""
 
     def bma_nll(samples, x, y):
-        logp = jax.vmap(lambda p: jax.nn.log_softmax(task.logits(p, x)))(samples)  # (K, B, C)
-        ll = jnp.take_along_axis(logp, y[None, :, None], axis=2)[..., 0]  # (K, B)
+        ll = _log_likelihoods(task, samples, x, y)
         k = ll.shape[0]
         return -jnp.mean(jax.nn.logsumexp(ll, axis=0) - math.log(k))
 
     return bma_nll
 
 
-def member_meta_loss(cache: ProgramCache, spec: TaskSpec):
-    """Jitted BMA NLL of one member's samples (leaves (K, ...)) on (x, y)."""
-    return cache.program(("member_meta_loss", spec), lambda: jax.jit(bma_nll_fn(cache.task(spec))))
+def ce_fn(task: Task):
+    """The cross-entropy meta-loss (eq. 12): −mean_b mean_k log p_k(y_b | x_b) (≥ the BMA NLL, by Jensen)."""
+    return lambda samples, x, y: -jnp.mean(_log_likelihoods(task, samples, x, y))
 
 
-def population_meta_loss(cache: ProgramCache, spec: TaskSpec, mesh: Mesh):
-    """Jitted BMA NLL per member: samples leaves (P, K, ...), x (B, ...), y (B,) → (P,), replicated over
+OBJECTIVE_FNS = {"bma": bma_nll_fn, "ce": ce_fn}
+
+
+def member_meta_loss(cache: ProgramCache, spec: TaskSpec, objective: str = "bma"):
+    """Jitted meta-loss (OBJECTIVE_FNS[objective]) of one member's samples (leaves (K, ...)) on (x, y)."""
+    return cache.program(("member_meta_loss", spec, objective),
+                         lambda: jax.jit(OBJECTIVE_FNS[objective](cache.task(spec))))
+
+
+def population_meta_loss(cache: ProgramCache, spec: TaskSpec, mesh: Mesh, objective: str = "bma"):
+    """Jitted meta-loss per member: samples leaves (P, K, ...), x (B, ...), y (B,) → (P,), replicated over
     `mesh` (so every host can read it)."""
-    return cache.program(("population_meta_loss", spec, mesh), lambda: per_member(
-        bma_nll_fn(cache.task(spec)), mesh, (True, False, False), out_replicated=True))
+    return cache.program(("population_meta_loss", spec, mesh, objective), lambda: per_member(
+        OBJECTIVE_FNS[objective](cache.task(spec)), mesh, (True, False, False), out_replicated=True))
 
 
 def execution_mode(es_or_mode) -> str:
@@ -156,38 +195,67 @@ def _loss_indices(keys: OuterKeys, n: int, meta_loss_examples: int) -> jax.Array
     return jax.random.choice(keys.loss, n, (min(meta_loss_examples, n),), replace=False)
 
 
-def _sequential_samples(cache, spec, population, keys, sampler, schedule, progress):
-    """Each member's thinned samples (a list of position pytrees per member) and the member devices."""
-    task = cache.task(spec)
+class Inner(NamedTuple):
+    """What every member's inner chain and meta-loss are built from (besides the task and the keys)."""
+
+    sampler: Any  # L2EConfig | KineticConfig
+    schedule: ChainSchedule
+    meta_loss_examples: int
+    objective: str = "bma"
+    log_temperature: bool = False
+
+
+class PopulationFitness(NamedTuple):
+    """fitness: (P,) float32 meta-losses (nats); inner_seconds: wall time of the inner loop and the meta-loss;
+    t_kin: (P,) kinetic temperatures ⟨Σ r·∇_rK⟩/d over the sampling window, or None (not logged)."""
+
+    fitness: jax.Array
+    inner_seconds: float
+    t_kin: np.ndarray | None = None
+
+
+def kinetic_temperature(kinetic: np.ndarray, schedule: ChainSchedule, dim: int) -> np.ndarray:
+    """T_kin per member from per-step kinetic sums (..., num_steps): their mean over the sampling window (the last
+    num_samples·thinning updates) ÷ d."""
+    window = np.asarray(kinetic, np.float64)[..., schedule.num_steps - schedule.num_samples * schedule.thinning:]
+    return window.mean(axis=-1) / dim
+
+
+def _sequential_samples(cache, spec, population, keys, inner: Inner, progress):
+    """Each member's thinned samples (a list of position pytrees per member), the member devices and the
+    per-step kinetic sums ((P, num_steps) or None)."""
+    task, schedule = cache.task(spec), inner.schedule
     p = jax.tree.leaves(population)[0].shape[0]
-    chunk = member_chunk(cache, spec, sampler, schedule)
+    chunk = member_chunk(cache, spec, inner.sampler, schedule, inner.log_temperature)
     theta0 = task.init_params(keys.init)
     placed = [member_device(m) for m in range(p)]
-    states = [jax.device_put(l2e_init(theta0), d) for d in placed]
+    states = [jax.device_put(sampler_module(inner.sampler).init(theta0), d) for d in placed]
     metas = [jax.device_put(jax.tree.map(lambda x, m=m: x[m], population), d) for m, d in enumerate(placed)]
     train = [cache.devices.put(task.train_data, d) for d in placed]
     chain_keys = [jax.device_put(keys.chain, d) for d in placed]
     length = schedule.chunk_length
     wanted = set(schedule.sample_steps)
-    samples = [[] for _ in range(p)]
+    samples, kinetic = [[] for _ in range(p)], [[] for _ in range(p)]
     for start in range(0, schedule.num_steps, length):
         for m in range(p):
-            states[m] = chunk(states[m], chain_keys[m], jnp.asarray(start, jnp.int32), train[m], metas[m])
+            states[m], kin = chunk(states[m], chain_keys[m], jnp.asarray(start, jnp.int32), train[m], metas[m])
+            kinetic[m].append(kin)
             if start + length in wanted:
                 samples[m].append(states[m].position)
         if progress is not None:
             progress(length)
-    return samples, placed
+    kin = np.stack([np.concatenate([np.asarray(k) for k in ks]) for ks in kinetic]) if inner.log_temperature else None
+    return samples, placed, kin
 
 
-def _sequential_population(cache, spec, population, keys, sampler, schedule, meta_loss_examples, progress):
+def _sequential_population(cache, spec, population, keys, inner: Inner, progress) -> PopulationFitness:
     """Members as ordinary single-chain programs, member m on local device m mod n_devices; their chunks are
     dispatched asynchronously (members interleaved), so devices run concurrently."""
     task = cache.task(spec)
     t0 = time.perf_counter()
-    samples, placed = _sequential_samples(cache, spec, population, keys, sampler, schedule, progress)
-    idx = _loss_indices(keys, task.splits.outer_valid[0].shape[0], meta_loss_examples)
-    loss = member_meta_loss(cache, spec)
+    samples, placed, kin = _sequential_samples(cache, spec, population, keys, inner, progress)
+    idx = _loss_indices(keys, task.splits.outer_valid[0].shape[0], inner.meta_loss_examples)
+    loss = member_meta_loss(cache, spec, inner.objective)
     fitness = []
     for member, device in zip(samples, placed):
         stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *member)
@@ -195,40 +263,50 @@ def _sequential_population(cache, spec, population, keys, sampler, schedule, met
         at = jax.device_put(idx, device)
         fitness.append(loss(stacked, jnp.take(xv, at, axis=0), jnp.take(yv, at, axis=0)))
     fitness = jnp.asarray(np.asarray([np.asarray(jax.block_until_ready(f)) for f in fitness], np.float32))
-    return fitness, time.perf_counter() - t0
+    t_kin = None if kin is None else kinetic_temperature(kin, inner.schedule, tree_size(samples[0][0]))
+    return PopulationFitness(fitness, time.perf_counter() - t0, t_kin)
 
 
-def _vmap_population(cache, spec, population, keys, sampler, schedule, meta_loss_examples, progress):
+def _vmap_population(cache, spec, population, keys, inner: Inner, progress) -> PopulationFitness:
     """The population as one vmapped program per device of `population_mesh(P)`."""
     task = cache.task(spec)
     p = jax.tree.leaves(population)[0].shape[0]
     mesh = population_mesh(p)
     theta0 = task.init_params(keys.init)
-    state = jax.tree.map(lambda x: jnp.broadcast_to(x, (p,) + x.shape), l2e_init(theta0))
+    state = jax.tree.map(lambda x: jnp.broadcast_to(x, (p,) + x.shape), sampler_module(inner.sampler).init(theta0))
     state, members = shard_population(state, mesh), shard_population(population, mesh)
     train_data, (x, y) = cache.replicated_data(spec, mesh)
     t0 = time.perf_counter()
-    samples = run_chain(population_chunk(cache, spec, sampler, schedule, mesh), state,
-                        replicate(keys.chain, mesh), train_data, members, schedule, progress=progress).samples
-    samples = jax.tree.map(lambda s: jnp.swapaxes(s, 0, 1), samples)  # (P, K, ...)
-    idx = _loss_indices(keys, x.shape[0], meta_loss_examples)
+    chunk = population_chunk(cache, spec, inner.sampler, inner.schedule, mesh, inner.log_temperature)
+    result = run_chain(chunk, state, replicate(keys.chain, mesh), train_data, members, inner.schedule,
+                       progress=progress, info_axis=1)
+    samples = jax.tree.map(lambda s: jnp.swapaxes(s, 0, 1), result.samples)  # (P, K, ...)
+    idx = _loss_indices(keys, x.shape[0], inner.meta_loss_examples)
     batch = replicate((jnp.take(x, idx, axis=0), jnp.take(y, idx, axis=0)), mesh)
-    fitness = jax.block_until_ready(population_meta_loss(cache, spec, mesh)(samples, *batch))
+    fitness = jax.block_until_ready(population_meta_loss(cache, spec, mesh, inner.objective)(samples, *batch))
     if not fitness.is_fully_addressable:  # multi-host: every process holds a full replica
         fitness = fitness.addressable_data(0)
-    return jnp.asarray(np.asarray(fitness)), time.perf_counter() - t0
+    t_kin = None
+    if inner.log_temperature:
+        kin = result.info if result.info.is_fully_addressable else result.info.addressable_data(0)
+        t_kin = kinetic_temperature(np.asarray(kin), inner.schedule, tree_size(theta0))
+    return PopulationFitness(jnp.asarray(np.asarray(fitness)), time.perf_counter() - t0, t_kin)
 
 
-def evaluate_population(spec: TaskSpec, population, keys: OuterKeys, sampler: L2EConfig,
+def evaluate_population(spec: TaskSpec, population, keys: OuterKeys, sampler: L2EConfig | KineticConfig,
                         schedule: ChainSchedule, meta_loss_examples: int, progress=None, execution: str = "vmap",
-                        cache: ProgramCache | None = None) -> tuple[jax.Array, float]:
-    """Fitness (P,) float32 (BMA NLL, nats) of a batch of meta-parameters (leaves (P, ...)) on one task, and
-    the seconds spent in the inner loop.
+                        cache: ProgramCache | None = None, objective: str = "bma",
+                        log_temperature: bool = False) -> PopulationFitness:
+    """PopulationFitness(fitness (P,) float32 in nats, inner-loop seconds, T_kin (P,) or None) of a batch of
+    meta-parameters (leaves (P, ...)) on one task; unpacks as (fitness, seconds, t_kin).
 
+    sampler: the learned sampler's config (its type picks the sampler: `sampler_module`); objective: "bma" or
+    "ce" (OBJECTIVE_FNS); log_temperature: also return each member's T_kin over the sampling window;
     execution: "vmap", "sequential" or "auto" (see `execution_mode`); progress(n) is called after every chunk
     of n inner steps; cache: the run's ProgramCache (default: a new one, so every program is compiled anew).
     The fitness comes back as an array on the default device.
     """
     cache = ProgramCache() if cache is None else cache
     run = _sequential_population if execution_mode(execution) == "sequential" else _vmap_population
-    return run(cache, spec, population, keys, sampler, schedule, meta_loss_examples, progress)
+    inner = Inner(sampler, schedule, meta_loss_examples, objective, log_temperature)
+    return run(cache, spec, population, keys, inner, progress)

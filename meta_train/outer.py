@@ -80,20 +80,26 @@ def outer_step(strategy: Open_ES, es_params, es_state, config: MetaTrainConfig, 
                cache: ProgramCache, progress: Callable[[int], None] | None = None) -> OuterStep:
     """Outer iteration `iteration` from `es_state`; all randomness from outer_keys(config.seed, iteration).
 
-    progress(n) is called after every chunk of n inner steps. FloatingPointError if the new meta-parameters
-    are not finite."""
+    progress(n) is called after every chunk of n inner steps. The log row holds "t_kin" (each member's kinetic
+    temperature over the sampling window) when config.objective.log_temperature. FloatingPointError if the new
+    meta-parameters are not finite."""
     t0 = time.perf_counter()
     keys = outer_keys(config.seed, iteration)
     spec = config.tasks.sample(keys.task)
     if config.es.reset_optimizer:
         es_state = es_state.replace(opt_state=strategy.optimizer.init(es_state.mean))
     population, es_state = strategy.ask(keys.perturb, es_state, es_params)
-    fitness, inner_s = evaluate_population(spec, population, keys, config.sampler, config.inner,
-                                           config.meta_loss_examples, progress=progress,
-                                           execution=config.es.execution, cache=cache)
+    result = evaluate_population(spec, population, keys, config.sampler_config, config.schedule,
+                                 config.meta_loss_examples, progress=progress, execution=config.es.execution,
+                                 cache=cache, objective=config.objective.kind,
+                                 log_temperature=config.objective.log_temperature)
+    fitness = result.fitness
     shaped = strategy.fitness_shaping_fn(population, fitness, es_state, es_params)
     es_state, _ = strategy.tell(keys.perturb, population, fitness, es_state, es_params)
     mean = np.asarray(es_state.mean)
     if not np.all(np.isfinite(mean)):
         raise FloatingPointError(f"meta-parameters became non-finite at iteration {iteration}")
-    return OuterStep(es_state, spec, log_row(iteration, spec, fitness, shaped, mean, inner_s, t0))
+    row = log_row(iteration, spec, fitness, shaped, mean, result.inner_seconds, t0)
+    if result.t_kin is not None:
+        row["t_kin"] = [float(t) if np.isfinite(t) else None for t in result.t_kin]
+    return OuterStep(es_state, spec, row)

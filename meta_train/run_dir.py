@@ -107,7 +107,7 @@ def plot_meta_loss(rows: list[dict], path: Path) -> None:
         w = max(5, len(loss) // 10)
         ax.plot(it[w - 1:], np.convolve(loss, np.ones(w) / w, mode="valid"), label=f"running mean ({w})")
     ax.set_xlabel("outer iteration")
-    ax.set_ylabel("BMA meta-loss (NLL, nats)")
+    ax.set_ylabel("meta-loss (nats)")
     ax.legend()
     fig.tight_layout()
     buf = io.BytesIO()
@@ -175,8 +175,10 @@ class RunDir:
             f.write(line)
 
     def save(self, step: int, es_state, meta_params, config: MetaTrainConfig, fault=NoFault()) -> Path:
-        """Commit checkpoint `step` (ES state, meta-parameters, metadata: iteration, sampler, config)."""
-        metadata = {"iteration": step, "sampler": dataclasses.asdict(config.sampler), "config": config.to_dict()}
+        """Commit checkpoint `step` (ES state, meta-parameters, metadata: iteration, sampler kind, its config, the
+        meta-training config)."""
+        metadata = {"iteration": step, "sampler_kind": config.sampler_kind,
+                    "sampler": dataclasses.asdict(config.sampler_config), "config": config.to_dict()}
 
         def after_item(item: str) -> None:
             if item == "es_state":

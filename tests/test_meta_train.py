@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -176,3 +177,82 @@ def test_override_parsing_lives_in_l2e_io():
     with pytest.raises(ConfigError, match="key=value"):
         io.apply_overrides(SMOKE, ["es.sigma"])
     assert io.dataclass_from_dict(type(SMOKE), json.loads(json.dumps(SMOKE.to_dict()))) == SMOKE
+
+
+# ----------------------------------------------------------------------------- sampler kinds and objectives
+
+KINETIC = apply_overrides(SMOKE, ["sampler_kind=kinetic", "num_outer=2", "objective.burn_in=20",
+                                  "objective.log_temperature=true", "kinetic.learning_rate=0.3"])
+
+
+def test_kinetic_preset_and_config_options():
+    cfg = PRESETS["kinetic"]
+    assert cfg.sampler_kind == "kinetic" and cfg.sampler_config is cfg.kinetic
+    assert cfg.objective.kind == "bma" and cfg.objective.log_temperature
+    s = cfg.schedule  # 10 samples spread over the window after burn-in
+    assert s.sample_steps[-1] == cfg.inner.num_steps and s.sample_steps[0] > cfg.objective.burn_in
+    assert s.thinning == (cfg.inner.num_steps - cfg.objective.burn_in) // cfg.inner.num_samples
+    assert PRESETS["default"].schedule is PRESETS["default"].inner  # burn_in 0: the schedule as given
+    assert PRESETS["default"].sampler_config is PRESETS["default"].sampler
+    assert from_dict(cfg.to_dict()) == cfg
+    for bad, msg in (("sampler_kind=bogus", "sampler_kind"), ("objective.kind=kl", "objective.kind"),
+                     ("objective.burn_in=295", "burn_in"), ("kinetic.mu_scale=0", "mu_scale")):
+        with pytest.raises(ConfigError, match=msg):
+            apply_overrides(cfg, [bad])
+
+
+def test_kinetic_initial_meta_params_are_sghmc():
+    from meta_train.train import initial_meta_params
+
+    phi0 = initial_meta_params(KINETIC)
+    last = sorted(phi0, key=lambda k: int(k.split("_")[-1]))[-1]
+    assert np.all(flat(phi0[last]) == 0) and np.any(flat(phi0) != 0)
+    rnd = initial_meta_params(dataclasses.replace(KINETIC, meta_init="random"))
+    assert np.any(flat(rnd[last]) != 0)
+
+
+def test_kinetic_meta_training_logs_temperature_and_checkpoints_its_kind(tmp_path):
+    summary = meta_train(KINETIC, tmp_path / "kin", progress=False)
+    rows = [json.loads(line) for line in (tmp_path / "kin" / "log.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(np.isfinite(r["meta_loss"]) for r in rows)
+    assert all(len(r["t_kin"]) == KINETIC.es.population and all(0 < t < 100 for t in r["t_kin"]) for r in rows)
+    params, config, meta = l2e.load_meta_params(tmp_path / "kin")
+    assert meta["sampler_kind"] == "kinetic" and config == KINETIC.kinetic
+    np.testing.assert_array_equal(flat(params), flat(summary["meta_params"]))
+    from tasks import build_task
+
+    task = build_task(KINETIC.tasks.specs()[0])
+    sampler = l2e.load_sampler(tmp_path / "kin", posterior=task.posterior)
+    state = sampler.init(task.init_params(jax.random.PRNGKey(0)))
+    state, info = jax.jit(sampler.step)(jax.random.PRNGKey(2), state,
+                                        task.sample_batch(jax.random.PRNGKey(1), task.train_data, 16))
+    assert isinstance(state, l2e.kinetic.KineticState) and bool(info.is_finite)
+
+
+def _fitness(cfg, **kw):
+    from meta_train.es import evaluate_population, outer_keys
+    from meta_train.train import initial_meta_params
+
+    phi = initial_meta_params(cfg)
+    keys = outer_keys(cfg.seed, 0)
+    pop = jax.tree.map(lambda x: jnp.stack([x + 0.01, x - 0.01]), phi)
+    args = dict(objective=cfg.objective.kind, log_temperature=cfg.objective.log_temperature, execution="sequential")
+    return evaluate_population(cfg.tasks.sample(keys.task), pop, keys, cfg.sampler_config, cfg.schedule,
+                               cfg.meta_loss_examples, **{**args, **kw})
+
+
+def test_ce_objective_bounds_bma_and_logging_leaves_fitness_unchanged():
+    """CE ≥ BMA NLL for the same samples (Jensen; strictly here); T_kin logging changes no fitness bit (l2e and
+    kinetic kinds); both executions give the same T_kin to float32 rounding."""
+    bma = _fitness(SMOKE)
+    ce = _fitness(SMOKE, objective="ce")
+    assert np.all(np.asarray(ce.fitness) > np.asarray(bma.fitness)) and bma.t_kin is None
+    logged = _fitness(SMOKE, log_temperature=True)
+    np.testing.assert_array_equal(np.asarray(logged.fitness), np.asarray(bma.fitness))
+    assert logged.t_kin.shape == (2,) and np.all(logged.t_kin > 0)
+    kin = _fitness(KINETIC)
+    quiet = _fitness(KINETIC, log_temperature=False)
+    np.testing.assert_array_equal(np.asarray(kin.fitness), np.asarray(quiet.fitness))
+    vm = _fitness(KINETIC, execution="vmap")
+    np.testing.assert_allclose(vm.t_kin, kin.t_kin, rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(vm.fitness), np.asarray(kin.fitness), rtol=1e-4)
