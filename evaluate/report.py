@@ -121,7 +121,8 @@ def _task_section(name: str, task: dict) -> list[str]:
     lines += metric_table(methods, cols, bold_cells(methods))
     counts = {k: m.get("num_samples") for k, m in methods.items() if m.get("num_samples") is not None}
     if counts:
-        lines.append("Samples per method: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+        lines.append("Samples per method: " + ", ".join(f"{k} {v:g}" if number(v) is not None else f"{k} {v}"
+                                                      for k, v in counts.items()))
         if len(set(counts.values())) > 1:
             lines[-1] += " (**sample counts differ**)"
         lines.append("")

@@ -111,9 +111,13 @@ def columns(methods: dict, names) -> list[str]:
 
 
 def _cell(metric: str, entry: dict) -> str:
+    """The formatted value, with " ± se" over seeds for the metrics, T_kin and a T that varies (tuned); the
+    budget columns show their mean only (their s.e. stays in the JSON)."""
     cell = fmt(metric, entry.get(metric))
     se = _se(entry, metric)
-    return cell if se is None else f"{cell} ± {fmt(metric, se)}"
+    if se is None or metric in BUDGET_COLUMNS or (metric == "temperature" and se == 0):
+        return cell
+    return f"{cell} ± {fmt(metric, se)}"
 
 
 def metric_table(methods: dict, cols: list[str], bold: dict | None = None) -> list[str]:

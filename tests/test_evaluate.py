@@ -191,3 +191,19 @@ def test_cli_unknown_key_and_existing_report(tmp_path, smoke):
 def test_load_l2e_keeps_checkpoint_config(checkpoint):
     sampler = load_l2e(checkpoint)
     assert sampler["sampler"] == TEST_SAMPLER
+
+
+def test_cli_protocol_flags(tmp_path):
+    from evaluate.__main__ import _cli_overrides, build_parser
+
+    args = build_parser().parse_args(["--seeds", "0,1,2", "--budget-seconds", "30", "--set", "tune=false"])
+    assert _cli_overrides(args) == ["tune=false", "seeds=0,1,2", "budget_seconds=30.0", "budget=seconds"]
+    cfg = apply_overrides(get_preset("smoke"), _cli_overrides(args))
+    assert cfg.seed_list == (0, 1, 2) and cfg.budget == "seconds" and cfg.budget_seconds == 30.0
+    out = str(tmp_path / "o")
+    assert "budget_seconds" in _one_line_error(_cli("--preset", "smoke", "--budget", "seconds", "--output", out))
+    assert "seeds must be distinct" in _one_line_error(_cli("--preset", "smoke", "--seeds", "0,0", "--output", out))
+    line = _one_line_error(_cli("--preset", "smoke", "--set", "methods=l2e_released", "--released",
+                                str(tmp_path / "missing"), "--output", out))
+    assert "released meta-parameters not found" in line
+    assert not (tmp_path / "o").exists()

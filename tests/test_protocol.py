@@ -238,6 +238,10 @@ def test_released_method_missing_file(tmp_path, monkeypatch):
     cfg = tiny(("l2e_released", "sghmc"), dict(sghmc=dict(lrs=(0.03,), frictions=(10.0,))), tune=False)
     with pytest.raises(ConfigError, match="not found"):
         evaluate(cfg, None, progress=False, released_path=tmp_path / "missing")
+    (tmp_path / "bad.pickle").write_bytes(b"not a pickle")
+    with pytest.raises(ValueError, match="not a readable pickle"):  # refused: an error even for optional methods
+        evaluate(dataclasses.replace(cfg, optional_methods=("l2e_released",)), None, progress=False,
+                 released_path=tmp_path / "bad.pickle")
     monkeypatch.setenv("L2E_DATA_DIR", str(tmp_path))
     with pytest.raises(ConfigError, match="not found"):  # selected, not optional: an error
         evaluate(cfg, None, progress=False)

@@ -161,3 +161,29 @@ def test_write_report_writes_diagnostic_plots(tmp_path):
     for key in ("curves", "ess", "barriers", "band"):
         data = paths[key].read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, key
+
+
+def test_temperature_cost_and_dispersion_sections():
+    res = fake_results()
+    methods = res["tasks"]["toy/mlp"]["methods"]
+    methods["l2e"].update(flops_per_step=1.0e7, seconds_per_step=0.001, temperature=1.0, t_kin=0.2912,
+                          tuning={"runs": 4, "grad_evals": 400, "seconds": 2.04})
+    methods["sghmc"].update(flops_per_step=1.2e6, seconds_per_step=0.0004, temperature=1.0, t_kin=1.013,
+                            dispersion={"ratios": {"weight_norm": 0.5, "pairwise_distance": 0.1,
+                                                   "predictive_variance": 0.3},
+                                        "flagged": ["pairwise_distance", "predictive_variance"]})
+    md = R.render_markdown(res)
+    section = md.split("## toy/mlp")[1]
+    header = next(line for line in section.splitlines() if line.startswith("| method |"))
+    assert header == "| method | acc | nll | ece | pairwise_kld | T | T_kin | grad_evals | seconds |"
+    assert _row(md, "toy/mlp", "l2e") == "| l2e | 0.7 | 0.9 | 0.1 | 0.2 | 1 | 0.2912 | 100 | 1.0 |"
+    assert "| l2e | 1e+07 | 0.001 | 4 | 400 | 2.0 |" in section and "| sghmc | 1.2e+06 | 0.0004 | — | — | — |" in section
+    assert "| sghmc | 0.5 | 0.1 | 0.3 | pairwise_distance, predictive_variance |" in section
+    assert "Dispersion" not in md.split("## toy/mlp")[0]  # only the task that has dispersion blocks
+
+
+def test_budget_columns_show_means_only_over_seeds():
+    entry = {"nll": 0.5, "grad_evals": 60.0, "temperature": 1.0, "t_kin": 0.9,
+             "se": {"nll": 0.01, "grad_evals": 0.0, "temperature": 0.0, "t_kin": 0.02}, "n_seeds": 3}
+    md = R.render_markdown({"config": {"seeds": [0, 1, 2]}, "tasks": {"t": {"methods": {"a": entry}}}})
+    assert _row(md, "t", "a") == "| a | **0.5 ± 0.01** | 1 | 0.9 ± 0.02 | 60 |"
