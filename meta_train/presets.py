@@ -38,12 +38,13 @@ PRESETS: dict[str, MetaTrainConfig] = {
         tasks=TaskDistribution(datasets=("mnist", "fashion_mnist", "emnist_byclass", "bloodmnist"),
                                channels=(4, 8, 16), depths=(1, 2, 3, 4, 5), residual=(False, True)),
     ),
-    # Kinetic-L2E (l2e.kinetic, correct by construction) on the default's task distribution and chain length;
-    # φ₀: μ ≡ 0 (exactly SGHMC); meta-loss: BMA NLL of 10 samples spread over the window after 100 burn-in
-    # steps (thinning 20); T_kin of every member logged
+    # Kinetic-L2E (l2e.kinetic, correct by construction) on the default's task distribution and chain length, at
+    # SGHMC's step size and friction of the evaluation grids (lr = ε²N 0.1, C = 10: at lr 0.5, C 0.1 the μ ≡ 0
+    # start, i.e. SGHMC, diverged on these CNNs); φ₀: μ ≡ 0 (exactly SGHMC); meta-loss: BMA NLL of 10 samples
+    # spread over the window after 100 burn-in steps (thinning 20); T_kin of every member logged
     "kinetic": MetaTrainConfig(
         num_outer=300, meta_loss_examples=256, checkpoint_every=25, sampler_kind="kinetic",
-        kinetic=KineticConfig(learning_rate=0.5, friction=0.1, temperature=1.0, mu_scale=1.0),
+        kinetic=KineticConfig(learning_rate=0.1, friction=10.0, temperature=1.0, mu_scale=1.0),
         objective=ObjectiveConfig(kind="bma", burn_in=100, log_temperature=True),
         inner=ChainSchedule(num_steps=300, num_samples=10, thinning=10, batch_size=64, chunk=2),
         tasks=TaskDistribution(datasets=("digits", "synthetic_images"), channels=(4, 8), depths=(1, 2),
