@@ -7,11 +7,11 @@ m_c = m(X_M)[:, c] and K_c = k(X_M, X_M) (+ jitter).  ∇ of the prior term is J
 forward pass on X_M, the kernel (O(M²·dim)), one Cholesky (O(M³), X_M changes every step) and one VJP — no
 Jacobian or NTK is formed.  The log-det term is constant and dropped; the prior term is not scaled by N/|B|.
 
-Jitter: K + jitter·mean(diag K)·I with a *fixed* relative jitter (default 1e-6), in the default float dtype
-(float32 unless jax_enable_x64).  The spec's "escalate ×10 on failure" needs data-dependent retries, which do not
-fit a jitted step; instead every step reports whether the Cholesky factor was finite (`chol_ok` in the state,
-AND-accumulated over the chain), so a failed factorisation is visible and the caller can rerun with a larger
-jitter.  A non-finite factor makes the step's gradient non-finite.
+Jitter (BASELINES §5): K + j·mean(diag K)·I with j = jitter·10^k (default jitter 1e-6), k the first of
+0 … JITTER_TRIES − 1 whose Cholesky factor is finite — an in-graph `while_loop` (`escalating_cholesky`) in the
+default float dtype for points redrawn every update; in float64 once (`fixed_measurement`) for fixed points.
+Every step reports the jitter used and whether the factor was finite (`chol_ok`, AND-accumulated in the state;
+`jitter`, the largest so far).  A non-finite factor makes the step's gradient non-finite.
 
 Learning rates are in mean-loss units as in `l2e.sgld` / `l2e.sghmc`: fSGLD uses ε = lr/N, fSGHMC ε = sqrt(lr/N).
 Both are `SamplingAlgorithm`s; the step key also draws the measurement points.
@@ -58,9 +58,71 @@ def per_class_kernel(kernels) -> Callable[[jax.Array, jax.Array], jax.Array]:
 # ------------------------------------------------------------------------------------------- posterior
 
 
+JITTER_TRIES = 7
+"""Jitter escalation: relative jitters j·10^k, k = 0 … JITTER_TRIES − 1, the first with a finite factor is used."""
+
+
 class PriorInfo(NamedTuple):
-    chol_ok: jax.Array  # bool scalar: the Cholesky factor(s) of K_MM were finite
+    chol_ok: jax.Array  # bool scalar: the Cholesky factor(s) of K_MM were finite (after escalation)
     prior_energy: jax.Array  # ½ Σ_c rᵀK⁻¹r at this step (nats)
+    jitter: jax.Array  # the relative jitter used (× mean diag K)
+
+
+class Measurement(NamedTuple):
+    """The measurement points of one update and the factor of their kernel matrix: `chol` (lower Cholesky of
+    K + jitter, points redrawn every update) or `precision` ((K + jitter)⁻¹, fixed points precomputed once)."""
+
+    x_m: jax.Array
+    chol: Optional[jax.Array]
+    precision: Optional[jax.Array]
+    ok: jax.Array
+    jitter: jax.Array
+
+
+def escalating_cholesky(kmat: jax.Array, jitter: float, tries: int = JITTER_TRIES):
+    """(L, relative jitter used, ok) for K + j·mean(diag K)·I, j = jitter·10^k for the first k < tries with a finite
+    factor (in-graph `while_loop`, K's dtype); (…, M, M) batches share one j.  ok False: no try gave a finite one."""
+    scale = jnp.mean(jnp.diagonal(kmat, axis1=-2, axis2=-1), axis=-1)
+    eye = jnp.eye(kmat.shape[-1], dtype=kmat.dtype)
+
+    def attempt(k):
+        j = jnp.asarray(jitter, kmat.dtype) * jnp.asarray(10.0, kmat.dtype) ** k
+        chol = jnp.linalg.cholesky(kmat + (j * scale)[..., None, None] * eye)
+        return chol, j, jnp.all(jnp.isfinite(chol))
+
+    def body(carry):
+        k = carry[0] + 1
+        return (k, *attempt(k))
+
+    first = attempt(jnp.zeros((), jnp.int32))
+    _, chol, j, ok = jax.lax.while_loop(lambda c: (~c[3]) & (c[0] < tries - 1), body,
+                                        (jnp.zeros((), jnp.int32), *first))
+    return chol, j, ok
+
+
+def fixed_measurement(kernel: Callable, x_m, jitter: float, tries: int = JITTER_TRIES) -> Measurement:
+    """The Measurement of points that never change: (K + j·mean(diag K)·I)⁻¹ computed once in float64 (numpy; the
+    kernel evaluated under jax x64) with the same escalation as `escalating_cholesky`, stored in float32."""
+    import numpy as np
+    import scipy.linalg
+
+    with jax.enable_x64(True):
+        kmat = np.asarray(kernel(jnp.asarray(np.asarray(x_m), jnp.float64), jnp.asarray(np.asarray(x_m), jnp.float64)),
+                          np.float64)
+    eye = np.eye(kmat.shape[-1])
+    scale = np.mean(np.diagonal(kmat, axis1=-2, axis2=-1), axis=-1)
+    for k in range(tries):
+        j = jitter * 10.0**k
+        try:
+            mats = (kmat + (j * np.asarray(scale))[..., None, None] * eye).reshape(-1, *kmat.shape[-2:])
+            prec = np.stack([scipy.linalg.cho_solve((np.linalg.cholesky(m), True), eye) for m in mats])
+        except np.linalg.LinAlgError:
+            continue
+        if np.all(np.isfinite(prec)):
+            return Measurement(jnp.asarray(x_m), None, jnp.asarray(prec.reshape(kmat.shape), jnp.float32),
+                               jnp.asarray(True), jnp.asarray(j, jnp.float32))
+    return Measurement(jnp.asarray(x_m), None, jnp.full(kmat.shape, jnp.nan, jnp.float32), jnp.asarray(False),
+                       jnp.asarray(jitter * 10.0 ** (tries - 1), jnp.float32))
 
 
 class FunctionalPosterior(NamedTuple):
@@ -70,8 +132,10 @@ class FunctionalPosterior(NamedTuple):
     nll: (params, minibatch) -> scalar, the **mean** minibatch NLL (as in `Posterior`).
     measurement_sampler: (key, minibatch) -> X_M (M, ...), drawn anew every step.
     kernel: (X, X') -> (M, M') shared by all outputs, or (C, M, M') one GP per output.
-    data_size: N.  prior_mean: X_M -> same shape as f (default 0).  jitter: relative jitter (× mean diag K).
+    data_size: N.  prior_mean: X_M -> same shape as f (default 0).  jitter: initial relative jitter (× mean diag
+    K), escalated ×10 while the factor is not finite (`escalating_cholesky`).
     weight_log_prior: optional params -> log p_w(θ) (deviation from the paper, which has no weight prior).
+    fixed: a `fixed_measurement` (points that never change, e.g. all training inputs): used instead of the sampler.
     """
 
     apply_fn: Callable
@@ -82,34 +146,42 @@ class FunctionalPosterior(NamedTuple):
     prior_mean: Optional[Callable] = None
     jitter: float = 1e-6
     weight_log_prior: Optional[Callable] = None
+    fixed: Optional[Measurement] = None
 
-    def prior_energy(self, params: PyTree, x_m: jax.Array) -> tuple[jax.Array, PriorInfo]:
-        """½ Σ_c (f_c − m_c)ᵀ K_c⁻¹ (f_c − m_c) at measurement points x_m; returns (energy, PriorInfo)."""
+    def measure(self, key: jax.Array, minibatch: Any) -> Measurement:
+        """The measurement points of one update (from `key`) and the factor of their kernel matrix."""
+        if self.fixed is not None:
+            return self.fixed
+        return self.measure_at(self.measurement_sampler(key, minibatch))
+
+    def measure_at(self, x_m: jax.Array) -> Measurement:
+        """The Measurement of given points (Cholesky with escalation)."""
+        chol, jit, ok = escalating_cholesky(jax.lax.stop_gradient(self.kernel(x_m, x_m)), self.jitter)
+        return Measurement(x_m, chol, None, ok, jit)
+
+    def prior_energy(self, params: PyTree, meas: Measurement) -> tuple[jax.Array, PriorInfo]:
+        """½ Σ_c (f_c − m_c)ᵀ K_c⁻¹ (f_c − m_c) at the points of `meas`; returns (energy, PriorInfo)."""
+        x_m = meas.x_m
         f = self.apply_fn(params, x_m)
         r = f if self.prior_mean is None else f - self.prior_mean(x_m)
-        kmat = self.kernel(x_m, x_m)
-        jit = self.jitter * jnp.mean(jnp.diagonal(kmat, axis1=-2, axis2=-1), axis=-1)
-        eye = jnp.eye(kmat.shape[-1], dtype=kmat.dtype)
-        kmat = kmat + jnp.asarray(jit)[..., None, None] * eye
-        chol = jnp.linalg.cholesky(kmat)
-        chol = jax.lax.stop_gradient(chol)  # K does not depend on θ
-        if kmat.ndim == 2:  # shared kernel: r (M,) or (M, C) — columns are the per-output GPs
-            a = jax.scipy.linalg.cho_solve((chol, True), r)
-            energy = 0.5 * jnp.sum(r * a)
+        fac = meas.precision if meas.precision is not None else meas.chol
+        if fac.ndim == 2:  # shared kernel: r (M,) or (M, C) — columns are the per-output GPs
+            a = fac @ r if meas.precision is not None else jax.scipy.linalg.cho_solve((fac, True), r)
         else:  # (C, M, M): r must be (M, C)
-            a = jax.vmap(lambda c, rc: jax.scipy.linalg.cho_solve((c, True), rc), in_axes=(0, 1), out_axes=1)(chol, r)
-            energy = 0.5 * jnp.sum(r * a)
-        ok = jnp.all(jnp.isfinite(chol))
-        return energy, PriorInfo(ok, jax.lax.stop_gradient(energy))
+            solve = (lambda c, rc: c @ rc) if meas.precision is not None else \
+                (lambda c, rc: jax.scipy.linalg.cho_solve((c, True), rc))
+            a = jax.vmap(solve, in_axes=(0, 1), out_axes=1)(fac, r)
+        energy = 0.5 * jnp.sum(r * a)
+        return energy, PriorInfo(meas.ok, jax.lax.stop_gradient(energy), meas.jitter)
 
     def potential(self, params: PyTree, minibatch: Any, x_m: jax.Array) -> tuple[jax.Array, PriorInfo]:
         """Ũ(θ) = N·nll + prior energy (− log p_w) at fixed x_m; returns (Ũ, PriorInfo)."""
-        u, (_, info) = self._potential_and_loss(params, minibatch, x_m)
+        u, (_, info) = self._potential_and_loss(params, minibatch, self.measure_at(x_m))
         return u, info
 
-    def _potential_and_loss(self, params, minibatch, x_m):
-        """(Ũ, (mean minibatch NLL, PriorInfo)) at fixed x_m."""
-        energy, info = self.prior_energy(params, x_m)
+    def _potential_and_loss(self, params, minibatch, meas: Measurement):
+        """(Ũ, (mean minibatch NLL, PriorInfo)) at the points of `meas`."""
+        energy, info = self.prior_energy(params, meas)
         loss = self.nll(params, minibatch)
         u = self.data_size * loss + energy
         if self.weight_log_prior is not None:
@@ -119,9 +191,9 @@ class FunctionalPosterior(NamedTuple):
     def value_and_potential_grad(self, params: PyTree, minibatch: Any, key: jax.Array):
         """(loss, ∇Ũ, PriorInfo) with X_M drawn from `key`: loss = mean minibatch NLL (scalar),
         ∇Ũ = N·ḡ + J_Mᵀ K⁻¹(f_M − m_M) [− ∇log p_w]."""
-        x_m = self.measurement_sampler(key, minibatch)
+        meas = self.measure(key, minibatch)
         (_, (loss, info)), grad_u = jax.value_and_grad(self._potential_and_loss, has_aux=True)(
-            params, minibatch, x_m)
+            params, minibatch, meas)
         return loss, grad_u, info
 
     def potential_grad(self, params: PyTree, minibatch: Any, key: jax.Array) -> tuple[PyTree, PriorInfo]:
@@ -139,11 +211,14 @@ def functional_posterior(
     prior_mean: Optional[Callable] = None,
     jitter: float = 1e-6,
     weight_log_prior: Optional[Callable] = None,
+    fixed_points: Optional[jax.Array] = None,
 ) -> FunctionalPosterior:
-    """Build a `FunctionalPosterior` (see its docstring for the argument contracts)."""
+    """Build a `FunctionalPosterior` (see its docstring for the argument contracts); `fixed_points` X_M: use these
+    points at every update, their kernel matrix inverted once (`fixed_measurement`), instead of the sampler."""
     check_positive(data_size=data_size, jitter=jitter)
+    fixed = None if fixed_points is None else fixed_measurement(kernel, fixed_points, jitter)
     return FunctionalPosterior(apply_fn, likelihood_nll, measurement_sampler, kernel, data_size, prior_mean,
-                               jitter, weight_log_prior)
+                               jitter, weight_log_prior, fixed)
 
 
 # --------------------------------------------------------------------------------------------- samplers
@@ -153,6 +228,7 @@ class FSGLDState(NamedTuple):
     position: PyTree
     step: jax.Array  # int32
     chol_ok: jax.Array  # bool: every Cholesky so far was finite
+    jitter: jax.Array  # the largest relative jitter used so far
 
 
 class FSGHMCState(NamedTuple):
@@ -160,35 +236,39 @@ class FSGHMCState(NamedTuple):
     momentum: PyTree
     step: jax.Array
     chol_ok: jax.Array
+    jitter: jax.Array
 
 
 class FSGLDInfo(NamedTuple):
     """loss: mean minibatch NLL at the pre-update θ; is_finite: loss and Σθ' finite; chol_ok: this step's
-    Cholesky factor was finite; prior_energy: ½ Σ_c rᵀK⁻¹r at this step (nats)."""
+    Cholesky factor was finite; prior_energy: ½ Σ_c rᵀK⁻¹r at this step (nats); jitter: its relative jitter."""
 
     loss: jax.Array
     is_finite: jax.Array
     chol_ok: jax.Array
     prior_energy: jax.Array
+    jitter: jax.Array
 
 
 class FSGHMCInfo(NamedTuple):
-    """As FSGLDInfo, is_finite from the loss and kinetic; kinetic: Σ r'² at the new momentum."""
+    """As FSGLDInfo, but loss and prior energy at the *post-update* θ_{t+1} (where fSGHMC takes its gradient);
+    is_finite from the loss and kinetic; kinetic: Σ r_{t+1}² at the new momentum."""
 
     loss: jax.Array
     is_finite: jax.Array
     kinetic: jax.Array
     chol_ok: jax.Array
     prior_energy: jax.Array
+    jitter: jax.Array
 
 
 def init_fsgld(position: PyTree) -> FSGLDState:
-    return FSGLDState(position, jnp.zeros((), jnp.int32), jnp.ones((), bool))
+    return FSGLDState(position, jnp.zeros((), jnp.int32), jnp.ones((), bool), jnp.zeros((), jnp.float32))
 
 
 def init_fsghmc(position: PyTree) -> FSGHMCState:
     zeros = jax.tree.map(jnp.zeros_like, position)
-    return FSGHMCState(position, zeros, jnp.zeros((), jnp.int32), jnp.ones((), bool))
+    return FSGHMCState(position, zeros, jnp.zeros((), jnp.int32), jnp.ones((), bool), jnp.zeros((), jnp.float32))
 
 
 def build_fsgld_kernel(posterior: FunctionalPosterior):
@@ -203,16 +283,22 @@ def build_fsgld_kernel(posterior: FunctionalPosterior):
         scale = langevin_noise_std(eps, temperature)
         pos = jax.tree.map(functools.partial(langevin, step_size=eps, noise_std=scale), state.position, grad_u,
                            noise)
-        info = FSGLDInfo(loss, all_finite(loss, tree_sum(settled(pos))), prior.chol_ok, prior.prior_energy)
-        return FSGLDState(pos, state.step + 1, state.chol_ok & prior.chol_ok), info
+        info = FSGLDInfo(loss, all_finite(loss, tree_sum(settled(pos))), prior.chol_ok, prior.prior_energy,
+                         prior.jitter)
+        jit = jnp.maximum(state.jitter, prior.jitter.astype(state.jitter.dtype))
+        return FSGLDState(pos, state.step + 1, state.chol_ok & prior.chol_ok, jit), info
 
     return kernel
 
 
 def build_fsghmc_kernel(posterior: FunctionalPosterior, resample_momentum_every: Optional[int] = None):
-    """kernel(key, state, minibatch, learning_rate, friction, temperature=1.0) -> (FSGHMCState, FSGHMCInfo);
-    the `l2e.sghmc` update on Ũ. `resample_momentum_every` = m (static): draw r ~ N(0, T·I) before every
-    m-th update; None = persistent momentum."""
+    """kernel(key, state, minibatch, learning_rate, friction, temperature=1.0) -> (FSGHMCState, FSGHMCInfo).
+
+    BASELINES §5's order (position first, the gradient at the new position, friction on the old momentum):
+        θ_{t+1} = θ_t + ε·r_t,   r_{t+1} = r_t − ε∇Ũ(θ_{t+1}) − εC·r_t + N(0, 2CεT)
+    (blackjax's `sgmcmc.diffusions.sghmc` with alpha = C, beta = 0).  The measurement points and minibatch of step
+    t enter ∇Ũ(θ_{t+1}).  `resample_momentum_every` = m (static): draw r_t ~ N(0, T·I) before every m-th update;
+    None = persistent momentum."""
 
     def kernel(key: jax.Array, state: FSGHMCState, minibatch, learning_rate, friction, temperature=1.0):
         with jax.ensure_compile_time_eval():
@@ -224,14 +310,15 @@ def build_fsghmc_kernel(posterior: FunctionalPosterior, resample_momentum_every:
             fresh = jax.tree.map(lambda z: jnp.sqrt(temperature) * z, normal_like(k_r, mom))
             redraw = jnp.mod(state.step, resample_momentum_every) == 0
             mom = jax.tree.map(lambda a, b: jnp.where(redraw, a, b), fresh, mom)
-        loss, grad_u, prior = posterior.value_and_potential_grad(state.position, minibatch, k_m)
-        noise = normal_like(k_n, state.position)
+        pos = jax.tree.map(functools.partial(position_update, step_size=eps), state.position, mom)
+        loss, grad_u, prior = posterior.value_and_potential_grad(pos, minibatch, k_m)
+        noise = normal_like(k_n, pos)
         kick = functools.partial(sghmc_momentum, step_size=eps, friction=friction, noise_std=noise_std)
         mom = jax.tree.map(kick, mom, grad_u, noise)
-        pos = jax.tree.map(functools.partial(position_update, step_size=eps), state.position, mom)
         kinetic = tree_vdot(settled(mom), settled(mom))
-        info = FSGHMCInfo(loss, all_finite(loss, kinetic), kinetic, prior.chol_ok, prior.prior_energy)
-        return FSGHMCState(pos, mom, state.step + 1, state.chol_ok & prior.chol_ok), info
+        info = FSGHMCInfo(loss, all_finite(loss, kinetic), kinetic, prior.chol_ok, prior.prior_energy, prior.jitter)
+        jit = jnp.maximum(state.jitter, prior.jitter.astype(state.jitter.dtype))
+        return FSGHMCState(pos, mom, state.step + 1, state.chol_ok & prior.chol_ok, jit), info
 
     return kernel
 
@@ -254,8 +341,8 @@ def fsghmc(
     temperature: float = 1.0,
     resample_momentum_every: Optional[int] = None,
 ) -> SamplingAlgorithm:
-    """fSGHMC, same update as `l2e.sghmc` (ε = sqrt(lr/N), mass I, persistent momentum starting at 0) on Ũ:
-    r ← r − ε∇Ũ(θ) − εC·r + N(0, 2CεT),  θ ← θ + ε·r.
+    """fSGHMC on Ũ (ε = sqrt(lr/N), mass I, persistent momentum starting at 0), position first as BASELINES §5:
+    θ ← θ + ε·r,  r ← r − ε∇Ũ(θ_new) − εC·r + N(0, 2CεT)  (`l2e.sghmc` updates the momentum first).
     `resample_momentum_every` = m: draw r ~ N(0, T·I) before every m-th update (Algorithm 2 per a third-party
     reading); None (default) = persistent momentum."""
     check_positive(learning_rate=learning_rate, friction=friction, temperature=temperature)

@@ -159,6 +159,54 @@ def test_functional_samplers_recover_linear_gaussian_posterior(method):
     check_moments(xs, mean, sd)
 
 
+def test_fsghmc_update_order_is_position_first_as_blackjax():
+    """One fSGHMC step (BASELINES §5: θ' = θ + εr, r' = r − ε∇Ũ(θ') − εCr + N(0, 2Cε T)) against blackjax's
+    `sgmcmc.diffusions.sghmc` (alpha = C, beta = 0) fed −∇Ũ(θ'), in float64, from a state with r ≠ 0: position and
+    momentum agree to 1e-12.  The old momentum-first order (θ' = θ + εr') fails the position check."""
+    import blackjax.sgmcmc.diffusions as bj
+
+    from l2e import fsghmc as f_api
+
+    with jax.enable_x64(True):
+        post, batch, _, _, _ = linear_gaussian()
+        batch = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), batch)
+        h, c, temp = 0.05, 0.7, 0.9
+        theta = jnp.array([0.3, -0.2, 0.5], jnp.float64)
+        r = jnp.array([0.8, -0.4, 0.1], jnp.float64)
+        key = jax.random.PRNGKey(5)
+        state = f_api.init(theta)._replace(momentum=r)
+        new, info = f_api.build_kernel(post)(key, state, batch, h**2 * NLIN, c, temp)
+        _, k_n, _ = jax.random.split(key, 3)
+        moved = theta + h * r
+        grad_logp = -post.potential_grad(moved, batch, key)[0]
+        bj_pos, bj_mom = bj.sghmc(alpha=c, beta=0.0)(k_n, theta, r, grad_logp, h, temp)
+        assert new.position.dtype == jnp.float64
+        np.testing.assert_allclose(new.position, bj_pos, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(new.momentum, bj_mom, rtol=1e-12, atol=1e-14)
+        assert not np.allclose(new.position, theta + h * new.momentum)  # the momentum-first position
+        np.testing.assert_allclose(info.kinetic, jnp.sum(bj_mom**2), rtol=1e-12)
+        assert float(info.loss) == pytest.approx(float(post.nll(moved, batch)), rel=1e-12)  # loss at θ'
+
+
+def test_cholesky_jitter_escalates_and_fixed_points_invert_once():
+    """`escalating_cholesky`: an indefinite 2×2 K (eigenvalues 2.005, −0.005) fails at relative jitter 1e-6…1e-3 and
+    succeeds at 1e-2 (the jitter reported); a negative-definite K fails every try (ok False).  `fixed_measurement`
+    stores (K + 1e-6·mean diag K·I)⁻¹ of fixed points, equal to numpy's inverse to 1e-4 relative."""
+    from l2e.fsgmcmc import escalating_cholesky, fixed_measurement
+
+    kmat = jnp.array([[1.0, 1.005], [1.005, 1.0]])
+    chol, jit, ok = jax.jit(escalating_cholesky, static_argnums=1)(kmat, 1e-6)
+    assert bool(ok) and float(jit) == pytest.approx(1e-2, rel=1e-5)
+    np.testing.assert_allclose(chol @ chol.T, kmat + 1e-2 * jnp.eye(2), rtol=1e-5)
+    assert not bool(escalating_cholesky(-jnp.eye(3), 1e-6)[2])
+    xm = jnp.linspace(-1.0, 1.0, 6)[:, None]
+    meas = fixed_measurement(rbf_kernel(0.8), xm, 1e-6)
+    k64 = np.exp(-0.5 * (np.asarray(xm, np.float64) - np.asarray(xm, np.float64).T) ** 2 / 0.64)
+    want = np.linalg.inv(k64 + 1e-6 * np.eye(6))
+    assert bool(meas.ok) and float(meas.jitter) == pytest.approx(1e-6)
+    np.testing.assert_allclose(meas.precision, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
 # ------------------------------------------------------------------------------------------ MCLMC / MILE
 
 
@@ -274,3 +322,46 @@ def test_ess_geyer_agrees_with_blackjax_on_ar1_chains():
               f"max rel diff {rel.max():.4f}")
         assert rel.max() < 0.03
         assert abs(ours.mean() / truth - 1.0) < 0.2
+
+
+# ------------------------------------------------------------------------------- fSGHMC's GP prior (evaluate)
+
+
+def test_fsghmc_gp_prior_follows_the_spec():
+    """evaluate.methods.fsghmc (BASELINES §5): the RBF hyperparameters are fitted by type-II ML (the fitted negative
+    log marginal likelihood is below the one at the median-distance start); measurement points follow the paper's
+    rule per task — 1-D regression 40 training + 40 box points per update, classification 40 training inputs per
+    update, UCI with N < 1000 all training inputs fixed (K⁻¹ precomputed, (N, N)); the Dirichlet-based GP gives a
+    constant prior mean per class; kernel_fit_steps = 0 is the fixed GP (median distance, zero mean)."""
+    from pathlib import Path
+
+    from evaluate.methods.fsghmc import FSGHMCSettings, _neg_log_marginal, fit_gp, fsghmc_posterior
+    from tasks import ModelSpec, TaskSpec, build
+    from tasks.regression import RegressionSpec
+
+    s = FSGHMCSettings(kernel_fit_steps=60, kernel_fit_points=150)
+    one_d = build(RegressionSpec("synthetic_1d", hidden=(4,)))
+    post, record = fsghmc_posterior(one_d, s)
+    assert post.fixed is None and post.measurement_sampler(jax.random.PRNGKey(0), None).shape == (80, 1)
+    assert "1-D rule" in record["measurement_points_from"] and record["noise_variance"] > 0
+    x = np.asarray(one_d.train_data[0])[np.sort(np.random.default_rng(0).permutation(one_d.data_size)[:150])]
+    y = np.asarray(one_d.train_data[1])[np.sort(np.random.default_rng(0).permutation(one_d.data_size)[:150])]
+    with jax.enable_x64(True):
+        def nlml(ls, var, noise):
+            p = {"log_ls": jnp.log(ls), "log_var": jnp.log(var), "log_noise": jnp.log(noise), "mean": jnp.zeros(1)}
+            return float(_neg_log_marginal(p, jnp.asarray(x, jnp.float64), jnp.asarray(y, jnp.float64)[:, None], None))
+
+        fixed = fit_gp(one_d, FSGHMCSettings(kernel_fit_steps=0))
+        start = nlml(fixed["lengthscale"], np.var(y), 0.1 * np.var(y))
+        assert nlml(record["lengthscale"], record["variance"], record["noise_variance"]) < start - 10
+    assert fixed["variance"] == 1.0 and fixed["mean"] == [0.0]
+    iris = build(TaskSpec("iris", ModelSpec("mlp", hidden=())))
+    post, record = fsghmc_posterior(iris, s)
+    assert post.measurement_sampler(jax.random.PRNGKey(0), None).shape == (40, 4) and len(record["mean"]) == 3
+    assert post.prior_mean(jnp.zeros((5, 4))).shape == (5, 3) and all(m < 0 for m in record["mean"])
+    uci = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "uci"
+    if (uci / "yacht").is_dir():
+        yacht = build(RegressionSpec("uci:yacht", hidden=(4,), data_dir=str(uci)))
+        post, record = fsghmc_posterior(yacht, s)
+        assert post.fixed is not None and post.fixed.precision.shape == (215, 215) and bool(post.fixed.ok)
+        assert record["measurement_points_from"].startswith("all 215 training inputs")
