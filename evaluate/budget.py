@@ -34,8 +34,9 @@ FLOPS_NOTE = ("flops_per_step: XLA cost analysis (jax.jit(kernel).lower(...).com
               "one update on one minibatch, the sampler's meta-model included; library calls XLA does not see into "
               "(e.g. a CPU Cholesky) count 0; None for the full-batch methods (not measured)")
 
-PROBE_NOTE = ("seconds_per_step: median wall time of 10 calls of the method's compiled chunk (after compilation and "
-              "one warm-up call; its first grid point) divided by the updates per call, on this machine")
+PROBE_NOTE = ("seconds_per_step: median over 3 repeats of the wall time of n ≥ 10 chained calls (about 0.25 s) of "
+              "the method's compiled chunk (after compilation and one warm-up call; its first grid point) divided "
+              "by their updates, on this machine")
 
 
 def single_chain_schedule(cfg, thinning: int | None = None) -> ChainSchedule:
