@@ -166,7 +166,8 @@ def _eval_cfg(**settings):
 
 def test_smile_and_psmile_through_evaluate():
     """Warm-started from the deep ensemble (ε₀ = its lr), inside the shared budget: grad_evals = G = 40 minibatch
-    gradients (2 per step: 20 steps on one chain, 10 on each of 2), K = 4 finite samples; settings validated."""
+    gradients (2 per step: 20 steps on one chain, 10 on each of 2), K = 4 finite samples (ESS needs ≥ 4 draws per
+    chain: none for 2 chains of 2); settings validated."""
     from evaluate.config import ConfigError, apply_overrides
     from evaluate.run import evaluate
 
@@ -181,7 +182,7 @@ def test_smile_and_psmile_through_evaluate():
         assert hp["chains"] == chains and hp["steps_per_chain"] == 20 // chains and hp["thinning"] == 3
         assert hp["step_size0"] == de_lr and hp["warm_start"]["method"] == "deep_ensemble"
         assert hp["likelihood_scale"] == 16 * (task["data"]["train"] // 16) and len(hp["final_step_size"]) == chains
-        assert m["ess"]["chains"] == chains
+        assert (m["ess"] is None) if chains == 2 else (m["ess"]["chains"] == 1 and m["ess"]["draws_per_chain"] == 4)
     with pytest.raises(ConfigError, match="settings.psmile.chains"):
         apply_overrides(_eval_cfg(), ["settings.psmile.chains=3"])
     with pytest.raises(ConfigError, match="settings.smile.likelihood_scale"):
@@ -203,3 +204,21 @@ def test_a_nan_energy_error_stops_the_tuner():
     _, _, eps, resets = jax.jit(lambda s, k: run(SamplingAlgorithm(lambda p: s, alg.step), jnp.ones(D), jnp.ones(D),
                                                  200, k))(state, jax.random.PRNGKey(1))
     assert np.all(np.asarray(eps) == eps0) and not np.asarray(resets).any()
+
+
+def test_smile_under_a_wall_time_budget():
+    """budget="seconds": SMILE's probe reports seconds per gradient evaluation (half a step), so its G (gradient
+    evaluations, 2 per step) × that ≈ the budget, as for every minibatch method; its FLOPs are per step."""
+    from evaluate.run import evaluate
+
+    cfg = _eval_cfg()
+    cfg = type(cfg)(**{**{f: getattr(cfg, f) for f in cfg.__dataclass_fields__}, "methods": ("smile",),
+                       "tune": False, "budget": "seconds", "budget_seconds": 0.5})
+    (task,) = evaluate(cfg, None, progress=False)["tasks"].values()
+    m = task["methods"]["smile"]
+    tb = m["time_budget"]
+    q = 2 * cfg.num_samples * cfg.chunk
+    assert m["grad_evals"] == tb["num_steps"] and m["hyperparameters"]["steps_per_chain"] == tb["num_steps"] // 2
+    assert abs(tb["num_steps"] * tb["seconds_per_step"] - 0.5) <= q * tb["seconds_per_step"] / 2 or \
+        tb["num_steps"] == q
+    assert m["flops_per_step"] > 0

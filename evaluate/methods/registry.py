@@ -28,6 +28,8 @@ METHOD_MODULES = (  # one line per method, in the order methods run and are repo
     "noisy_de",
     "mile",
     "nuts_bde",
+    "smile",  # minibatch, shared G (2 gradients per step), warm-started from the deep ensemble
+    "psmile",
 )
 
 

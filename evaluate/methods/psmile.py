@@ -1,0 +1,19 @@
+"""pSMILE (SMILE.md §2; `l2e.smile.psmile`): SMILE with the diagonal gradient-noise preconditioner — the same
+runner, budget, warm start and settings as `evaluate.methods.smile` (group `settings.psmile`)."""
+from __future__ import annotations
+
+import dataclasses
+
+from evaluate.methods.smile import SMILESettings, make_method
+
+__all__ = ["METHOD", "PSMILESettings"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PSMILESettings(SMILESettings):
+    """As SMILESettings (settings.psmile)."""
+
+    WHERE = "settings.psmile"
+
+
+METHOD = make_method("psmile", PSMILESettings, preconditioned=True)
