@@ -6,7 +6,7 @@ steps *unrolled in Python* runs at (or below) the standalone cost (measured in b
 So the inner loop is a Python loop over one compiled "chunk" of `chunk` unrolled steps; the state
 stays on device between calls, and only the states at the sample steps are kept (memory O(K·d),
 independent of the number of steps). Each step's Info (a few scalars) is kept: stacked inside the chunk,
-held as device arrays, concatenated once at the end.
+held as device arrays and concatenated once at the end, on the host (numpy).
 
 Randomness: update t (0-based) uses fold_in(key, t), split into a minibatch key and a noise key, so
 a chain is a pure function of (key, initial state) whatever the chunk length.
@@ -19,6 +19,7 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from l2e.types import PyTree
 
@@ -124,5 +125,6 @@ def run_chain(
         if progress is not None:
             progress(length)
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *samples)
-    info = jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=info_axis), *infos)
+    # on the host: an eager jnp.concatenate would compile once per distinct number of chunks
+    info = jax.tree.map(lambda *xs: np.concatenate([np.asarray(x) for x in xs], axis=info_axis), *infos)
     return ChainResult(state, stacked, info)
