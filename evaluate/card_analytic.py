@@ -36,12 +36,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import l2e
 import l2e.smile
 from l2e.io import ConfigError
 from l2e.types import Posterior
 
-__all__ = ["AnalyticConfig", "LARGE", "NOISES", "STEP_RANGES", "TARGETS", "analytic_markdown", "plot_analytic",
-           "run_analytic", "smile_builders"]
+__all__ = ["AnalyticConfig", "LARGE", "NOISES", "STEP_RANGES", "TARGETS", "analytic_markdown", "learned_builder_traced",
+           "plot_analytic", "run_analytic", "smile_builders"]
 
 NOISES = ("isotropic", "anisotropic", "correlated", "position", "laplace", "student_t", "lognormal")
 _NOISE_KIND = {  # name -> (structure, law): structure 0 I, 1 diag(σ), 2 Cholesky; law 0 Gauss 1 Laplace 2 t 3 logN
@@ -201,6 +202,17 @@ def smile_builders() -> dict:
 
     return {"smile": make(False, True), "psmile": make(True, True), "smile-naive": make(False, False),
             "psmile-naive": make(True, False)}
+
+
+def learned_builder_traced(meta_params, config) -> Callable:
+    """evaluate.card.learned_builder (lr = ε²N, friction C) without its float(): ε may be traced, so a learned
+    sampler's step-size sweep compiles once instead of once per step size."""
+
+    def build(post, eps, c, smin, steps):
+        cfg = dataclasses.replace(config, learning_rate=eps**2 * post.data_size, friction=c)
+        return l2e.l2e(post, meta_params, cfg), _always
+
+    return build
 
 
 def step_grid(name: str, points: int) -> np.ndarray:

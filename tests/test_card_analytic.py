@@ -114,3 +114,18 @@ def test_end_to_end_tiny_budget(tmp_path):
     assert "**gaussian**" in text and "| l2e (shipped) |" in text and "lognormal" in text
     plot_analytic(res, tmp_path / "analytic.png")
     assert (tmp_path / "analytic.png").stat().st_size > 10_000
+
+
+def test_cli_bad_analytic_input_is_one_line_exit_2_and_writes_nothing(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for args in (["--analytic", "--set", "seeds=0"], ["--analytic", "--set", "noises=isotropic,none"],
+                 ["--analytic", "huge"]):
+        out = tmp_path / "out"
+        proc = subprocess.run([sys.executable, "-m", "evaluate", "card", "--output", str(out), *args], cwd=root,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2 and proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
+        assert not out.exists()
