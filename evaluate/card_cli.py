@@ -1,5 +1,6 @@
 """`python -m evaluate card`: the sampler card (evaluate.card) for every minibatch sampler, written as
-card.json, card.md and card.png in --output."""
+card.json, card.md and card.png in --output; with --analytic, SMILE's analytic benchmark (evaluate.card_analytic)
+for the same samplers and the SMILE family, written as analytic.json, analytic.md and analytic.png."""
 from __future__ import annotations
 
 import json
@@ -18,22 +19,22 @@ def default_released_path() -> Path:
     return Path(__file__).resolve().parents[2] / "shared" / "data" / "l2e_released"
 
 
-def card_samplers(sampler_path=None, released_path=None) -> tuple[dict, list[str]]:
+def card_samplers(sampler_path=None, released_path=None, learned=learned_builder) -> tuple[dict, list[str]]:
     """(name -> builder, notes): the hand-designed samplers, the shipped L2E, a user checkpoint (`sampler_path`)
     and the authors' released L2E (`released_path`, default `default_released_path()`; skipped with a note when
-    absent)."""
+    absent); `learned(meta_params, config)` builds the learned samplers' builders."""
     from l2e.released import load_released
 
     samplers, notes = dict(_hand_designed()), []
     params, config, _ = l2e.load_meta_params(None)
-    samplers["l2e (shipped)"] = learned_builder(params, config)
+    samplers["l2e (shipped)"] = learned(params, config)
     if sampler_path is not None:
         params, config, _ = l2e.load_meta_params(sampler_path)
-        samplers[f"l2e ({sampler_path})"] = learned_builder(params, config)
+        samplers[f"l2e ({sampler_path})"] = learned(params, config)
     path = Path(released_path) if released_path is not None else default_released_path()
     if path.exists():
         params, config = load_released(path)
-        samplers["l2e (released)"] = learned_builder(params, config)
+        samplers["l2e (released)"] = learned(params, config)
     elif released_path is not None:
         raise ConfigError(f"released meta-parameters not found: {path}")
     else:
@@ -54,6 +55,24 @@ def run_card(out: Path, sampler_path=None, released_path=None, overrides=(), pro
     return card
 
 
+def run_analytic_card(out: Path, sampler_path=None, released_path=None, overrides=(), progress=None,
+                      large: bool = False) -> dict:
+    """Validate everything, run the analytic benchmark (AnalyticConfig(), or LARGE with `large`, then `overrides`)
+    for the card's samplers and the SMILE family, write analytic.json / .md / .png into `out` (created)."""
+    from evaluate import card_analytic as ca
+
+    cfg = apply_overrides(ca.LARGE if large else ca.AnalyticConfig(), list(overrides)).check()
+    samplers, notes = card_samplers(sampler_path, released_path, learned=ca.learned_builder_traced)
+    res = ca.run_analytic(cfg, {**samplers, **ca.smile_builders()}, progress)
+    res["notes"] = notes
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / "analytic.json", json.dumps(res, indent=1))
+    atomic_write_text(out / "analytic.md", "# Analytic benchmark (SMILE.md §5)\n\n" + ca.analytic_markdown(res)
+                      + "".join(f"\n{n}\n" for n in notes))
+    ca.plot_analytic(res, out / "analytic.png")
+    return res
+
+
 def build_card_parser():
     from l2e.io import OneLineErrorParser
 
@@ -65,7 +84,10 @@ def build_card_parser():
                    help="the L2E authors' meta_params.pickle or its directory (default: ../shared/data/l2e_released "
                         "or $L2E_DATA_DIR/l2e_released; skipped with a note when absent)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a CardConfig field, e.g. --set num_steps=100000 --set noise=0")
+                   help="override a CardConfig field, e.g. --set num_steps=100000 --set noise=0 (with --analytic: "
+                        "an AnalyticConfig field, e.g. --set seeds=7)")
+    p.add_argument("--analytic", nargs="?", const="default", choices=("default", "large"), default=None,
+                   help="run SMILE's analytic benchmark instead (evaluate.card_analytic; 'large': its LARGE budget)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing card in --output")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
@@ -84,10 +106,19 @@ def card_main(argv) -> int:
     try:
         if out.exists() and not out.is_dir():
             raise ConfigError(f"--output {out} exists and is not a directory")
-        if (out / "card.json").exists() and not args.overwrite:
-            raise ConfigError(f"{out / 'card.json'} exists; pass --overwrite or choose another --output")
+        name = "analytic" if args.analytic else "card"
+        if (out / f"{name}.json").exists() and not args.overwrite:
+            raise ConfigError(f"{out / f'{name}.json'} exists; pass --overwrite or choose another --output")
         probe_writable(out, ConfigError)
-        progress = None if args.quiet else (lambda line: print(f"card: {line}", flush=True))
+        progress = None if args.quiet else (lambda line: print(f"{name}: {line}", flush=True))
+        if args.analytic:
+            res = run_analytic_card(out, args.sampler, args.released, args.overrides, progress,
+                                    args.analytic == "large")
+            from evaluate.card_analytic import analytic_markdown
+
+            print(analytic_markdown(res))
+            print(f"analytic: {out / 'analytic.md'} (json: {out / 'analytic.json'}, plot: {out / 'analytic.png'})")
+            return 0
         card = run_card(out, args.sampler, args.released, args.overrides, progress)
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
