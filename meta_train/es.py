@@ -288,7 +288,9 @@ def _vmap_population(cache, spec, population, keys, inner: Inner, progress) -> P
         fitness = fitness.addressable_data(0)
     t_kin = None
     if inner.log_temperature:
-        kin = result.info if result.info.is_fully_addressable else result.info.addressable_data(0)
+        kin = result.info  # a host array, or a device array (multi-host: one addressable replica)
+        if not getattr(kin, "is_fully_addressable", True):
+            kin = kin.addressable_data(0)
         t_kin = kinetic_temperature(np.asarray(kin), inner.schedule, tree_size(theta0))
     return PopulationFitness(jnp.asarray(np.asarray(fitness)), time.perf_counter() - t0, t_kin)
 
