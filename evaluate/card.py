@@ -148,12 +148,13 @@ def _hand_designed() -> dict[str, SamplerBuilder]:
     return out
 
 
-def learned_builder(meta_params, config: l2e.L2EConfig) -> SamplerBuilder:
-    """An L2E sampler at the card's ε and C, with the checkpoint's output scales, noise mode and temperature."""
+def learned_builder(meta_params, config, factory: Callable = l2e.l2e) -> SamplerBuilder:
+    """A learned sampler (`factory(posterior, meta_params, config)`: l2e.l2e, l2e.kinetic) at the card's ε and C,
+    with the rest of the checkpoint's configuration (output scales, noise mode, temperature)."""
 
     def build(post, eps, c, smin, steps):
         cfg = dataclasses.replace(config, learning_rate=float(eps**2 * post.data_size), friction=float(c))
-        return l2e.l2e(post, meta_params, cfg), _always
+        return factory(post, meta_params, cfg), _always
 
     return build
 

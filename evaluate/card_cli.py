@@ -20,17 +20,19 @@ def default_released_path() -> Path:
 
 
 def card_samplers(sampler_path=None, released_path=None, learned=learned_builder) -> tuple[dict, list[str]]:
-    """(name -> builder, notes): the hand-designed samplers, the shipped L2E, a user checkpoint (`sampler_path`)
+    """(name -> builder, notes): the hand-designed samplers, the shipped L2E and Kinetic-L2E, a user checkpoint (`sampler_path`)
     and the authors' released L2E (`released_path`, default `default_released_path()`; skipped with a note when
-    absent); `learned(meta_params, config)` builds the learned samplers' builders."""
+    absent); `learned(meta_params, config, factory)` builds the learned samplers' builders (factory: l2e.l2e, l2e.kinetic)."""
     from l2e.released import load_released
 
     samplers, notes = dict(_hand_designed()), []
-    params, config, _ = l2e.load_meta_params(None)
-    samplers["l2e (shipped)"] = learned(params, config)
-    if sampler_path is not None:
-        params, config, _ = l2e.load_meta_params(sampler_path)
-        samplers[f"l2e ({sampler_path})"] = learned(params, config)
+    from l2e.checkpoint import KINDS, sampler_kind
+
+    checkpoints = [("l2e (shipped)", None), ("kinetic (shipped)", "kinetic")]
+    checkpoints += [(f"learned ({sampler_path})", sampler_path)] if sampler_path is not None else []
+    for label, where in checkpoints:
+        params, config, meta = l2e.load_meta_params(where)
+        samplers[label] = learned(params, config, KINDS[sampler_kind(meta)].factory)
     path = Path(released_path) if released_path is not None else default_released_path()
     if path.exists():
         params, config = load_released(path)

@@ -5,13 +5,14 @@ and `l2e.s.build_kernel` (hyperparameters as kernel call arguments); full-batch 
 return a `FullBatchAlgorithm`.
 """
 from l2e import cyclical as _cyclical, fsgmcmc as _fsgmcmc, l2e as _l2e, psgld as _psgld  # noqa: I001
-from l2e import sghmc as _sghmc, sgld as _sgld, sgnht as _sgnht
+from l2e import kinetic as _kinetic, sghmc as _sghmc, sgld as _sgld, sgnht as _sgnht
 from l2e.chains import ChainResult, ChainSchedule, make_chunk, run_chain
 from l2e.cyclical import CyclicalInfo, CyclicalState, cyclical_schedule, is_sampling_step
 from l2e.fsgmcmc import (
     FSGHMCInfo, FSGHMCState, FSGLDInfo, FSGLDState, FunctionalPosterior, PriorInfo, functional_posterior,
     per_class_kernel, rbf_kernel,
 )
+from l2e.kinetic import KineticConfig, KineticInfo, KineticState
 from l2e.l2e import L2EConfig, L2EInfo, L2EState, build_kernel
 from l2e.mclmc import MILEInfo, ess_geyer, mclmc_sampler, mile
 from l2e.meta_model import DECAYS, FEATURE_NAMES, MetaMLP, features, init_meta_params
@@ -29,6 +30,7 @@ cyclical_sghmc = SamplerAPI(_cyclical.cyclical_sghmc, _cyclical.init, _cyclical.
 fsgld = SamplerAPI(_fsgmcmc.fsgld, _fsgmcmc.init_fsgld, _fsgmcmc.build_fsgld_kernel, _fsgmcmc)
 fsghmc = SamplerAPI(_fsgmcmc.fsghmc, _fsgmcmc.init_fsghmc, _fsgmcmc.build_fsghmc_kernel, _fsgmcmc)
 l2e = SamplerAPI(_l2e.l2e, _l2e.init, _l2e.build_kernel, _l2e)
+kinetic = SamplerAPI(_kinetic.kinetic, _kinetic.init, _kinetic.build_kernel, _kinetic)
 
 __all__ = [
     "ChainResult", "ChainSchedule", "CyclicalInfo", "CyclicalState", "DECAYS", "FEATURE_NAMES", "FSGHMCInfo",
@@ -36,7 +38,8 @@ __all__ = [
     "L2EState", "MILEInfo", "MetaMLP", "PSGLDInfo", "PSGLDState", "Posterior", "PriorInfo", "SGHMCInfo",
     "SGHMCState", "SGLDInfo", "SGLDState", "SGNHTInfo", "SGNHTState", "SamplerAPI", "SamplingAlgorithm",
     "build_kernel", "cyclical_schedule", "cyclical_sghmc", "ess_geyer", "features", "fsghmc", "fsgld",
-    "functional_posterior", "init_meta_params", "is_sampling_step", "l2e", "make_chunk", "mclmc_sampler", "mile",
+    "functional_posterior", "init_meta_params", "is_sampling_step", "kinetic", "KineticConfig", "KineticInfo",
+    "KineticState", "l2e", "make_chunk", "mclmc_sampler", "mile",
     "per_class_kernel", "psgld", "rbf_kernel", "run_chain", "sghmc", "sgld", "sgnht",
 ]
 from l2e.checkpoint import CheckpointError, load_meta_params, load_sampler  # noqa: E402
