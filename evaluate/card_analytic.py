@@ -13,8 +13,8 @@ series (isotropic, b standardised to unit variance): Laplace, Student-t (df 5), 
 code reuses df = 5 as σ, a law that is almost surely ≈ 0 with rare enormous draws).  The same A serves all three
 targets (as in the public code).  w ≡ 1 off the position-dependent series.
 Every chain starts where the public code starts (x = 0; Rosenbrock X = 1, Y = 2) and, as there, every
-`thinning`-th state after `burn_in` steps (default 0) is kept, so the error includes the approach to the target.  Metrics per
-chain (one chain per seed, mean ± standard error over seeds): SMILE's normalised second-moment error
+`thinning`-th state after `burn_in` steps (default 0) is kept, so the error includes the approach to the target.
+Metrics per chain (one chain per seed, mean ± standard error over seeds): SMILE's normalised second-moment error
 mean_i (Ê[x_i²] − E[x_i²])² / Var[x_i²]; the card's variance ratio (median over coordinates of Var̂/Var),
 |mean error|/σ (mean over coordinates), T_kin (momentum samplers' info.kinetic / d) and
 T_conf = ⟨x·∇U(x)⟩ / d with the exact ∇U (1 for any correct sampler).  Each sampler sweeps `points` step sizes
@@ -22,9 +22,11 @@ log-spaced over its own range (STEP_RANGES, in the units of the card's builders 
 step h, pSGLD's lr, the momentum samplers' physical ε, SMILE's initial ε); the best point of each (sampler,
 target, noise) has the smallest mean SMILE error among points where no seed diverged.
 
-Budgets: `AnalyticConfig()` (20,000 steps, 3 seeds, 5 step sizes) is the small default meant for ≲ 10 minutes on
-2 CPU cores with the default samplers; `LARGE` (200,000 steps, 7 seeds, 15 step sizes, the paper's counts of
-seeds and step sizes) is the documented larger one (hours on CPU).
+Budgets: `AnalyticConfig()` (10,000 steps, 3 seeds, 5 step sizes) is the small default: 331 s wall for the 11
+samplers of `python -m evaluate card --analytic` on 2 CPU cores shared with a load average of 5–8 (measured once);
+it screens rather than resolves (the slowest Gaussian coordinate needs ~σ_max²/h ≫ 10⁴ Langevin steps).
+`LARGE` (200,000 steps, 7 seeds, 15 step sizes: the paper's counts of seeds and step sizes; `--analytic large`)
+has 20× the steps and 7× the lanes.
 """
 from __future__ import annotations
 
@@ -189,7 +191,7 @@ def _posterior(target: AnalyticTarget, cfg: AnalyticConfig, spatial) -> Posterio
     return Posterior(nll, lambda params: jnp.zeros(()), cfg.data_size)
 
 
-def _always(state):
+def _always(state):  # every kept state counts
     return jnp.ones(())
 
 
@@ -204,13 +206,13 @@ def smile_builders() -> dict:
             "psmile-naive": make(True, False)}
 
 
-def learned_builder_traced(meta_params, config) -> Callable:
+def learned_builder_traced(meta_params, config, factory: Callable = l2e.l2e) -> Callable:
     """evaluate.card.learned_builder (lr = ε²N, friction C) without its float(): ε may be traced, so a learned
     sampler's step-size sweep compiles once instead of once per step size."""
 
     def build(post, eps, c, smin, steps):
         cfg = dataclasses.replace(config, learning_rate=eps**2 * post.data_size, friction=c)
-        return l2e.l2e(post, meta_params, cfg), _always
+        return factory(post, meta_params, cfg), _always
 
     return build
 
@@ -378,11 +380,12 @@ def plot_analytic(res: dict, path) -> None:
     for i, t in enumerate(targets):
         for j, n in enumerate(noises):
             ax = axes[i][j]
-            for name in res["step_sizes"]:
+            for k, name in enumerate(res["step_sizes"]):
                 pts = [r for r in res["rows"] if r["target"] == t and r["noise"] == n and r["sampler"] == name
                        and r["diverged"] == 0 and r["metric"] is not None]
                 if pts:
-                    ax.plot([r["step_size"] for r in pts], [r["metric"] for r in pts], "o-", ms=3, label=name)
+                    color, style = plt.get_cmap("tab10")(k % 10), "o" + ("-", ":", "--")[k // 10 % 3]
+                    ax.plot([r["step_size"] for r in pts], [r["metric"] for r in pts], style, ms=3, c=color, label=name)
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.set_title(f"{t} / {n}", fontsize=9)
