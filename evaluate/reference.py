@@ -21,7 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["ROW_SUM_ATOL", "ReferenceDataError", "check_alignment", "load_reference_dir", "load_reference_probs",
+from tasks.models import ModelSpec
+from tasks.regression import RegressionSpec
+from tasks.task import TaskSpec
+
+__all__ = ["REFERENCE_TASKS", "ROW_SUM_ATOL", "ReferenceDataError", "check_alignment", "load_reference_dir", "load_reference_probs",
            "load_references"]
 
 ROW_SUM_ATOL = 1e-3
@@ -92,6 +96,18 @@ def check_alignment(probs: np.ndarray, labels, where: str = "reference probabili
             f"({majority:.3f}); the rows are not in the test-set order")
     return acc
 
+
+REFERENCE_TASKS = (
+    (RegressionSpec("uci:power-plant", hidden=()),
+     "dataset+task (UCI power plant, 6,697 training rows; heteroscedastic *linear* Gaussian model: every MLP tried "
+     "left NUTS chains in different functional modes, see results/references/README.md)"),
+    (TaskSpec("digits", ModelSpec("mlp", hidden=(32,))),
+     "architecture (8x8 digit images with an MLP 32; meta-training saw only CNNs)"),
+    (TaskSpec("mnist", ModelSpec("mlp", hidden=(8,)), max_train=10000),
+     "dataset+architecture (MNIST, first 10,000 training images: 8,000 train; MLP 8; meta-training saw digits CNNs)"),
+)
+"""The tasks of the committed NUTS references (results/references/; `python -m evaluate reference --preset
+references`), in the order that fixes their keys (task t: fold_in(PRNGKey(0), t)), with why each is held out."""
 
 INDEX = "reference.json"
 """Index file of a reference directory (written by evaluate.hmc_reference)."""
