@@ -9,6 +9,7 @@ import dataclasses
 import json
 
 from evaluate.budget import BUDGET_MODES
+from evaluate.reference import REFERENCE_TASKS
 from evaluate.methods.registry import METHODS, MethodSettings, get_method, method_settings
 from l2e.chains import ChainSchedule
 from l2e.io import ConfigError, apply_overrides
@@ -268,6 +269,13 @@ PRESETS: dict[str, EvalConfig] = {
         title="L2E evaluation: the paper's CIFAR-10 / Fashion-MNIST comparison",
     ),
 }
+
+# the tasks of the committed NUTS references (results/references/, evaluate.reference.REFERENCE_TASKS) with the
+# `full` preset's methods, budgets and grids:
+#   python -m evaluate --preset references --reference results/references --seeds 0,1,2
+PRESETS["references"] = dataclasses.replace(
+    PRESETS["full"], tasks=tuple(t for t, _ in REFERENCE_TASKS), held_out=tuple(h for _, h in REFERENCE_TASKS),
+    title="L2E evaluation: every baseline on the committed NUTS references")
 
 
 def get_preset(name: str) -> EvalConfig:
