@@ -150,10 +150,11 @@ def _hand_designed() -> dict[str, SamplerBuilder]:
 
 def learned_builder(meta_params, config, factory: Callable = l2e.l2e) -> SamplerBuilder:
     """A learned sampler (`factory(posterior, meta_params, config)`: l2e.l2e, l2e.kinetic) at the card's ε and C,
-    with the rest of the checkpoint's configuration (output scales, noise mode, temperature)."""
+    with the rest of the checkpoint's configuration (output scales, noise mode, temperature); ε may be traced
+    (the analytic benchmark's step-size sweep compiles once)."""
 
     def build(post, eps, c, smin, steps):
-        cfg = dataclasses.replace(config, learning_rate=float(eps**2 * post.data_size), friction=float(c))
+        cfg = dataclasses.replace(config, learning_rate=eps**2 * post.data_size, friction=c)
         return factory(post, meta_params, cfg), _always
 
     return build

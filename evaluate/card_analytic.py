@@ -43,7 +43,7 @@ import l2e.smile
 from l2e.io import ConfigError
 from l2e.types import Posterior
 
-__all__ = ["AnalyticConfig", "LARGE", "NOISES", "STEP_RANGES", "TARGETS", "analytic_markdown", "learned_builder_traced",
+__all__ = ["AnalyticConfig", "LARGE", "NOISES", "STEP_RANGES", "TARGETS", "analytic_markdown", 
            "plot_analytic", "run_analytic", "smile_builders"]
 
 NOISES = ("isotropic", "anisotropic", "correlated", "position", "laplace", "student_t", "lognormal")
@@ -206,17 +206,6 @@ def smile_builders() -> dict:
             "psmile-naive": make(True, False)}
 
 
-def learned_builder_traced(meta_params, config, factory: Callable = l2e.l2e) -> Callable:
-    """evaluate.card.learned_builder (lr = ε²N, friction C) without its float(): ε may be traced, so a learned
-    sampler's step-size sweep compiles once instead of once per step size."""
-
-    def build(post, eps, c, smin, steps):
-        cfg = dataclasses.replace(config, learning_rate=eps**2 * post.data_size, friction=c)
-        return factory(post, meta_params, cfg), _always
-
-    return build
-
-
 def step_grid(name: str, points: int) -> np.ndarray:
     lo, hi = STEP_RANGES.get(name, STEP_RANGES.get(name.split(" (")[0], STEP_RANGES["sghmc"]))
     return np.logspace(np.log10(lo), np.log10(hi), points)
@@ -270,7 +259,7 @@ def _sweep(builder, target: AnalyticTarget, cfg: AnalyticConfig, steps: np.ndarr
         out = run(grid(steps.astype(np.float32), 1), base + seeds)
     except (jax.errors.ConcretizationTypeError, jax.errors.TracerIntegerConversionError):
         parts = []
-        for e in steps:  # a builder that needs a concrete step size (e.g. evaluate.card.learned_builder)
+        for e in steps:  # a builder that needs a concrete step size (a user builder calling float(ε))
             sel = lambda v: v.reshape((nn, ns, nk) + v.shape[1:])[:, 0].reshape((nn * nk,) + v.shape[1:])  # noqa
             fn = jax.jit(jax.vmap(lambda aa, law, sp, k, x, e=float(e): _lane(builder, target, cfg, aa, law, sp,
                                                                               e, k, x)))

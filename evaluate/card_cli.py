@@ -4,19 +4,12 @@ for the same samplers and the SMILE family, written as analytic.json, analytic.m
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import l2e
+from evaluate.methods.l2e_released import default_released_path
 from evaluate.card import CardConfig, _hand_designed, card_markdown, learned_builder, plot_card, sampler_card
 from l2e.io import ConfigError, apply_overrides, atomic_write_text
-
-
-def default_released_path() -> Path:
-    """$L2E_DATA_DIR/l2e_released, else ../shared/data/l2e_released next to the repository."""
-    if env := os.environ.get("L2E_DATA_DIR"):
-        return Path(env) / "l2e_released"
-    return Path(__file__).resolve().parents[2] / "shared" / "data" / "l2e_released"
 
 
 def card_samplers(sampler_path=None, released_path=None, learned=learned_builder) -> tuple[dict, list[str]]:
@@ -64,7 +57,7 @@ def run_analytic_card(out: Path, sampler_path=None, released_path=None, override
     from evaluate import card_analytic as ca
 
     cfg = apply_overrides(ca.LARGE if large else ca.AnalyticConfig(), list(overrides)).check()
-    samplers, notes = card_samplers(sampler_path, released_path, learned=ca.learned_builder_traced)
+    samplers, notes = card_samplers(sampler_path, released_path, learned=learned_builder_traced)
     res = ca.run_analytic(cfg, {**samplers, **ca.smile_builders()}, progress)
     res["notes"] = notes
     out.mkdir(parents=True, exist_ok=True)
