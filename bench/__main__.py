@@ -1,4 +1,5 @@
-"""python -m bench [--quick] [--skip B4,B6] — run benchmarks B1–B6, one line per figure.
+"""python -m bench [--quick] [--skip B4,B6] [--only step_cost] — run benchmarks B1–B6, one line per figure, and
+the per-family step-cost table.
 
 B1 L2E step ÷ SGHMC step (CPU CNN; goal ≤ 1.25)        bench/inner_loop.py
 B2 step in the compiled inner loop ÷ standalone step (≤ 1.1) bench/inner_loop.py
@@ -6,6 +7,9 @@ B3 ES population throughput ÷ (P × single chain) (≥ 0.9)   bench/es_throughp
 B4 peak RSS of meta-training, inner 3000 ÷ 500 (≤ 1.1)     bench/memory.py
 B5 ESS/s of L2E ÷ cyclical SGHMC, held-out task (≥ 1.5)    bench/ess.py
 B6 wall time of `python -m meta_train --preset default` (≤ 600 s)
+step_cost: B1 per model family — every sampler's step time and XLA FLOPs ÷ SGHMC's, the learned samplers'
+   meta-model throughput ÷ this machine's f32 GEMM throughput (a Markdown table)   bench/step_cost.py
+   options --family, --samplers, --calls, --repeats, --variants (paper-form L2E MLP variants, bench/meta_variants.py)
 Every ratio is measured side by side in one process (medians of per-round ratios); B6 is absolute.
 """
 from __future__ import annotations
@@ -20,6 +24,8 @@ import time
 
 import numpy as np
 
+from bench.step_cost import add_arguments as step_cost_arguments
+
 GOALS = {  # name: (description, goal, "le"/"ge")
     "B1": ("l2e/sghmc step ratio", 1.25, "le"),
     "B2": ("chunked/standalone step ratio", 1.10, "le"),
@@ -28,6 +34,9 @@ GOALS = {  # name: (description, goal, "le"/"ge")
     "B5": ("ESS/s ratio l2e/csghmc", 1.50, "ge"),
     "B6": ("meta_train --preset default wall s", 600.0, "le"),
 }
+
+
+FIGURES = ("B1", "B2", "B3", "B4", "B5", "B6", "STEP_COST")
 
 
 def line(fig: str, value: float, extra: str = "", label: str | None = None) -> str:
@@ -108,6 +117,17 @@ def _b5(q: bool, results: dict, emit) -> None:
               label="ESS/s ratio l2e/csghmc, function space"))
 
 
+def _step_cost(q: bool, results: dict, emit, a) -> None:
+    from bench import step_cost
+
+    kw = step_cost.parse(a)
+    if q:
+        kw.update(families=kw["families"] or ["cnn-digits"], calls=min(kw["calls"], 2),
+                  repeats=min(kw["repeats"], 2))
+    r = step_cost.run(**kw, emit=emit)
+    results["step_cost"] = {k: v for k, v in r.items() if k != "table"}
+
+
 def _b6(q: bool, results: dict, emit) -> None:
     s = run_b6(q)
     results["B6"] = s
@@ -120,9 +140,16 @@ def main(argv=None) -> dict:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="tiny repeats / budgets (harness check, not the figures)")
     ap.add_argument("--skip", default="", help="comma-separated figures to skip, e.g. B4,B6")
+    ap.add_argument("--only", default="", help="comma-separated figures to run (B1…B6, step_cost); default all")
     ap.add_argument("--json", default=None, help="also write all raw results to this JSON file")
+    step_cost_arguments(ap)
     a = ap.parse_args(argv)
     skip = {s.strip().upper() for s in a.skip.split(",") if s.strip()}
+    only = {s.strip().upper() for s in a.only.split(",") if s.strip()}
+    if only - set(FIGURES):
+        raise SystemExit(f"unknown figure(s) {sorted(only - set(FIGURES))} (known: {', '.join(FIGURES)})")
+    if only:
+        skip |= set(FIGURES) - only
     results, lines = {}, []
     t_all = time.perf_counter()
 
@@ -135,6 +162,8 @@ def main(argv=None) -> dict:
     for fig, run in (("B3", _b3), ("B4", _b4), ("B5", _b5), ("B6", _b6)):
         if fig not in skip:
             run(a.quick, results, emit)
+    if "STEP_COST" not in skip:
+        _step_cost(a.quick, results, emit, a)
     total = time.perf_counter() - t_all
     emit(f"total {total:.0f} s")
     results["total_seconds"] = total

@@ -62,3 +62,22 @@ def test_b5_ess_both_definitions():
     assert _ok(r["B5"]) and _ok(r["B5 function space"])
     for m in ("l2e", "csghmc"):
         assert len(r[m]["weight_ess_per_chain"]) == 2 and all(0 < e for e in r[m]["weight_ess_per_chain"])
+
+
+def test_step_cost_per_family_harness():
+    """B1 per family (bench.step_cost) on a tiny MLP: finite ratios, SGHMC's exactly 1, a meta-model row for the
+    learned samplers, and a paper-form L2E MLP variant compared with the f32 reference."""
+    from bench.step_cost import Family, markdown, measure_family
+    from tasks.models import MLP
+
+    fam = Family("tiny-mlp", lambda: MLP(10, (16,)), (8, 8, 1), 16, 100)
+    r = measure_family(fam, samplers=("sgld", "learned"), calls=2, repeats=1, variants=("bf16",))
+    rows = {row["sampler"]: row for row in r["rows"]}
+    assert rows["sghmc"]["time_ratio"] == 1.0 and rows["sghmc"]["flop_ratio"] == 1.0
+    assert {"sghmc", "sgld", "l2e (paper-form)", "kinetic"} <= set(rows)
+    for row in rows.values():
+        assert _ok(row["time_ratio"]) and _ok(row["flop_ratio"]) and _ok(row["ms"]), row
+    assert _ok(rows["l2e (paper-form)"]["meta_gflops"]) and _ok(rows["kinetic"]["meta_share"])
+    bf16 = next(v for v in r["variants"] if v["variant"] == "bf16")
+    assert _ok(bf16["ratio_to_f32"]) and 0 < bf16["alpha rel_l2"] < 0.05
+    assert "| tiny-mlp |" in markdown([r], {"n": 1, "median": 1.0, "best": 1.0})

@@ -1,0 +1,387 @@
+"""B1 per model family: the cost of one step of every sampler relative to SGHMC's, on synthetic data.
+
+Usage: python -m bench.step_cost [--family mlp,dense-cnn,...] [--samplers sghmc,l2e,...] [--calls 10]
+                                 [--repeats 7] [--json FILE] [--variants f32-T,bf16,...]
+       python -m bench --only step_cost [--family ...]          (the same, through the bench CLI)
+
+Families (random data of the right shapes, fixed minibatch; parameters from the module's init):
+  mlp           784 → 256 → 256 → 10 (269,322 parameters), MNIST-shaped inputs, batch 128
+  fmnist-1conv  the evaluation's Fashion-MNIST net (tasks.models "fmnist_1conv"), batch 128
+  dense-cnn     28×28: conv 16 → pool → conv 32 → pool → 1568×64 dense → 64×10 head (105,866), batch 128
+  cnn-digits    bench B1's digits CNN cnn-c8-d2 on 8×8 inputs, batch 64
+  cnn-mnist     bench B1's MNIST CNN cnn-c8-d2 on 28×28 inputs, batch 128
+  resnet20      ResNet20-FRN-Swish on 32×32×3, batch 128: only on a GPU or when asked with --family
+
+Per sampler (all compiled first, then timed round-robin, each round running every sampler once):
+  time ÷ SGHMC : median over rounds of (ms per step ÷ SGHMC's ms per step in the same round); a round times
+                 `calls` chained calls of the jitted step (state fed back, from the same start every round);
+  FLOPs ÷ SGHMC: XLA's cost analysis of the compiled steps (`jit(step).lower(...).compile().cost_analysis()`);
+  meta-model   : learned samplers only, the meta-model alone (bench.meta_variants.meta_probe: the paper-form
+                 L2E's two MLP passes on (d, 9) features; Kinetic-L2E's μ-MLP forward + vector–Jacobian
+                 product), timed in the same rounds: its ms, GFLOP/s (its cost-analysis FLOPs ÷ its time) and
+                 that as a fraction of this machine's measured f32 GEMM throughput (`gemm_gflops`, once per run).
+Learned samplers: every shipped checkpoint (`l2e.checkpoint.SHIPPED`, "default" = "paper-form" counted once)
+and every kind of `l2e.checkpoint.KINDS` with no shipped checkpoint (fresh meta-parameters, default config).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import time
+from typing import Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import l2e
+from l2e.checkpoint import KINDS, SHIPPED, load_meta_params, resolve_step_dir, sampler_kind, shipped_checkpoint
+from l2e.meta_model import MetaMLP
+
+BASELINES = ("sghmc", "sgld", "csghmc", "psgld", "sgnht", "fsghmc", "smile", "psmile")
+
+
+class DenseHeadCNN(nn.Module):
+    """The issue-15 user model: conv 16 → ReLU → 2×2 pool → conv 32 → ReLU → 2×2 pool → Dense 64 → Dense 10."""
+
+    num_classes: int = 10
+
+    @nn.compact
+    def __call__(self, x):
+        for ch in (16, 32):
+            x = nn.max_pool(nn.relu(nn.Conv(ch, (3, 3), padding="SAME")(x)), (2, 2), strides=(2, 2))
+        x = nn.relu(nn.Dense(64)(x.reshape(x.shape[0], -1)))
+        return nn.Dense(self.num_classes)(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    name: str
+    build: Callable[[], nn.Module]
+    input_shape: tuple[int, ...]
+    batch: int
+    data_size: int
+    gpu_only: bool = False
+
+
+def _task_model(kind: str, **kw):
+    from tasks.models import ModelSpec, build_model
+
+    return lambda: build_model(ModelSpec(kind, **kw), 10)
+
+
+FAMILIES = {f.name: f for f in (
+    Family("mlp", _task_model("mlp", hidden=(256, 256)), (28, 28, 1), 128, 60000),
+    Family("fmnist-1conv", _task_model("fmnist_1conv"), (28, 28, 1), 128, 60000),
+    Family("dense-cnn", DenseHeadCNN, (28, 28, 1), 128, 60000),
+    Family("cnn-digits", _task_model("cnn", channels=8, depth=2), (8, 8, 1), 64, 1437),
+    Family("cnn-mnist", _task_model("cnn", channels=8, depth=2), (28, 28, 1), 128, 60000),
+    Family("resnet20", _task_model("resnet20_frn"), (32, 32, 3), 128, 50000, gpu_only=True),
+)}
+
+
+def default_families() -> list[str]:
+    """Every family, ResNet20-FRN only when the default backend is not the CPU."""
+    return [n for n, f in FAMILIES.items() if not f.gpu_only or jax.default_backend() != "cpu"]
+
+
+def make_problem(fam: Family, seed: int = 0):
+    """(posterior, functional posterior, θ₀, minibatch) on random inputs / labels of the family's shapes."""
+    module = fam.build()
+    kx, ky, kp = jax.random.split(jax.random.PRNGKey(seed), 3)
+    x = jax.random.normal(kx, (fam.batch,) + fam.input_shape)
+    y = jax.random.randint(ky, (fam.batch,), 0, 10)
+    theta = module.init(kp, x[:1])["params"]
+
+    def logits(p, xs):
+        return module.apply({"params": p}, xs)
+
+    def nll(p, batch):
+        xs, ys = batch
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits(p, xs)), ys[:, None], axis=1))
+
+    def log_prior(p):
+        return -0.5 * sum(jnp.sum(jnp.square(v)) for v in jax.tree.leaves(p))
+
+    post = l2e.Posterior(nll, log_prior, fam.data_size)
+
+    def measurement_points(key, batch):  # 40 random inputs per update (evaluate's classification rule)
+        return batch[0][jax.random.choice(key, batch[0].shape[0], (40,), replace=False)]
+
+    fpost = l2e.functional_posterior(logits, nll, measurement_points, l2e.rbf_kernel(float(np.sqrt(x[0].size))),
+                                     fam.data_size, weight_log_prior=log_prior)
+    return post, fpost, theta, (x, y)
+
+
+def baseline(name: str, post, fpost):
+    """The SamplingAlgorithm of baseline `name` (hyperparameters do not change the step's cost)."""
+    return {
+        "sghmc": lambda: l2e.sghmc(post, 0.05, 15.0),
+        "sgld": lambda: l2e.sgld(post, 1e-3),
+        "csghmc": lambda: l2e.cyclical_sghmc(post, 0.05, num_steps=1000),
+        "psgld": lambda: l2e.psgld(post, 1e-3),
+        "sgnht": lambda: l2e.sgnht(post, 0.05),
+        "fsghmc": lambda: l2e.fsghmc(fpost, 0.05, 15.0),
+        "smile": lambda: _smile(post, False),
+        "psmile": lambda: _smile(post, True),
+    }[name]()
+
+
+def _smile(post, preconditioned: bool):
+    from l2e.smile import smile
+
+    return smile(post, 1e-3, preconditioned=preconditioned)
+
+
+def learned_samplers(post) -> dict[str, tuple]:
+    """name -> (kind, SamplingAlgorithm, meta_params, config): each shipped checkpoint once, then each KINDS kind
+    without one (fresh meta-parameters of the kind's input / output widths, its default config)."""
+    out, seen_dirs, shipped_kinds = {}, set(), set()
+    for name in SHIPPED:
+        step_dir = resolve_step_dir(shipped_checkpoint(name)).resolve()
+        if step_dir in seen_dirs:
+            continue
+        seen_dirs.add(step_dir)
+        params, config, meta = load_meta_params(name)
+        kind = sampler_kind(meta)
+        shipped_kinds.add(kind)
+        label = "l2e (paper-form)" if kind == "l2e" else name
+        out[label] = (kind, KINDS[kind].factory(post, params, config), params, config)
+    for kind, spec in KINDS.items():
+        if kind in shipped_kinds:
+            continue
+        params = MetaMLP((32, 32), spec.outputs).init(jax.random.PRNGKey(0), jnp.zeros((1, spec.inputs)))["params"]
+        config = spec.config()
+        out[f"{kind} (fresh φ)"] = (kind, spec.factory(post, params, config), params, config)
+    return out
+
+
+def gemm_gflops(n: int | None = None, repeats: int = 5) -> dict:
+    """Measured f32 GEMM throughput (n × n times n × n, jitted, each call blocked): median and best GFLOP/s."""
+    n = n or (2048 if jax.default_backend() == "cpu" else 8192)
+    a = jax.random.normal(jax.random.PRNGKey(0), (n, n))
+    f = jax.jit(lambda a, b: a @ b)
+    jax.block_until_ready(f(a, a))
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(f(a, a))
+        ts.append(time.perf_counter() - t0)
+    flops = 2.0 * n**3
+    return {"n": n, "median": flops / statistics.median(ts) / 1e9, "best": flops / min(ts) / 1e9}
+
+
+def interleaved(fns: dict, repeats: int) -> dict[str, list[float]]:
+    """Seconds per round of each zero-argument callable, compiled / warmed first, then timed round-robin."""
+    for fn in fns.values():
+        jax.block_until_ready(fn())
+    times = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            jax.block_until_ready(fn())
+            times[k].append(time.perf_counter() - t0)
+    return times
+
+
+def _median_ratio(a: list[float], b: list[float]) -> float:
+    return float(statistics.median(x / y for x, y in zip(a, b)))
+
+
+def _runner(fn, args, calls: int, chained: bool):
+    """(zero-argument callable, FLOPs): `calls` calls of fn compiled once for args. chained: fn is a step
+    (key, state, batch) -> (state, info) whose state is fed back; else the calls are independent and only the
+    last is blocked on (dispatch pipelines as for the chained steps; XLA:CPU ran such calls one after another:
+    unblocked calls of a one-core GEMM were not 2× faster than blocked ones, only the ~35 µs dispatch less)."""
+    jitted = jax.jit(fn)
+    compiled = jitted.lower(*args).compile()
+    cost = compiled.cost_analysis()
+    cost = (cost[0] if cost else {}) if isinstance(cost, (list, tuple)) else (cost or {})
+    call = compiled
+    try:
+        jax.block_until_ready(call(*(args if not chained else (args[0], call(*args)[0], args[2]))))
+    except TypeError:  # outputs whose avals differ from the inputs' (weak types): the jitted function
+        call = jitted
+
+    def run():
+        if not chained:
+            return [call(*args) for _ in range(calls)][-1]
+        key, s, batch = args
+        for _ in range(calls):
+            s, _ = call(key, s, batch)
+        return s
+
+    return run, float(cost.get("flops", 0.0))
+
+
+def measure_family(fam: Family, samplers: tuple[str, ...] = BASELINES + ("learned",), calls: int = 10,
+                   repeats: int = 7, variants: tuple[str, ...] = ()) -> dict:
+    """Per-step time and FLOPs of every sampler ÷ SGHMC's on `fam`, the learned samplers' meta-models alone,
+    and (with `variants`) the paper-form L2E MLP variants (bench.meta_variants) timed in the same rounds."""
+    from bench.meta_variants import compare_variant, l2e_features, meta_probe, variant_fn
+
+    post, fpost, theta, batch = make_problem(fam)
+    key = jax.random.PRNGKey(3)
+    algs = {n: (None, baseline(n, post, fpost), None, None) for n in ("sghmc",) + tuple(s for s in samplers
+                                                                               if s in BASELINES and s != "sghmc")}
+    if "learned" in samplers:
+        algs.update(learned_samplers(post))
+    fns, flops, probes, notes, accuracy = {}, {}, {}, {}, {}
+    for name, (kind, alg, phi, config) in algs.items():
+        fns[name], flops[name] = _runner(alg.step, (key, alg.init(theta), batch), calls, chained=True)
+        if kind is None:
+            continue
+
+        def feats_fn(alg=alg):  # the paper-form L2E's real features after 5 of its own steps
+            s = alg.init(theta)
+            for _ in range(5):
+                s, _ = jax.jit(alg.step)(key, s, batch)
+            return jax.jit(l2e_features, static_argnums=0)(post, s, batch)
+
+        try:
+            fn, args, notes[name] = meta_probe(kind, phi, config, theta, feats_fn)
+        except Exception as e:  # an unknown meta-model structure: report, do not stop the benchmark
+            notes[name] = f"no probe: {type(e).__name__}: {e}"
+            continue
+        probes[name] = f"{name} | meta"
+        fns[probes[name]], flops[probes[name]] = _runner(fn, args, calls, chained=False)
+        if kind == "l2e" and variants:
+            for v in ("f32",) + tuple(variants):
+                vf = variant_fn(v)
+                fns[f"variant {v}"], flops[f"variant {v}"] = _runner(lambda f, r, vf=vf: vf(phi, f, r), args,
+                                                                      calls, chained=False)
+            accuracy = {v: compare_variant(v, phi, *args) for v in variants}
+    times = interleaved(fns, repeats)
+    res = {"family": fam.name, "d": int(sum(x.size for x in jax.tree.leaves(theta))), "batch": fam.batch,
+           "calls": calls, "repeats": repeats, "rows": []}
+    for name in algs:
+        res["rows"].append(_row(name, algs[name][0], times, flops, probes.get(name), notes.get(name), calls))
+    if variants and "variant f32" in times:
+        res["variants"] = _variant_rows(times, flops, accuracy, ("f32",) + tuple(variants), algs, calls)
+    return res
+
+
+def _row(name, kind, times, flops, probe, note, calls) -> dict:
+    ms = statistics.median(times[name]) / calls * 1e3
+    row = {"sampler": name, "kind": kind or "baseline", "ms": ms,
+           "time_ratio": 1.0 if name == "sghmc" else _median_ratio(times[name], times["sghmc"]),
+           "flops": flops[name], "flop_ratio": flops[name] / flops["sghmc"] if flops["sghmc"] else float("nan")}
+    if note:
+        row["meta_model"] = note
+    if probe:
+        meta_ms = statistics.median(times[probe]) / calls * 1e3
+        row.update(meta_ms=meta_ms, meta_flops=flops[probe], meta_gflops=flops[probe] / meta_ms / 1e6,
+                   meta_share=_median_ratio(times[probe], times[name]))
+    return row
+
+
+def _variant_rows(times, flops, accuracy, names, algs, calls) -> list[dict]:
+    """Per variant: ms, ÷ f32 reference (median of per-round ratios), the L2E step ÷ SGHMC projected with the
+    variant in place of the reference ((step − ref + variant) ÷ SGHMC, medians), α/β changes. GFLOP/s counts
+    the reference's FLOPs for every variant (XLA counts a lax.map body once, not per chunk)."""
+    l2e_name = next(n for n, a in algs.items() if a[0] == "l2e")
+    ms = {k: statistics.median(v) / calls * 1e3 for k, v in times.items()}
+    rows = []
+    for v in names:
+        key = f"variant {v}"
+        proj = (ms[l2e_name] - ms["variant f32"] + ms[key]) / ms["sghmc"]
+        rows.append({"variant": v, "ms": ms[key], "ratio_to_f32": _median_ratio(times[key], times["variant f32"]),
+                     "gflops": flops["variant f32"] / ms[key] / 1e6, "projected_step_ratio": proj,
+                     **accuracy.get(v, {})})
+    return rows
+
+
+def _f(x, fmt=".2f"):
+    return "—" if x is None or (isinstance(x, float) and not np.isfinite(x)) else format(x, fmt)
+
+
+def markdown(results: list[dict], gemm: dict) -> str:
+    """The per-family table (and the variants' table, if any) as Markdown."""
+    lines = [f"backend {jax.default_backend()}; f32 GEMM {gemm['n']}³: {gemm['median']:.1f} GFLOP/s median "
+             f"(best {gemm['best']:.1f}); meta ÷ GEMM uses the median", "",
+             "| family | d | batch | sampler | ms/step | time ÷ SGHMC | FLOPs ÷ SGHMC | meta-model ms | meta GFLOP/s "
+             "| meta ÷ GEMM | meta share of step |", "|" + "---|" * 11]
+    for r in results:
+        for row in r["rows"]:
+            lines.append(f"| {r['family']} | {r['d']:,} | {r['batch']} | {row['sampler']} | {_f(row['ms'], '.3f')} "
+                         f"| {_f(row['time_ratio'])} | {_f(row['flop_ratio'])} | {_f(row.get('meta_ms'), '.3f')} "
+                         f"| {_f(row.get('meta_gflops'), '.1f')} "
+                         f"| {_f(row.get('meta_gflops') and row['meta_gflops'] / gemm['median'])} "
+                         f"| {_f(row.get('meta_share'))} |")
+    variant_rows = [(r["family"], v) for r in results for v in r.get("variants", [])]
+    if variant_rows:
+        lines += ["", "| family | L2E MLP variant | ms | ÷ f32 | GFLOP/s | L2E step ÷ SGHMC (projected) "
+                      "| α rel. L2 | β rel. L2 | β' rel. L2 | max abs Δ ÷ rms (α, β, β') |", "|" + "---|" * 10]
+        for fam, v in variant_rows:
+            mx = ", ".join(_f(v.get(f"{k} max/rms"), ".1e") for k in ("alpha", "beta", "beta2"))
+            lines.append(f"| {fam} | {v['variant']} | {_f(v['ms'], '.3f')} | {_f(v['ratio_to_f32'])} "
+                         f"| {_f(v['gflops'], '.1f')} | {_f(v['projected_step_ratio'])} "
+                         f"| {_f(v.get('alpha rel_l2'), '.1e')} | {_f(v.get('beta rel_l2'), '.1e')} "
+                         f"| {_f(v.get('beta2 rel_l2'), '.1e')} | {mx} |")
+    return "\n".join(lines)
+
+
+def run(families: list[str] | None = None, samplers: tuple[str, ...] = BASELINES + ("learned",), calls: int = 10,
+        repeats: int = 7, variants: tuple[str, ...] = (), json_path: str | None = None, emit=print) -> dict:
+    """Measure every family in turn, print the table, optionally write the JSON; returns the results."""
+    t0 = time.perf_counter()
+    gemm = gemm_gflops()
+    emit(f"f32 GEMM: {gemm['median']:.1f} GFLOP/s (median; best {gemm['best']:.1f})")
+    results = []
+    for name in families or default_families():
+        tf = time.perf_counter()
+        results.append(measure_family(FAMILIES[name], samplers, calls, repeats, variants))
+        emit(f"{name}: done in {time.perf_counter() - tf:.0f} s")
+    table = markdown(results, gemm)
+    emit(table)
+    out = {"backend": jax.default_backend(), "device": str(jax.devices()[0]), "jax": jax.__version__,
+           "loadavg": list(os.getloadavg()), "gemm": gemm, "families": results, "table": table,
+           "seconds": time.perf_counter() - t0}
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(out, f, indent=1, default=float)
+    return out
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--family", default="", help=f"comma-separated, of {', '.join(FAMILIES)} (default: all; "
+                                                 "resnet20 only on a GPU unless named)")
+    ap.add_argument("--samplers", default="", help=f"comma-separated, of {', '.join(BASELINES)}, learned "
+                                                   "(default: all; sghmc is always run)")
+    ap.add_argument("--calls", type=int, default=10, help="chained step calls per timed round")
+    ap.add_argument("--repeats", type=int, default=7, help="timed rounds")
+    ap.add_argument("--variants", default="", help="paper-form L2E MLP variants to time (bench.meta_variants), "
+                                                   "comma-separated, or 'default' for DEFAULT_VARIANTS")
+
+
+def parse(a) -> dict:
+    from bench.meta_variants import DEFAULT_VARIANTS
+
+    split = lambda s: tuple(x.strip() for x in s.split(",") if x.strip())
+    variants = DEFAULT_VARIANTS if a.variants == "default" else split(a.variants)
+    for name in split(a.family):
+        if name not in FAMILIES:
+            raise SystemExit(f"unknown family {name!r} (known: {', '.join(FAMILIES)})")
+    for name in split(a.samplers):
+        if name not in BASELINES + ("learned",):
+            raise SystemExit(f"unknown sampler {name!r} (known: {', '.join(BASELINES)}, learned)")
+    return dict(families=list(split(a.family)) or None,
+                samplers=split(a.samplers) or BASELINES + ("learned",), calls=a.calls, repeats=a.repeats,
+                variants=variants)
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(prog="python -m bench.step_cost", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(ap)
+    ap.add_argument("--json", default=None, help="write the results to this JSON file")
+    a = ap.parse_args(argv)
+    return run(**parse(a), json_path=a.json)
+
+
+if __name__ == "__main__":
+    main()
