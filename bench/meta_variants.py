@@ -18,11 +18,14 @@ the reference on the same features: ‖Δ‖₂/‖ref‖₂ and max|Δ|/rms(ref
 """
 from __future__ import annotations
 
+import statistics
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from l2e.l2e import mlp_from_preactivation
+from bench.step_cost import fmt, median_ratio
 from l2e.meta_model import FEATURE_NAMES, MetaMLP, features, hidden_sizes, mlp_layers
 
 MOM = FEATURE_NAMES.index("momentum")
@@ -140,3 +143,41 @@ def meta_probe(kind: str, meta_params, config, theta, features_fn):
     module = MetaMLP(hidden_sizes(meta_params), int(b_out.shape[0]))
     x = jax.random.normal(jax.random.PRNGKey(5), (d, int(w_in.shape[0])))
     return (lambda f: module.apply({"params": meta_params}, f)), (x,), "1 MLP forward (generic)"
+
+
+def variant_rows(times, flops, accuracy, names, algs, calls) -> list[dict]:
+    """Per variant: ms, ÷ f32 reference (median of per-round ratios), the L2E step ÷ SGHMC projected with the
+    variant in place of the reference ((step − ref + variant) ÷ SGHMC, medians), α/β changes. GFLOP/s counts
+    the reference's FLOPs for every variant (XLA counts a lax.map body once, not per chunk)."""
+    l2e_name = next(n for n, a in algs.items() if a[0] == "l2e")
+    ms = {k: statistics.median(v) / calls * 1e3 for k, v in times.items()}
+    rows = []
+    for v in names:
+        key = f"variant {v}"
+        if key not in times:
+            rows.append({"variant": v, **accuracy.get(v, {})})
+            continue
+        proj = (ms[l2e_name] - ms["variant f32"] + ms[key]) / ms["sghmc"]
+        rows.append({"variant": v, "ms": ms[key], "ratio_to_f32": median_ratio(times[key], times["variant f32"]),
+                     "gflops": flops["variant f32"] / ms[key] / 1e6, "projected_step_ratio": proj,
+                     **accuracy.get(v, {})})
+    return rows
+
+
+def variant_table(results: list[dict]) -> list[str]:
+    """Markdown lines of the variants' table of bench.step_cost results (none without variants)."""
+    lines = []
+    pairs = [(r["family"], v) for r in results for v in r.get("variants", [])]
+    if pairs:
+        lines += ["", "| family | L2E MLP variant | ms | ÷ f32 | GFLOP/s | L2E step ÷ SGHMC (projected) "
+                      "| α rel. L2 | β rel. L2 | β' rel. L2 | max abs Δ ÷ rms (α, β, β') |", "|" + "---|" * 10]
+        for fam, v in pairs:
+            if "ms" not in v:
+                lines.append(f"| {fam} | {v['variant']} | not run: {v.get('error', '?')} |" + " |" * 7)
+                continue
+            mx = ", ".join(fmt(v.get(f"{k} max/rms"), ".1e") for k in ("alpha", "beta", "beta2"))
+            lines.append(f"| {fam} | {v['variant']} | {fmt(v['ms'], '.3f')} | {fmt(v['ratio_to_f32'])} "
+                         f"| {fmt(v['gflops'], '.1f')} | {fmt(v['projected_step_ratio'])} "
+                         f"| {fmt(v.get('alpha rel_l2'), '.1e')} | {fmt(v.get('beta rel_l2'), '.1e')} "
+                         f"| {fmt(v.get('beta2 rel_l2'), '.1e')} | {mx} |")
+    return lines

@@ -137,10 +137,11 @@ def _smile(post, preconditioned: bool):
     return smile(post, 1e-3, preconditioned=preconditioned)
 
 
-def learned_samplers(post) -> dict[str, tuple]:
-    """name -> (kind, SamplingAlgorithm, meta_params, config): each shipped checkpoint once, then each KINDS kind
-    without one (fresh meta-parameters of the kind's input / output widths, its default config)."""
-    out, seen_dirs, shipped_kinds = {}, set(), set()
+def learned_samplers(post) -> tuple[dict[str, tuple], dict[str, str]]:
+    """({name: (kind, SamplingAlgorithm, meta_params, config)}, {name: why not built}): each shipped checkpoint
+    once, then each KINDS kind without one (fresh MetaMLP (32, 32) meta-parameters of the kind's input / output
+    widths, its default config)."""
+    out, failed, seen_dirs, shipped_kinds = {}, {}, set(), set()
     for name in SHIPPED:
         step_dir = resolve_step_dir(shipped_checkpoint(name)).resolve()
         if step_dir in seen_dirs:
@@ -154,10 +155,14 @@ def learned_samplers(post) -> dict[str, tuple]:
     for kind, spec in KINDS.items():
         if kind in shipped_kinds:
             continue
-        params = MetaMLP((32, 32), spec.outputs).init(jax.random.PRNGKey(0), jnp.zeros((1, spec.inputs)))["params"]
-        config = spec.config()
-        out[f"{kind} (fresh φ)"] = (kind, spec.factory(post, params, config), params, config)
-    return out
+        try:
+            params = MetaMLP((32, 32), spec.outputs).init(jax.random.PRNGKey(0),
+                                                          jnp.zeros((1, spec.inputs)))["params"]
+            config = spec.config()
+            out[f"{kind} (fresh φ)"] = (kind, spec.factory(post, params, config), params, config)
+        except Exception as e:  # a kind whose meta-model is not a MetaMLP: reported, not timed
+            failed[f"{kind} (fresh φ)"] = f"{type(e).__name__}: {e}"
+    return out, failed
 
 
 def gemm_gflops(n: int | None = None, repeats: int = 5) -> dict:
@@ -188,7 +193,7 @@ def interleaved(fns: dict, repeats: int) -> dict[str, list[float]]:
     return times
 
 
-def _median_ratio(a: list[float], b: list[float]) -> float:
+def median_ratio(a: list[float], b: list[float]) -> float:
     return float(statistics.median(x / y for x, y in zip(a, b)))
 
 
@@ -222,106 +227,111 @@ def measure_family(fam: Family, samplers: tuple[str, ...] = BASELINES + ("learne
                    repeats: int = 7, variants: tuple[str, ...] = ()) -> dict:
     """Per-step time and FLOPs of every sampler ÷ SGHMC's on `fam`, the learned samplers' meta-models alone,
     and (with `variants`) the paper-form L2E MLP variants (bench.meta_variants) timed in the same rounds."""
-    from bench.meta_variants import compare_variant, l2e_features, meta_probe, variant_fn
+    from bench.meta_variants import variant_rows
 
     post, fpost, theta, batch = make_problem(fam)
     key = jax.random.PRNGKey(3)
     algs = {n: (None, baseline(n, post, fpost), None, None) for n in ("sghmc",) + tuple(s for s in samplers
                                                                                if s in BASELINES and s != "sghmc")}
+    failed, acc = {}, {"fns": {}, "flops": {}, "probes": {}, "notes": {}, "accuracy": {}}
     if "learned" in samplers:
-        algs.update(learned_samplers(post))
-    fns, flops, probes, notes, accuracy = {}, {}, {}, {}, {}
-    for name, (kind, alg, phi, config) in algs.items():
-        fns[name], flops[name] = _runner(alg.step, (key, alg.init(theta), batch), calls, chained=True)
-        if kind is None:
-            continue
-
-        def feats_fn(alg=alg):  # the paper-form L2E's real features after 5 of its own steps
-            s = alg.init(theta)
-            for _ in range(5):
-                s, _ = jax.jit(alg.step)(key, s, batch)
-            return jax.jit(l2e_features, static_argnums=0)(post, s, batch)
-
+        learned, failed = learned_samplers(post)
+        algs.update(learned)
+    for name, entry in list(algs.items()):
         try:
-            fn, args, notes[name] = meta_probe(kind, phi, config, theta, feats_fn)
-        except Exception as e:  # an unknown meta-model structure: report, do not stop the benchmark
-            notes[name] = f"no probe: {type(e).__name__}: {e}"
-            continue
-        probes[name] = f"{name} | meta"
-        fns[probes[name]], flops[probes[name]] = _runner(fn, args, calls, chained=False)
-        if kind == "l2e" and variants:
-            for v in ("f32",) + tuple(variants):
-                vf = variant_fn(v)
-                fns[f"variant {v}"], flops[f"variant {v}"] = _runner(lambda f, r, vf=vf: vf(phi, f, r), args,
-                                                                      calls, chained=False)
-            accuracy = {v: compare_variant(v, phi, *args) for v in variants}
-    times = interleaved(fns, repeats)
+            _add_sampler(acc, name, entry, (post, theta, batch, key), calls, variants)
+        except Exception as e:  # a learned kind this harness cannot run (e.g. another meta-model structure)
+            if entry[0] is None:
+                raise
+            failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            del algs[name]
+            for k in [k for k in acc["fns"] if k == name or k.startswith((f"{name} |", "variant "))]:
+                del acc["fns"][k]
+    times = interleaved(acc["fns"], repeats)
     res = {"family": fam.name, "d": int(sum(x.size for x in jax.tree.leaves(theta))), "batch": fam.batch,
-           "calls": calls, "repeats": repeats, "rows": []}
+           "calls": calls, "repeats": repeats, "rows": [], "failed": failed}
     for name in algs:
-        res["rows"].append(_row(name, algs[name][0], times, flops, probes.get(name), notes.get(name), calls))
+        res["rows"].append(_row(name, algs[name][0], times, acc["flops"], acc["probes"].get(name),
+                                acc["notes"].get(name), calls))
     if variants and "variant f32" in times:
-        res["variants"] = _variant_rows(times, flops, accuracy, ("f32",) + tuple(variants), algs, calls)
+        res["variants"] = variant_rows(times, acc["flops"], acc["accuracy"], ("f32",) + tuple(variants), algs,
+                                        calls)
     return res
+
+
+def _add_sampler(acc: dict, name: str, entry: tuple, problem: tuple, calls: int, variants: tuple) -> None:
+    """Compile sampler `name`'s step into acc["fns"] / acc["flops"]; for a learned one also its meta-model probe
+    and, for the paper-form L2E with `variants`, the MLP variants and their α, β changes."""
+    from bench.meta_variants import compare_variant, l2e_features, meta_probe, variant_fn
+
+    kind, alg, phi, config = entry
+    post, theta, batch, key = problem
+    acc["fns"][name], acc["flops"][name] = _runner(alg.step, (key, alg.init(theta), batch), calls, chained=True)
+    if kind is None:
+        return
+
+    def feats_fn():  # the paper-form L2E's real features after 5 of its own steps
+        s, step = alg.init(theta), jax.jit(alg.step)
+        for _ in range(5):
+            s, _ = step(key, s, batch)
+        return jax.jit(l2e_features, static_argnums=0)(post, s, batch)
+
+    try:
+        fn, args, acc["notes"][name] = meta_probe(kind, phi, config, theta, feats_fn)
+    except Exception as e:  # an unknown meta-model structure: the step is timed, the probe reported missing
+        acc["notes"][name] = f"no probe: {type(e).__name__}: {e}"
+        return
+    probe = acc["probes"][name] = f"{name} | meta"
+    acc["fns"][probe], acc["flops"][probe] = _runner(fn, args, calls, chained=False)
+    if kind == "l2e" and variants and "variant f32" not in acc["fns"]:
+        for v in ("f32",) + tuple(variants):
+            vf = variant_fn(v)
+            try:
+                acc["fns"][f"variant {v}"], acc["flops"][f"variant {v}"] = _runner(
+                    lambda f, r, vf=vf: vf(phi, f, r), args, calls, chained=False)
+                acc["accuracy"][v] = compare_variant(v, phi, *args) if v != "f32" else {}
+            except Exception as e:  # e.g. a dot XLA:CPU does not implement for bf16 (reported, not fatal)
+                acc["fns"].pop(f"variant {v}", None)
+                acc["accuracy"][v] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"}
 
 
 def _row(name, kind, times, flops, probe, note, calls) -> dict:
     ms = statistics.median(times[name]) / calls * 1e3
     row = {"sampler": name, "kind": kind or "baseline", "ms": ms,
-           "time_ratio": 1.0 if name == "sghmc" else _median_ratio(times[name], times["sghmc"]),
+           "time_ratio": 1.0 if name == "sghmc" else median_ratio(times[name], times["sghmc"]),
            "flops": flops[name], "flop_ratio": flops[name] / flops["sghmc"] if flops["sghmc"] else float("nan")}
     if note:
         row["meta_model"] = note
     if probe:
         meta_ms = statistics.median(times[probe]) / calls * 1e3
         row.update(meta_ms=meta_ms, meta_flops=flops[probe], meta_gflops=flops[probe] / meta_ms / 1e6,
-                   meta_share=_median_ratio(times[probe], times[name]))
+                   meta_share=median_ratio(times[probe], times[name]))
     return row
 
 
-def _variant_rows(times, flops, accuracy, names, algs, calls) -> list[dict]:
-    """Per variant: ms, ÷ f32 reference (median of per-round ratios), the L2E step ÷ SGHMC projected with the
-    variant in place of the reference ((step − ref + variant) ÷ SGHMC, medians), α/β changes. GFLOP/s counts
-    the reference's FLOPs for every variant (XLA counts a lax.map body once, not per chunk)."""
-    l2e_name = next(n for n, a in algs.items() if a[0] == "l2e")
-    ms = {k: statistics.median(v) / calls * 1e3 for k, v in times.items()}
-    rows = []
-    for v in names:
-        key = f"variant {v}"
-        proj = (ms[l2e_name] - ms["variant f32"] + ms[key]) / ms["sghmc"]
-        rows.append({"variant": v, "ms": ms[key], "ratio_to_f32": _median_ratio(times[key], times["variant f32"]),
-                     "gflops": flops["variant f32"] / ms[key] / 1e6, "projected_step_ratio": proj,
-                     **accuracy.get(v, {})})
-    return rows
-
-
-def _f(x, fmt=".2f"):
+def fmt(x, fmt=".2f"):
     return "—" if x is None or (isinstance(x, float) and not np.isfinite(x)) else format(x, fmt)
 
 
 def markdown(results: list[dict], gemm: dict) -> str:
     """The per-family table (and the variants' table, if any) as Markdown."""
+    from bench.meta_variants import variant_table
+
     lines = [f"backend {jax.default_backend()}; f32 GEMM {gemm['n']}³: {gemm['median']:.1f} GFLOP/s median "
              f"(best {gemm['best']:.1f}); meta ÷ GEMM uses the median", "",
              "| family | d | batch | sampler | ms/step | time ÷ SGHMC | FLOPs ÷ SGHMC | meta-model ms | meta GFLOP/s "
              "| meta ÷ GEMM | meta share of step |", "|" + "---|" * 11]
     for r in results:
         for row in r["rows"]:
-            lines.append(f"| {r['family']} | {r['d']:,} | {r['batch']} | {row['sampler']} | {_f(row['ms'], '.3f')} "
-                         f"| {_f(row['time_ratio'])} | {_f(row['flop_ratio'])} | {_f(row.get('meta_ms'), '.3f')} "
-                         f"| {_f(row.get('meta_gflops'), '.1f')} "
-                         f"| {_f(row.get('meta_gflops') and row['meta_gflops'] / gemm['median'])} "
-                         f"| {_f(row.get('meta_share'))} |")
-    variant_rows = [(r["family"], v) for r in results for v in r.get("variants", [])]
-    if variant_rows:
-        lines += ["", "| family | L2E MLP variant | ms | ÷ f32 | GFLOP/s | L2E step ÷ SGHMC (projected) "
-                      "| α rel. L2 | β rel. L2 | β' rel. L2 | max abs Δ ÷ rms (α, β, β') |", "|" + "---|" * 10]
-        for fam, v in variant_rows:
-            mx = ", ".join(_f(v.get(f"{k} max/rms"), ".1e") for k in ("alpha", "beta", "beta2"))
-            lines.append(f"| {fam} | {v['variant']} | {_f(v['ms'], '.3f')} | {_f(v['ratio_to_f32'])} "
-                         f"| {_f(v['gflops'], '.1f')} | {_f(v['projected_step_ratio'])} "
-                         f"| {_f(v.get('alpha rel_l2'), '.1e')} | {_f(v.get('beta rel_l2'), '.1e')} "
-                         f"| {_f(v.get('beta2 rel_l2'), '.1e')} | {mx} |")
+            lines.append(f"| {r['family']} | {r['d']:,} | {r['batch']} | {row['sampler']} | {fmt(row['ms'], '.3f')} "
+                         f"| {fmt(row['time_ratio'])} | {fmt(row['flop_ratio'])} | {fmt(row.get('meta_ms'), '.3f')} "
+                         f"| {fmt(row.get('meta_gflops'), '.1f')} "
+                         f"| {fmt(row.get('meta_gflops') and row['meta_gflops'] / gemm['median'])} "
+                         f"| {fmt(row.get('meta_share'))} |")
+    failed = [f"{r['family']}: {n} ({why})" for r in results for n, why in r.get("failed", {}).items()]
+    if failed:
+        lines += ["", "not measured: " + "; ".join(failed)]
+    lines += variant_table(results)
     return "\n".join(lines)
 
 
