@@ -116,6 +116,22 @@ SPEC_IGNORED = ("data_dir",)
 the data are checked by the test-set size and label fingerprint / target statistics instead)."""
 
 
+SPEC_ADDED = {"activation": "relu", "factory": None, "valid": None, "max_train": None}
+"""Spec fields added after references were first stored, with the value a spec stored without them had."""
+
+
+def _with_new_fields(stored: dict, configured: dict) -> dict:
+    """`stored` (and its nested model dict) with the SPEC_ADDED fields it lacks but `configured` has, at their
+    old values (so a reference stored before a field existed still matches its task)."""
+    out = dict(stored)
+    for k, v in configured.items():
+        if k not in out and k in SPEC_ADDED:
+            out[k] = SPEC_ADDED[k]
+        elif isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _with_new_fields(out[k], v)
+    return out
+
+
 def _spec_dict(spec) -> dict:
     d = json.loads(json.dumps(dataclasses.asdict(spec)))
     return {k: v for k, v in d.items() if k not in SPEC_IGNORED}
@@ -139,6 +155,7 @@ def _check_metadata(meta, task, name: str, where: str) -> None:
     if meta["kind"] != task.kind:
         raise ReferenceDataError(f"{where}: a {meta['kind']} reference, but task {name!r} is {task.kind}")
     stored, configured = {k: v for k, v in meta["spec"].items() if k not in SPEC_IGNORED}, _spec_dict(task.spec)
+    stored = _with_new_fields(stored, configured)
     if stored != configured:
         diff = sorted(k for k in set(stored) | set(configured) if stored.get(k) != configured.get(k))
         first = diff[0] if diff else "?"

@@ -36,7 +36,8 @@ DATASETS: dict[str, Callable[[Path | None], Dataset]] = {
        for n, src in TFDS_SOURCES.items()},
 }
 """Registry name -> loader(data_dir). Also handled by `load_dataset`: "tfds:<name>" (any TFDS image
-classification set, [0, 1] images) and "cifar10_corrupted/<corruption>_<severity>".
+classification set, [0, 1] images), "cifar10_corrupted/<corruption>_<severity>" and the user's data,
+"npz:<path>[:classes=C]" / "csv:<path>:target=<column>[...]" (tasks.data.user).
 
 Local files: mnist / fashion_mnist / kmnist (IDX or KMNIST .npz; mnist and fashion_mnist fall back to TFDS
 when no local copy exists and no data_dir is given), MedMNIST (MEDMNIST_CLASSES, `<name>.npz`).
@@ -52,6 +53,8 @@ def check_dataset_name(name: str) -> None:
     if name.startswith("cifar10_corrupted/"):
         check_corruption(name)
         return
+    if name.startswith(("npz:", "csv:")) and len(name) > 4:  # the user's data (tasks.data.user)
+        return
     if name not in DATASETS and not (name.startswith("tfds:") and len(name) > 5):
         raise DatasetError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}, tfds:<name>, "
                            f"cifar10_corrupted/<corruption>_<severity>")
@@ -63,6 +66,10 @@ def load_full(name: str, data_dir: str | None) -> Dataset:
         return load_tfds(name, data_dir)
     if name.startswith("cifar10_corrupted/"):
         return cifar10_corrupted(name, data_dir)
+    if name.startswith(("npz:", "csv:")):
+        from tasks.data.user import load_user_classification
+
+        return load_user_classification(name)
     return DATASETS[name](Path(data_dir) if data_dir is not None else None)
 
 

@@ -11,7 +11,9 @@ import jax.numpy as jnp
 
 from tasks.likelihoods.gaussian import SCALE_MAX, SCALE_MIN
 
-MODEL_KINDS = ("cnn", "mlp", "fmnist_1conv", "resnet20_frn")
+MODEL_KINDS = ("cnn", "mlp", "fmnist_1conv", "resnet20_frn", "flax")
+ACTIVATIONS = ("relu", "tanh", "gelu", "silu", "elu")
+"""Hidden-layer activations of the MLPs (flax.linen functions of these names)."""
 IMAGE_KINDS = frozenset({"cnn", "fmnist_1conv", "resnet20_frn"})
 """Model kinds that need (H, W, C) image inputs."""
 
@@ -23,6 +25,8 @@ class ModelSpec:
     Evaluation models of the paper (other fields ignored): "fmnist_1conv" (Fashion-MNIST: 3×3 conv 32 → ReLU →
     max-pool → Dense 20 → Dense classes) and "resnet20_frn" (CIFAR: ResNet-20 with filter response
     normalisation + TLU and Swish, no batch norm; Izmailov et al. 2021).
+    activation: the MLP's hidden activation (ACTIVATIONS).  kind "flax": the user's model, `factory` =
+    "pkg.module:Factory" with Factory(input_shape, num_outputs) -> a flax module (tasks.user_model).
     """
 
     kind: str = "cnn"
@@ -30,11 +34,17 @@ class ModelSpec:
     depth: int = 1
     residual: bool = False
     hidden: tuple[int, ...] = (20,)
+    activation: str = "relu"
+    factory: str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
         if self.kind not in MODEL_KINDS:
             raise ValueError(f"ModelSpec.kind must be one of {', '.join(MODEL_KINDS)}, got {self.kind!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"ModelSpec.activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r}")
+        if (self.kind == "flax") != (self.factory is not None):
+            raise ValueError("ModelSpec: kind 'flax' needs factory='pkg.module:Factory' (and only it takes one)")
         if self.channels < 1 or self.depth < 1 or any(h < 1 for h in self.hidden):
             raise ValueError(
                 f"ModelSpec sizes must be positive: channels={self.channels}, depth={self.depth}, hidden={self.hidden}"
@@ -42,9 +52,11 @@ class ModelSpec:
 
     @property
     def name(self) -> str:
-        """E.g. "cnn-c8-d2", "cnn-c8-d2-res", "mlp-32x32", "mlp-linear"."""
+        """E.g. "cnn-c8-d2", "cnn-c8-d2-res", "mlp-32x32", "mlp-32x32-tanh", "mlp-linear", "pkg.mod:Factory"."""
+        if self.kind == "flax":
+            return self.factory
         if self.kind == "mlp":
-            return "mlp-" + ("x".join(map(str, self.hidden)) or "linear")
+            return mlp_name(self.hidden, self.activation)
         if self.kind != "cnn":
             return self.kind.replace("_", "-")
         return f"cnn-c{self.channels}-d{self.depth}" + ("-res" if self.residual else "")
@@ -77,34 +89,46 @@ class CNN(nn.Module):
         return nn.Dense(self.num_classes, name="head")(h)
 
 
+def mlp_name(hidden: tuple[int, ...], activation: str = "relu") -> str:
+    """"mlp-32x32", "mlp-linear", "mlp-50-tanh" (the activation named unless ReLU)."""
+    return "mlp-" + ("x".join(map(str, hidden)) or "linear") + ("" if activation == "relu" else f"-{activation}")
+
+
 class MLP(nn.Module):
-    """Flatten → [Dense(h) → ReLU] for h in hidden → Dense(num_classes); x (B, ...) → logits (B, num_classes)."""
+    """Flatten → [Dense(h) → activation] for h in hidden → Dense(num_classes); x (B, ...) → logits (B, num_classes)."""
 
     num_classes: int
     hidden: tuple[int, ...] = (20,)
+    activation: str = "relu"
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         h = x.reshape(x.shape[0], -1)
+        act = getattr(nn, self.activation)
         for i, width in enumerate(self.hidden):
-            h = nn.relu(nn.Dense(width, name=f"dense_{i}")(h))
+            h = act(nn.Dense(width, name=f"dense_{i}")(h))
         return nn.Dense(self.num_classes, name="head")(h)
 
 
+def loc_scale(out: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(B, 2) raw outputs → (loc (B,), scale (B,)), scale = exp(raw log-scale) clipped to [SCALE_MIN, SCALE_MAX]."""
+    log_scale = jnp.clip(out[:, 1], math.log(SCALE_MIN), math.log(SCALE_MAX))
+    return out[:, 0], jnp.exp(log_scale)
+
+
 class RegressionMLP(nn.Module):
-    """[Dense(h) → ReLU] for h in hidden → Dense(2) ("head"); x (B, d) → (loc (B,), scale (B,)),
-    scale = exp(raw log-scale) clipped to [SCALE_MIN, SCALE_MAX]."""
+    """[Dense(h) → activation] for h in hidden → Dense(2) ("head"); x (B, d) → (loc (B,), scale (B,)) (`loc_scale`)."""
 
     hidden: tuple[int, ...] = (16, 16)
+    activation: str = "relu"
 
     @nn.compact
     def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
         h = x.reshape(x.shape[0], -1)
+        act = getattr(nn, self.activation)
         for i, width in enumerate(self.hidden):
-            h = nn.relu(nn.Dense(width, name=f"dense_{i}")(h))
-        out = nn.Dense(2, name="head")(h)
-        log_scale = jnp.clip(out[:, 1], math.log(SCALE_MIN), math.log(SCALE_MAX))
-        return out[:, 0], jnp.exp(log_scale)
+            h = act(nn.Dense(width, name=f"dense_{i}")(h))
+        return loc_scale(nn.Dense(2, name="head")(h))
 
 
 
@@ -161,10 +185,15 @@ class ResNetFRN(nn.Module):
         return nn.Dense(self.num_classes, name="head")(h)
 
 
-def build_model(spec: ModelSpec, num_classes: int) -> nn.Module:
-    """The flax module described by `spec` with `num_classes` outputs."""
+def build_model(spec: ModelSpec, num_classes: int, input_shape: tuple[int, ...] | None = None) -> nn.Module:
+    """The flax module described by `spec` with `num_classes` outputs (kind "flax": the user's factory called
+    with `input_shape`, its output shape checked; tasks.user_model)."""
+    if spec.kind == "flax":
+        from tasks.user_model import build_user_model
+
+        return build_user_model(spec.factory, input_shape, num_classes)
     if spec.kind == "mlp":
-        return MLP(num_classes, spec.hidden)
+        return MLP(num_classes, spec.hidden, spec.activation)
     if spec.kind == "fmnist_1conv":  # the paper's Fashion-MNIST evaluation net (spec §6)
         return CNN(num_classes, channels=32, depth=1, residual=False)
     if spec.kind == "resnet20_frn":
