@@ -1,9 +1,11 @@
 """`python -m evaluate`: tune, run and score the registered methods (L2E and baselines) on held-out tasks; report.
 
-    python -m evaluate [--preset default|smoke|full|regression_1d|paper] [--output DIR] [--sampler PATH] [--seed N]
+    python -m evaluate [--preset default|smoke|full|regression_1d|paper] [--task SPEC ...] [--model pkg.mod:Factory]
+                       [--output DIR] [--sampler PATH] [--seed N]
                        [--seeds 0,1,2] [--budget gradients|seconds] [--budget-seconds S] [--released PATH]
                        [--set key=value ...] [--reference [TASK=]PATH ...] [--save-samples] [--overwrite] [--quiet]
-    python -m evaluate reference --output DIR [--preset P] [--task NAME ...] [--set key=value ...]
+    python -m evaluate reference --output DIR [--preset P] [--task NAME|SPEC ...] [--model pkg.mod:Factory]
+                       [--set key=value ...]
                        [--chains 4] [--warmup 200] [--samples 100] [--thinning 1] [--max-doublings 10]
                        [--seed N] [--init init_params|prior] [--overwrite] [--quiet]
 
@@ -25,14 +27,25 @@ from pathlib import Path
 
 from evaluate.report import probe_writable
 from l2e.io import ConfigError, OneLineErrorParser, apply_overrides, one_line
+from tasks.spec_parse import GRAMMAR, TaskStringError
+
+TASK_EPILOG = "task strings (--task SPEC):\n" + GRAMMAR
 
 RUN_MARKERS = ("config.json", "log.jsonl", "checkpoints")
 """Files of a meta-training run directory: evaluate never writes its report into one."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineErrorParser(prog="python -m evaluate", description=__doc__.splitlines()[0])
+    p = OneLineErrorParser(prog="python -m evaluate", description=__doc__.splitlines()[0],
+                           epilog=TASK_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="default", help="configuration preset: default, smoke, full (every method; UCI yacht + digits), regression_1d or paper (CIFAR-10 ResNet20-FRN + FMNIST; needs the TFDS data) (default: default)")
+    p.add_argument("--task", dest="tasks", action="append", default=[], metavar="SPEC",
+                   help="a task string (grammar below), e.g. uci:naval-propulsion-plant/mlp-50 or "
+                        "npz:data/mine.npz/mlp-64 (repeatable; replaces the preset's tasks, keeps its methods and "
+                        "budgets)")
+    p.add_argument("--model", default=None, metavar="PKG.MODULE:FACTORY",
+                   help="your flax model for every --task that names no model: FACTORY(input_shape, num_outputs) "
+                        "returns a flax.linen Module (module on PYTHONPATH)")
     p.add_argument("--output", default="runs/evaluate", help="report directory (default: runs/evaluate)")
     p.add_argument("--sampler", default=None,
                    help="L2E checkpoint: a meta-training run dir, its checkpoints/ dir or a step dir "
@@ -79,6 +92,21 @@ def check_output(out: Path, overwrite: bool, config_error) -> None:
     probe_writable(out, config_error)
 
 
+def with_task_strings(cfg, texts: list[str], model: str | None):
+    """`cfg` with its tasks replaced by the --task strings' (tasks.task_strings; the report's held-out line states
+    each task's likelihood); unchanged without any.  User data is read and checked here, before any output."""
+    import dataclasses
+
+    from tasks.task_strings import resolve_tasks
+
+    if not texts:
+        if model is not None:
+            raise ConfigError("--model needs --task: the task strings (without /MODEL) it is used for")
+        return cfg
+    resolved = resolve_tasks(texts, model)
+    return dataclasses.replace(cfg, tasks=tuple(r.spec for r in resolved), held_out=tuple(r.note for r in resolved))
+
+
 def _parse_references(items: list[str]) -> dict:
     refs = {}
     for item in items:
@@ -92,11 +120,15 @@ def _parse_references(items: list[str]) -> dict:
 
 def build_reference_parser() -> argparse.ArgumentParser:
     p = OneLineErrorParser(prog="python -m evaluate reference",
-                description="Full-batch NUTS reference (test-set predictive + diagnostics) of evaluation tasks.")
+                description="Full-batch NUTS reference (test-set predictive + diagnostics) of evaluation tasks.",
+                epilog=TASK_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--output", required=True, help="reference directory (gets reference.json and one folder per task)")
     p.add_argument("--preset", default="default", help="configuration preset whose tasks are used (default: default)")
-    p.add_argument("--task", dest="tasks", action="append", default=[], metavar="NAME",
-                   help="task report name (repeatable; default: every task of the preset)")
+    p.add_argument("--task", dest="tasks", action="append", default=[], metavar="NAME|SPEC",
+                   help="a task of the preset by report name, or task strings (grammar below) replacing the "
+                        "preset's tasks (repeatable; default: every task of the preset)")
+    p.add_argument("--model", default=None, metavar="PKG.MODULE:FACTORY",
+                   help="your flax model for every --task string that names no model")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field as for the evaluation, e.g. --set seed=1")
     p.add_argument("--chains", type=int, default=4, help="NUTS chains per task (default: 4)")
@@ -129,9 +161,17 @@ def _reference_inputs(args):
     cfg = get_preset(args.preset)
     cfg = apply_overrides(cfg, list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else []))
     names = cfg.task_names()
-    for name in args.tasks:
-        if name not in names:
-            raise ConfigError(f"unknown task {name!r}; tasks of this configuration: {', '.join(names)}")
+    unknown = [name for name in args.tasks if name not in names]
+    args.task_strings = args.model is not None or bool(unknown)
+    if args.task_strings:  # task strings replace the preset's tasks
+        try:
+            cfg = with_task_strings(cfg, args.tasks, args.model)
+        except TaskStringError as e:  # a task string that does not parse or resolve (data errors pass as they are)
+            if not unknown or args.model is not None:
+                raise
+            raise ConfigError(f"unknown task {unknown[0]!r}: not a task of this configuration ({', '.join(names)}) "
+                              f"nor a usable task string ({one_line(e)})") from None
+        names, args.tasks = cfg.task_names(), []
     selected = [i for i, n in enumerate(names) if not args.tasks or n in args.tasks]
     out = Path(args.output)
     check_reference_output(out, args.overwrite, ConfigError)
@@ -160,7 +200,8 @@ def _write_references(args, cfg, names, selected, out: Path, built: dict) -> Non
                                              args.samples, args.thinning, args.init,
                                              max_num_doublings=args.max_doublings, name=name, seed=cfg.seed,
                                              progress=progress)
-            meta["key"] = f"fold_in(PRNGKey({cfg.seed}), {i}) (task index {i} of preset {args.preset!r})"
+            meta["key"] = f"fold_in(PRNGKey({cfg.seed}), {i}) (task index {i} of " + (
+                "the --task strings)" if args.task_strings else f"preset {args.preset!r})")
         task_dir = write_reference(out, name, arrays, meta)
         print(summary_line(meta) + f" -> {task_dir}", flush=True)
         if not meta["converged"]:
@@ -223,6 +264,7 @@ def main(argv=None) -> int:
     user_errors = (ConfigError, l2e.CheckpointError, DatasetError, ValueError)
     try:
         cfg = apply_overrides(get_preset(args.preset), _cli_overrides(args))
+        cfg = with_task_strings(cfg, args.tasks, args.model)
         out = Path(args.output)
         check_output(out, args.overwrite, ConfigError)
         references = _parse_references(args.reference)
