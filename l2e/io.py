@@ -60,7 +60,13 @@ def _set(obj: Any, path: list[str], value: str, full: str) -> Any:
     current = getattr(obj, path[0])
     if len(path) == 1:
         if dataclasses.is_dataclass(current):
-            raise ConfigError(f"{full} is a group; set one of its keys, e.g. {full}.<key>=…")
+            parse = getattr(type(current), "from_override", None)  # a group that can be given as one string
+            if parse is None:
+                raise ConfigError(f"{full} is a group; set one of its keys, e.g. {full}.<key>=…")
+            try:
+                return dataclasses.replace(obj, **{path[0]: parse(value)})
+            except (ValueError, TypeError) as e:
+                raise ConfigError(f"{full}: {one_line(e)}") from None
         new = _convert(value, hints[path[0]], full)
     else:
         if not dataclasses.is_dataclass(current):

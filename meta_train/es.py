@@ -36,7 +36,9 @@ from l2e.kinetic import KineticConfig, build_kernel as kinetic_kernel, init as k
 from l2e.l2e import L2EConfig, build_kernel, init as l2e_init
 from l2e.types import tree_size
 from tasks.base import TaskCache
-from tasks.task import Task, TaskSpec, build_task
+from tasks.build import build
+from tasks.likelihoods import gaussian_nll
+from tasks.task import Task, TaskSpec
 
 
 class OuterKeys(NamedTuple):
@@ -66,8 +68,8 @@ class ProgramCache:
         self._replicated: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
 
     def task(self, spec: TaskSpec) -> Task:
-        """The task of `spec`, built once."""
-        return build_task(spec, self.tasks)
+        """The task of `spec` (a TaskSpec or a RegressionSpec), built once."""
+        return build(spec, self.tasks)
 
     def program(self, key: tuple, build: Callable[[], Callable]) -> Callable:
         """The program cached under `key`, built by `build()` on first use."""
@@ -144,7 +146,10 @@ def population_chunk(cache: ProgramCache, spec: TaskSpec, sampler: L2EConfig | K
 
 
 def _log_likelihoods(task: Task, samples, x, y) -> jax.Array:
-    """log p_k(y_b | x_b): (K, B) for samples with leaves (K, ...)."""
+    """log p_k(y_b | x_b): (K, B) for samples with leaves (K, ...); categorical, or Gaussian for a regression task."""
+    if task.kind == "regression":
+        loc, scale = jax.vmap(lambda p: task.apply(p, x))(samples)  # (K, B) each
+        return -gaussian_nll(y[None, :], loc, scale)
     logp = jax.vmap(lambda p: jax.nn.log_softmax(task.logits(p, x)))(samples)  # (K, B, C)
     return jnp.take_along_axis(logp, y[None, :, None], axis=2)[..., 0]
 
