@@ -22,11 +22,12 @@ probabilities, an output directory that holds another run or cannot be written) 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from evaluate.report import probe_writable
-from l2e.io import ConfigError, OneLineErrorParser, apply_overrides, one_line
+from l2e.io import ConfigError, OneLineErrorParser, Terminated, apply_overrides, handle_sigterm, one_line
 from tasks.spec_parse import GRAMMAR, TaskStringError
 
 TASK_EPILOG = "task strings (--task SPEC):\n" + GRAMMAR
@@ -78,8 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_output(out: Path, overwrite: bool, config_error) -> None:
-    """Refuse an --output that holds a report (unless overwrite) or a meta-training run, is not a directory,
-    or cannot be written; probe writability now rather than after the evaluation."""
+    """Refuse an --output that holds a report (unless overwrite), a meta-training run or anything else that is
+    not a report, is not a directory, is a dangling symbolic link, or cannot be written (nor its parent, where
+    the report set is staged); probe writability now rather than after the evaluation."""
+    if out.is_symlink() and not out.exists():
+        raise config_error(f"--output {out} is a dangling symbolic link (to {os.readlink(out)})")
     if out.exists() and not out.is_dir():
         raise config_error(f"--output {out} exists and is not a directory")
     if out.is_dir():
@@ -89,7 +93,46 @@ def check_output(out: Path, overwrite: bool, config_error) -> None:
         if markers and not (out / "report.json").exists():
             raise config_error(f"--output {out} holds a meta-training run ({', '.join(markers)}); "
                                "choose another --output")
+        if not (out / "report.json").exists() and any(p for p in out.iterdir() if not p.name.startswith(".")):
+            raise config_error(f"--output {out} is a non-empty directory without report.json (not a report of "
+                               "ours); choose another --output")
     probe_writable(out, config_error)
+    if out.exists():
+        probe_writable(out.resolve().parent, config_error)
+
+
+class OutputLock:
+    """The exclusive lock of --output while an evaluation computes and writes it (l2e.io.DirectoryLock): creates
+    the directory if needed (and removes it again, if still empty, when the run fails)."""
+
+    def __init__(self, out: Path, error):
+        from l2e.io import DirectoryLock, LockHeldError
+
+        if out.is_symlink() and not out.exists():
+            raise error(f"--output {out} is a dangling symbolic link (to {os.readlink(out)})")
+        self.created = not out.exists()
+        self.out = out
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            self.lock = DirectoryLock(out).acquire()
+        except LockHeldError:
+            self._cleanup()
+            raise error(f"--output {out} is in use by another evaluation") from None
+        except OSError as e:
+            self._cleanup()
+            raise error(f"--output {out}: cannot create or lock it ({e.strerror})") from None
+
+    def _cleanup(self) -> None:
+        if self.created:
+            try:
+                self.out.rmdir()  # only if still empty
+            except OSError:
+                pass
+
+    def release(self, failed: bool) -> None:
+        self.lock.release()
+        if failed:
+            self._cleanup()
 
 
 def with_task_strings(cfg, texts: list[str], model: str | None):
@@ -210,7 +253,13 @@ def _write_references(args, cfg, names, selected, out: Path, built: dict) -> Non
 
 
 def _os_error_line(e: OSError) -> str:
-    return f"error: {e.strerror or type(e).__name__}: {e.filename or ''}".rstrip(": ")
+    if not e.strerror:
+        return f"error: {one_line(e)}"
+    return f"error: {e.strerror}: {e.filename or ''}".rstrip(": ")
+
+
+def _interrupted(e: BaseException) -> str:
+    return "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
 
 
 def reference_main(argv) -> int:
@@ -218,21 +267,27 @@ def reference_main(argv) -> int:
     args = build_reference_parser().parse_args(argv)
     from tasks.datasets import DatasetError
 
+    lock = None
     try:
+        handle_sigterm()
         inputs = _reference_inputs(args)
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
+        lock = OutputLock(inputs[3], ConfigError)
+    except KeyboardInterrupt as e:
+        print(f"error: {_interrupted(e)}", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
     except (ConfigError, DatasetError, ValueError) as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     try:
         _write_references(args, *inputs)
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-    except OSError as e:
-        print(_os_error_line(e), file=sys.stderr)
+        lock.release(failed=False)
+    except KeyboardInterrupt as e:
+        lock.release(failed=True)
+        print(f"error: {_interrupted(e)}; the tasks finished so far are in {inputs[3]}", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
+    except (OSError, ValueError) as e:
+        lock.release(failed=True)
+        print(_os_error_line(e) if isinstance(e, OSError) else f"error: {one_line(e)}", file=sys.stderr)
         return 2
     print(f"reference: {inputs[3] / 'reference.json'}")
     return 0
@@ -262,22 +317,27 @@ def main(argv=None) -> int:
     from tasks.datasets import DatasetError
 
     user_errors = (ConfigError, l2e.CheckpointError, DatasetError, ValueError)
+    lock = None
     try:
+        handle_sigterm()
         cfg = apply_overrides(get_preset(args.preset), _cli_overrides(args))
         cfg = with_task_strings(cfg, args.tasks, args.model)
         out = Path(args.output)
         check_output(out, args.overwrite, ConfigError)
         references = _parse_references(args.reference)
+        lock = OutputLock(out, ConfigError)
         results = evaluate(cfg, out, sampler_path=args.sampler, progress=not args.quiet, references=references,
                            samples=args.save_samples, released_path=args.released)
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-    except user_errors as e:  # one line, exit 2; anything else is a bug and keeps its traceback
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 2
-    except OSError as e:  # e.g. the report could not be written after all
-        print(_os_error_line(e), file=sys.stderr)
+        lock.release(failed=False)
+    except KeyboardInterrupt as e:
+        if lock is not None:
+            lock.release(failed=True)
+        print(f"error: {_interrupted(e)}; {args.output} is unchanged", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
+    except (*user_errors, OSError) as e:  # one line, exit 2; anything else is a bug and keeps its traceback
+        if lock is not None:
+            lock.release(failed=True)
+        print(_os_error_line(e) if isinstance(e, OSError) else f"error: {one_line(e)}", file=sys.stderr)
         return 2
     print(format_table(results))
     print(f"report: {results['paths']['markdown']} (json: {results['paths']['json']}, "

@@ -12,7 +12,7 @@ from evaluate.budget import BUDGET_MODES
 from evaluate.reference import REFERENCE_TASKS
 from evaluate.methods.registry import METHODS, MethodSettings, get_method, method_settings
 from l2e.chains import ChainSchedule
-from l2e.io import ConfigError, apply_overrides
+from l2e.io import ConfigError, apply_overrides, check_seed
 from tasks.models import ModelSpec
 from tasks.regression import RegressionSpec
 from tasks.task import TaskSpec
@@ -107,6 +107,9 @@ class EvalConfig:
 
     def _check_protocol(self) -> None:
         """seeds, budget mode and optional methods."""
+        check_seed(self.seed)
+        for s in self.seeds or ():
+            check_seed(s, "seeds")
         if self.seeds is not None:
             if not self.seeds or len(set(self.seeds)) != len(self.seeds) or min(self.seeds) < 0:
                 raise ConfigError(f"seeds must be distinct non-negative integers, got {self.seeds}")

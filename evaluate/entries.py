@@ -155,6 +155,7 @@ def method_entry(task, method: str, res: MethodResult, best_hp: dict, grid_score
         "num_samples_requested": res.num_requested,
         "num_chains": res.num_chains,
         "divergent_chains": res.divergent_chains,
+        "scale_divergent_chains": res.scale_divergent_chains,
         "hyperparameters": _hyperparameters(task, method, res, best_hp, grid_scores, cfg,
                                             None if tuning is None else tuning.extended),
         **temperature_entries(method, res),

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +56,9 @@ def load_reference_probs(path, num_examples: int | None = None, num_classes: int
     if not path.is_file():
         raise ReferenceDataError(f"{where}: not a regular file")
     try:
-        probs = np.loadtxt(path, delimiter=_delimiter(path), dtype=np.float64, ndmin=2)
+        with warnings.catch_warnings():  # numpy warns on an empty file; the check below says so in one line
+            warnings.simplefilter("ignore", UserWarning)
+            probs = np.loadtxt(path, delimiter=_delimiter(path), dtype=np.float64, ndmin=2)
     except (ValueError, UnicodeDecodeError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ReferenceDataError(f"{where}: not a numeric table ({first})") from None

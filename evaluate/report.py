@@ -35,10 +35,14 @@ from evaluate.tables import (
     BUDGET_COLUMNS, REFERENCE_METHOD, TABLE_METRICS, TEMPERATURE_COLUMNS, beats, bold_cells, columns, cost_section,
     diagnostics_section, dispersion_section, fmt, metric_table, multi_seed, number,
 )
-from l2e.io import atomic_write_bytes
+from l2e.io import atomic_write_bytes, publish_dir
 
-__all__ = ["REFERENCE_METHOD", "TABLE_METRICS", "beats", "bold_cells", "format_table", "probe_writable",
-           "render_markdown", "write_json", "write_markdown", "write_report"]
+__all__ = ["REFERENCE_METHOD", "REPORT_ENTRIES", "TABLE_METRICS", "beats", "bold_cells", "format_table",
+           "probe_writable", "publish_report", "render_markdown", "write_json", "write_markdown", "write_report"]
+
+REPORT_ENTRIES = ("report.json", "report.md", "bma_curves.png", "ess.png", "barriers.png", "regression_band.png",
+                  "samples")
+"""What one evaluation writes into its output directory: the report set, replaced as a whole."""
 
 
 # --------------------------------------------------------------------------- utils
@@ -131,6 +135,11 @@ def _task_section(name: str, task: dict) -> list[str]:
     if divergent:
         lines.append("Methods with divergent chains: "
                      + ", ".join(f"{k} ({v})" for k, v in divergent.items()))
+        by_scale = {k: methods[k].get("scale_divergent_chains") for k in divergent
+                    if (number(methods[k].get("scale_divergent_chains")) or 0) > 0}
+        if by_scale:
+            lines[-1] += ("; finite but judged divergent by prediction scale (left out of the BMA like non-finite "
+                          "ones): " + ", ".join(f"{k} ({v})" for k, v in by_scale.items()))
         lines.append("")
     return lines + diagnostics_section(methods) + dispersion_section(methods) + cost_section(methods)
 
@@ -195,6 +204,13 @@ def write_report(results: dict, out_dir) -> dict[str, Path]:
     if plots.band_tasks(results):
         paths["band"] = plots.plot_band(results, out / "regression_band.png")
     return paths
+
+
+def publish_report(stage, out_dir) -> Path:
+    """Swap the fully written report set in `stage` (l2e.io.staging_dir) in as `out_dir`, atomically as a set
+    (l2e.io.publish_dir): a reader, a SIGINT or a full disk never leaves report.json of one run beside plots
+    of another. Entries of an old `out_dir` that are not part of a report set (REPORT_ENTRIES) are kept."""
+    return publish_dir(stage, out_dir, REPORT_ENTRIES)
 
 
 def format_table(results: dict) -> str:

@@ -19,9 +19,11 @@ Protocol per seed s (cfg.seed_list), task (index t) and method (evaluate.methods
     grid extends it (bounded).  Without tuning the first grid point is used.
   * final run with the chosen hyperparameters, scored on the full `test` split (evaluate.entries.method_entry),
     with the temperature the method ran at and its measured kinetic temperature T_kin.
-  * divergence (DIVERGENCE_NOTE): a chain (ensemble member) with a non-finite sample or prediction is divergent
-    and counted in `divergent_chains`; its non-finite samples are dropped from the BMA and every metric, its
-    finite samples are kept.  In tuning, a run with any divergent chain scores +inf.
+  * divergence (DIVERGENCE_NOTE; evaluate.methods.outputs): a sample that is not finite, or whose prediction
+    scale exceeds 100 × max(1, the median of the other chains' samples), is divergent; its chain (ensemble
+    member) is counted in `divergent_chains` (`scale_divergent_chains`: by scale alone); divergent samples are
+    dropped from the BMA and every metric, the chain's others are kept.  In tuning, a run with any divergent
+    chain scores +inf.
   * reference (optional, per task; evaluate.reference): a reference posterior's predictive (e.g. HMC).  It gets
     its own "hmc" method entry; with reference probabilities every method's BMA gets `agreement` and
     `total_variation`; with the reference's dispersion statistics every method gets "dispersion" (ratios to
@@ -34,6 +36,7 @@ Protocol per seed s (cfg.seed_list), task (index t) and method (evaluate.methods
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import jax
@@ -47,18 +50,20 @@ from evaluate.dispersion import dispersion_entry
 from evaluate.entries import ESS_ESTIMATOR, band, hmc_entry, method_entry
 from evaluate.methods import METHODS, REGISTRY, CompileCache, get_method
 from evaluate.methods.l2e_released import load_released_sampler
+from evaluate.methods.outputs import DIVERGENCE_RULE
 from evaluate.reference import load_references
-from evaluate.report import write_report
+from evaluate.report import publish_report, write_report
 from evaluate.seeds import SE_NOTE, aggregate_task
 from evaluate.tuning import GRID_EXTENSIONS, Progress, tune_and_run
-from l2e.io import ConfigError
+from l2e.io import ConfigError, staging_dir
 from tasks import TaskCache, build
 
 __all__ = ["DIVERGENCE_NOTE", "evaluate", "load_l2e", "run_task_method", "save_samples"]
 
-DIVERGENCE_NOTE = ("a chain (ensemble member) with a non-finite sample or prediction is divergent and counted per "
-                   "method (divergent_chains); its non-finite samples are excluded from the BMA and all metrics, its "
-                   "finite ones are kept; in tuning, a run with a divergent chain scores +inf")
+DIVERGENCE_NOTE = (DIVERGENCE_RULE + "; a chain (ensemble member) with a divergent sample is counted per method "
+                   "(divergent_chains; scale_divergent_chains: those judged by scale alone); its divergent samples "
+                   "are excluded from the BMA and all metrics, its others are kept; in tuning, a run with a "
+                   "divergent chain scores +inf")
 TEMPERATURE_NOTE = ("temperature: the T each method ran at (1 for the posterior samplers, the tuned T of "
                     "sghmc_tempered, the checkpoint's T for L2E); t_kin: kinetic temperature <Σ r·∇_rK> / d over "
                     "the updates from the first kept sample to the last (cyclical SGHMC: its sampling-phase updates "
@@ -246,6 +251,17 @@ def evaluate(cfg: EvalConfig, out_dir=None, sampler_path=None, progress: bool = 
     tasks = [build(spec, task_cache) for spec in cfg.tasks]  # dataset errors surface here
     refs = load_references(references, cfg.task_names(), tasks)
     cache = CompileCache() if cache is None else cache
+    stage = staging_dir(out_dir) if out_dir is not None else None  # the report set is written here, then swapped in
+    try:
+        return _evaluate(cfg, out_dir, stage, tasks, refs, samplers, skipped, cache, progress, samples)
+    finally:
+        if stage is not None and stage.exists():
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+def _evaluate(cfg: EvalConfig, out_dir, stage, tasks, refs, samplers, skipped, cache, progress, samples) -> dict:
+    """The body of `evaluate` once every input is checked: run, aggregate over seeds, write the report set into
+    `stage` and publish it as `out_dir` (evaluate.report.publish_report)."""
     results = {"config": _config_record(cfg, tasks, samplers, skipped), "tasks": {}}
     seeds = cfg.seed_list
     per_seed = {name: {} for name in cfg.task_names()}
@@ -258,11 +274,12 @@ def evaluate(cfg: EvalConfig, out_dir=None, sampler_path=None, progress: bool = 
                                            samplers, cache, Progress(bar))
                 if samples and out_dir is not None:
                     prefix = f"seed{seed}" if len(seeds) > 1 else None
-                    entry["samples"] = save_samples(out_dir, name, runs, cfg.methods, prefix)
+                    entry["samples"] = save_samples(stage, name, runs, cfg.methods, prefix)
                 per_seed[name][seed] = entry
     for name, entries in per_seed.items():
         results["tasks"][name] = entries[seeds[0]] if len(seeds) == 1 else aggregate_task(entries)
     if out_dir is not None:
-        paths = write_report(results, out_dir)
-        results["paths"] = {k: str(v) for k, v in paths.items()}
+        paths = write_report(results, stage)
+        publish_report(stage, out_dir)
+        results["paths"] = {k: str(Path(out_dir) / Path(v).name) for k, v in paths.items()}
     return results

@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from l2e.io import atomic_write_json, fsync_dir
+from l2e.io import ConfigError, atomic_write_json, dataclass_from_dict, fsync_dir, one_line
 from l2e.kinetic import KineticConfig, kinetic
 from l2e.l2e import L2EConfig, l2e
 from l2e.meta_model import NUM_FEATURES, NUM_THETA_FEATURES
@@ -89,11 +89,23 @@ def resolve_step_dir(path: str | Path) -> Path:
     if (path / "meta_params").is_dir():
         return path
     root = path / "checkpoints" if (path / "checkpoints").is_dir() else path
-    steps = sorted((int(p.name) for p in root.iterdir() if p.is_dir() and p.name.isdigit()), reverse=True)
-    for s in steps:
-        if (root / str(s) / "meta_params").is_dir() and (root / str(s) / "meta").is_dir():
-            return root / str(s)
-    raise CheckpointError(f"no complete checkpoint step under {path}")
+    if not path.is_dir():
+        raise CheckpointError(f"checkpoint {path}: not a directory")
+    steps = sorted(int(p.name) for p in root.iterdir() if p.is_dir() and p.name.isdigit())
+    if not steps:
+        raise CheckpointError(f"no complete checkpoint step under {path}")
+    latest = root / str(steps[-1])
+    check_complete(latest, ("meta_params", "meta"))
+    return latest
+
+
+def check_complete(step_dir: Path, items: tuple[str, ...] = ITEMS) -> None:
+    """CheckpointError if the committed step directory lacks an item: steps are committed whole (renamed from
+    staging), so a missing item is damage, never a step to skip silently in favour of an older one."""
+    missing = [item for item in items if not (step_dir / item).is_dir()]
+    if missing:
+        raise CheckpointError(f"checkpoint step {step_dir} is incomplete (no {', '.join(missing)}); delete or "
+                              "repair that step directory to use an earlier one")
 
 
 def read_meta(step_dir: Path) -> dict:
@@ -132,7 +144,7 @@ def check_meta_params(meta_params: Any, where: str, inputs: int = NUM_FEATURES, 
 def sampler_kind(meta: dict, where: str = "checkpoint") -> str:
     """The learned sampler kind a checkpoint's metadata records ("l2e" when it records none: older runs)."""
     kind = meta.get("sampler_kind", "l2e")
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         raise CheckpointError(f"{where}: unknown sampler kind {kind!r} (known: {', '.join(KINDS)})")
     return kind
 
@@ -152,8 +164,15 @@ def load_meta_params(name_or_path: str | Path | None = None) -> tuple[PyTree, An
     except Exception as e:  # orbax raises many types for damaged files
         raise CheckpointError(f"corrupt checkpoint {step_dir}: {type(e).__name__}: {str(e).splitlines()[0]}") from None
     params = check_meta_params(raw, str(step_dir), kind.inputs, kind.outputs)
+    sampler = meta.get("sampler", {})
+    where = f"checkpoint metadata {step_dir / 'meta' / 'metadata'}"
+    if not isinstance(sampler, dict):
+        raise CheckpointError(f"{where}: 'sampler' is a {type(sampler).__name__}, expected a JSON object")
     fields = {f.name for f in dataclasses.fields(kind.config)}
-    config = kind.config(**{k: v for k, v in meta.get("sampler", {}).items() if k in fields})
+    try:
+        config = dataclass_from_dict(kind.config, {k: v for k, v in sampler.items() if k in fields}, "sampler.")
+    except ConfigError as e:
+        raise CheckpointError(f"{where}: {e}") from None
     return params, config, meta
 
 
@@ -165,7 +184,11 @@ def load_sampler(name_or_path: str | Path | None = None, *, posterior: Posterior
     `overrides` replace fields of the checkpoint's sampler config (e.g. learning_rate=2.0, temperature=1.0).
     """
     params, config, meta = load_meta_params(name_or_path)
-    return KINDS[sampler_kind(meta)].factory(posterior, params, dataclasses.replace(config, **overrides))
+    try:
+        config = dataclasses.replace(config, **overrides)
+    except TypeError as e:  # an unknown field
+        raise ValueError(f"load_sampler: {one_line(e)}") from None
+    return KINDS[sampler_kind(meta)].factory(posterior, params, config)
 
 
 # --------------------------------------------------------------------------- writing and resuming
@@ -227,7 +250,11 @@ def save_checkpoint(root: str | Path, step: int, state: PyTree, meta_params: PyT
     if stage.exists():
         shutil.rmtree(stage)
     stage.mkdir()
-    _stage(stage, state, meta_params, metadata, after_item)
+    try:
+        _stage(stage, state, meta_params, metadata, after_item)
+    except Exception as e:  # orbax / tensorstore raise ValueError etc. for a full disk or I/O failure
+        shutil.rmtree(stage, ignore_errors=True)
+        raise OSError(f"cannot write checkpoint {step} under {root} ({type(e).__name__}: {one_line(e)})") from None
     final = root / str(step)
     if final.exists():  # the same step written again (e.g. after a resume from an older one)
         old = root / f".del-{step}"
@@ -249,10 +276,12 @@ def restore_checkpoint(root: str | Path, template_state: PyTree) -> tuple[int, P
     whose leaves have other shapes raises CheckpointError."""
     import orbax.checkpoint as ocp
 
-    steps = committed_steps(root)
+    root = Path(root)
+    steps = sorted(int(p.name) for p in root.iterdir() if p.is_dir() and p.name.isdigit()) if root.is_dir() else []
     if not steps:
         return 0, template_state
-    path = (Path(root) / str(steps[-1])).resolve()
+    path = (root / str(steps[-1])).resolve()
+    check_complete(path)
     leaves, treedef = jax.tree.flatten(template_state)
     template = {str(i): np.asarray(x) for i, x in enumerate(leaves)}
     try:

@@ -3,10 +3,14 @@ JSON dict, the one-line `error:` argument parser, atomic file writes and an excl
 from __future__ import annotations
 
 import argparse
+import ctypes
 import dataclasses
 import fcntl
 import json
+import math
 import os
+import shutil
+import signal
 import sys
 import types
 import typing
@@ -14,9 +18,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ConfigError", "DirectoryLock", "LockHeldError", "OneLineErrorParser", "apply_overrides",
-           "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "dataclass_from_dict", "fsync_dir",
-           "one_line"]
+__all__ = ["ConfigError", "DirectoryLock", "LockHeldError", "OneLineErrorParser", "SEED_RANGE", "Terminated",
+           "apply_overrides", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "check_seed",
+           "dataclass_from_dict", "fsync_dir", "handle_sigterm", "one_line", "publish_dir", "staging_dir"]
 
 
 class ConfigError(ValueError):
@@ -36,7 +40,12 @@ def _convert(value: str, typ: Any, key: str) -> Any:
             if value.lower() in ("0", "false", "no"):
                 return False
             raise ValueError(value)
-        if typ in (int, float, str):
+        if typ is float:
+            number = float(value)
+            if not math.isfinite(number):
+                raise ConfigError(f"bad value for {key}: {value!r} (expected a finite number)")
+            return number
+        if typ in (int, str):
             return typ(value)
         if origin is tuple:
             inner = typing.get_args(typ)[0]
@@ -92,21 +101,54 @@ def apply_overrides(config: Any, overrides: list[str], prefix: str = "") -> Any:
     return config
 
 
-def dataclass_from_dict(cls: type, data: dict) -> Any:
+SEED_RANGE = 2**32
+"""Seeds are integers in [0, 2**32): jax.random.PRNGKey keeps only the low 32 bits (without x64), so larger or
+negative seeds would silently alias others (2**32 gives the key of 0), and ≥ 2**63 overflows."""
+
+
+def check_seed(seed: Any, name: str = "seed") -> None:
+    """ConfigError unless `seed` is an int in [0, SEED_RANGE)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_RANGE:
+        raise ConfigError(f"{name} must be an integer in [0, 2**32), got {seed!r}")
+
+
+def _scalar_ok(v: Any, t: Any) -> bool:
+    """Whether JSON value `v` fits a scalar type hint `t` (int, float, bool, str; other hints are not checked)."""
+    if t is bool:
+        return isinstance(v, bool)
+    if t is int:
+        return isinstance(v, int) and not isinstance(v, bool)
+    if t is float:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if t is str:
+        return isinstance(v, str)
+    return True
+
+
+def dataclass_from_dict(cls: type, data: dict, where: str = "") -> Any:
     """Rebuild dataclass `cls` from `dataclasses.asdict` / JSON output: nested dataclass fields recursively,
-    lists back to tuples (one level of nesting); keys `data` lacks keep their defaults."""
+    lists back to tuples (one level of nesting); keys `data` lacks keep their defaults. A value of the wrong
+    JSON type (a string where a number belongs, a list where an object belongs, a non-finite float) or one the
+    dataclass's own checks refuse raises ConfigError naming the key (prefixed by `where`)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where.rstrip('.') or cls.__name__}: expected a JSON object, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
     kw = {}
     for f in dataclasses.fields(cls):
         if f.name not in data:
             continue
-        v, t = data[f.name], hints[f.name]
+        v, t, key = data[f.name], hints[f.name], f"{where}{f.name}"
         if dataclasses.is_dataclass(t):
-            v = dataclass_from_dict(t, v)
+            v = dataclass_from_dict(t, v, key + ".")
         elif isinstance(v, list):
             v = tuple(tuple(x) if isinstance(x, list) else x for x in v)
+        elif isinstance(v, dict) or typing.get_origin(t) is tuple or not _scalar_ok(v, t):
+            raise ConfigError(f"{key}: bad value {v!r} (expected {getattr(t, '__name__', t)})")
         kw[f.name] = v
-    return cls(**kw)
+    try:
+        return cls(**kw)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where.rstrip('.') or cls.__name__}: {one_line(e)}") from None
 
 
 # --------------------------------------------------------------------------- the CLI parser
@@ -116,6 +158,19 @@ def one_line(error: BaseException) -> str:
     """The first line of an exception's message (its type name when the message is empty)."""
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread on SIGTERM (see `handle_sigterm`): the CLIs treat it like Ctrl-C."""
+
+
+def handle_sigterm() -> None:
+    """Make SIGTERM raise `Terminated` in the main thread, so the CLIs end it with their one-line message and
+    cleanup (the default action kills the process silently)."""
+    def raise_terminated(signum, frame):
+        raise Terminated("terminated (SIGTERM)")
+
+    signal.signal(signal.SIGTERM, raise_terminated)
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -174,6 +229,62 @@ def atomic_write_json(path: str | Path, obj: Any, **dumps_kwargs) -> Path:
     trailing newline)."""
     dumps_kwargs = {"indent": 2, "sort_keys": True, **dumps_kwargs}
     return atomic_write_text(path, json.dumps(obj, **dumps_kwargs))
+
+
+# --------------------------------------------------------------------------- directory sets
+
+RENAME_EXCHANGE = 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap directories `a` and `b` (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    at_fdcwd = -100
+    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: this filesystem cannot exchange
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def staging_dir(out: str | Path) -> Path:
+    """A new empty directory beside `out` (same filesystem, hidden name `.<name>.staging-<id>`) in which a set
+    of files is prepared before `publish_dir` swaps it in."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = out.parent / f".{out.name}.staging-{uuid.uuid4().hex[:12]}"
+    stage.mkdir()
+    return stage
+
+
+def publish_dir(stage: str | Path, out: str | Path, replaced: tuple[str, ...]) -> Path:
+    """Make the fully written directory `stage` the directory `out`, atomically as a set: readers see either
+    the old set or the new one. Entries of the old `out` that `stage` lacks and whose names are not in
+    `replaced` (files of the old set that the new set does not have) are carried over; the rest of the old
+    directory is deleted. Where the filesystem cannot exchange two directories, the swap is two renames."""
+    stage, out = Path(stage), Path(out)
+    for p in (stage, *stage.rglob("*")):
+        if p.is_dir():
+            fsync_dir(p)
+    if not out.exists():
+        os.replace(stage, out)
+        fsync_dir(out.parent)
+        return out
+    old = stage
+    if not _exchange(stage, out):
+        old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:12]}"
+        os.replace(out, old)
+        os.replace(stage, out)
+    fsync_dir(out.parent)
+    for entry in list(old.iterdir()):
+        if entry.name not in replaced and not (out / entry.name).exists():
+            os.replace(entry, out / entry.name)
+    shutil.rmtree(old, ignore_errors=True)
+    return out
 
 
 # --------------------------------------------------------------------------- the directory lock

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 
 from l2e.checks import check_positive
 from l2e.diffusions import physical_step_size, position_update, sghmc_noise_std
-from l2e.meta_model import apply_mu
+from l2e.meta_model import NUM_THETA_FEATURES, apply_mu, check_mlp_shapes
 from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_vdot
 
 __all__ = ["KineticConfig", "KineticInfo", "KineticState", "build_kernel", "energy", "gradients", "init", "kinetic",
@@ -139,6 +139,8 @@ def build_kernel(posterior: Posterior, config: KineticConfig = KineticConfig(), 
 def kinetic(posterior: Posterior, meta_params: PyTree, config: KineticConfig = KineticConfig(),
             mu_fn: MuFn | None = None) -> SamplingAlgorithm:
     """A ready Kinetic-L2E sampler: `init(position)`, `step(key, state, minibatch) -> (KineticState, KineticInfo)`."""
+    if mu_fn is None:
+        check_mlp_shapes(meta_params, NUM_THETA_FEATURES, 1)
     kernel = build_kernel(posterior, config, mu_fn)
 
     def step(key, state, minibatch):

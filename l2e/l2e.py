@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Callable, NamedTuple
 
 import jax
@@ -16,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from l2e.meta_model import (
-    DECAYS, FEATURE_NAMES, NORM_EPS, NUM_FEATURES, apply_per_coordinate, features, mlp_layers, update_averages,
+    DECAYS, FEATURE_NAMES, NORM_EPS, NUM_FEATURES, apply_per_coordinate, check_mlp_shapes, features, mlp_layers,
+    update_averages,
 )
 from l2e.checks import check_positive
 from l2e.diffusions import learned_momentum, physical_step_size, position_update, sghmc_noise_std
@@ -43,6 +45,9 @@ class L2EConfig:
 
     def __post_init__(self):
         check_positive(learning_rate=self.learning_rate, friction=self.friction, temperature=self.temperature)
+        for name in ("alpha_scale", "beta_scale"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)}")
         if self.noise not in NOISE_MODES:
             raise ValueError(f"noise must be one of {NOISE_MODES}, got {self.noise!r}")
 
@@ -177,6 +182,7 @@ def _fused_mlp_kernel(posterior: Posterior, config: L2EConfig):
 
     def kernel(key: jax.Array, state: L2EState, minibatch, meta_params: PyTree, learning_rate=config.learning_rate,
                friction=config.friction, temperature=config.temperature):
+        check_mlp_shapes(meta_params)  # at trace time: shapes are static
         eps, noise_std = _coefficients(config, learning_rate, friction, temperature, posterior.data_size)
         loss, g, grad_u = posterior.value_and_potential_grad(state.position, minibatch)
         avgs = update_averages(state.averages, g)
@@ -209,7 +215,10 @@ def _fused_mlp_kernel(posterior: Posterior, config: L2EConfig):
 
 def l2e(posterior: Posterior, meta_params: PyTree, config: L2EConfig = L2EConfig(),
         meta_fn: MetaFn | None = None) -> SamplingAlgorithm:
-    """A ready L2E sampler: `init(position)`, `step(key, state, minibatch) -> (L2EState, L2EInfo)`."""
+    """A ready L2E sampler: `init(position)`, `step(key, state, minibatch) -> (L2EState, L2EInfo)`.
+    ValueError if `meta_params` is not a 9 → … → 2 meta-model (with the paper's MLP, `meta_fn=None`)."""
+    if meta_fn is None:
+        check_mlp_shapes(meta_params)
     kernel = build_kernel(posterior, config, meta_fn)
 
     def step(key, state, minibatch):

@@ -17,6 +17,7 @@ from typing import Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from l2e.types import PyTree
 
@@ -48,6 +49,26 @@ class MetaMLP(nn.Module):
 def init_meta_params(key: jax.Array, hidden: Sequence[int] = (32, 32)) -> PyTree:
     """Fresh meta-parameters φ (a flax params dict)."""
     return MetaMLP(tuple(hidden)).init(key, jnp.zeros((1, NUM_FEATURES)))["params"]
+
+
+def check_mlp_shapes(meta_params: PyTree, inputs: int = NUM_FEATURES, outputs: int = 2,
+                     where: str = "meta_params") -> None:
+    """ValueError unless `meta_params` is a Dense stack `inputs` → … → `outputs` with consistent shapes (where
+    parameters enter a kernel: JAX would otherwise clamp out-of-range feature indices and run silently)."""
+    try:
+        layers = sorted(meta_params, key=lambda k: int(k.split("_")[-1]))
+        shapes = [(tuple(np.shape(meta_params[k]["kernel"])), tuple(np.shape(meta_params[k]["bias"])))
+                  for k in layers]
+    except (TypeError, KeyError, ValueError, AttributeError, IndexError):
+        raise ValueError(f"{where}: not a meta-model parameter tree (Dense_0 … Dense_n with kernel and bias)") from None
+    fan_in = inputs
+    for i, (kernel, bias) in enumerate(shapes):
+        if len(kernel) != 2 or kernel[0] != fan_in or bias != kernel[1:]:
+            raise ValueError(f"{where}: layer {i} has kernel {kernel} and bias {bias}; expected a kernel "
+                             f"({fan_in}, n) and bias (n,) (a meta-model for {inputs} inputs and {outputs} outputs)")
+        fan_in = kernel[1]
+    if not shapes or fan_in != outputs:
+        raise ValueError(f"{where}: meta-model has {fan_in if shapes else 0} outputs, expected {outputs}")
 
 
 def mlp_layers(meta_params: PyTree) -> list[tuple[jax.Array, jax.Array]]:

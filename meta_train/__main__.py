@@ -71,12 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(PRESETS).parse_args(argv)
 
     from l2e.checkpoint import CheckpointError
-    from l2e.io import ConfigError, one_line
+    from l2e.io import ConfigError, Terminated, handle_sigterm, one_line
     from meta_train.run_dir import RunDirError
     from meta_train.train import meta_train
     from tasks.datasets import DatasetError
 
     try:
+        handle_sigterm()
         config = config_from_args(args, PRESETS)
         t0 = time.perf_counter()
         summary = meta_train(config, args.output, resume=args.resume, overwrite=args.overwrite,
@@ -85,11 +86,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     except OSError as e:  # e.g. the disk filled up or the directory became unwritable mid-run
-        print(f"error: {e.strerror or type(e).__name__}: {e.filename or args.output}", file=sys.stderr)
+        what = f"{e.strerror}: {e.filename or args.output}" if e.strerror else one_line(e)
+        print(f"error: {what}; continue with --resume --output {args.output}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"error: interrupted; continue with --resume --output {args.output}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        why = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        print(f"error: {why}; continue with --resume --output {args.output}", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
     print(f"meta-training done: {summary['iterations']} outer iterations in {time.perf_counter() - t0:.1f} s, "
           f"last meta-loss {summary['final_meta_loss']}; checkpoints in {args.output}/checkpoints")
     return 0

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 from l2e.chains import ChainSchedule
-from l2e.io import ConfigError, apply_overrides, dataclass_from_dict
+from l2e.io import ConfigError, apply_overrides, check_seed, dataclass_from_dict
 from l2e.kinetic import KineticConfig
 from l2e.l2e import L2EConfig
 from tasks.distribution import TaskDistribution
@@ -42,8 +43,8 @@ class ESConfig:
         if self.population < 2 or self.population % 2:
             raise ConfigError(f"es.population must be a positive even number, got {self.population}")
         for name in ("sigma", "lr", "clip_norm", "divergence_penalty"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"es.{name} must be positive, got {getattr(self, name)}")
+            if not 0 < getattr(self, name) < math.inf:  # refuses nan and inf too
+                raise ConfigError(f"es.{name} must be a positive finite number, got {getattr(self, name)}")
 
 
 OBJECTIVES = ("bma", "ce")
@@ -105,6 +106,9 @@ class MetaTrainConfig:
     objective: ObjectiveConfig = ObjectiveConfig()
 
     def __post_init__(self):
+        check_seed(self.seed)
+        if not all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in self.hidden):
+            raise ConfigError(f"hidden must be positive layer widths, got {self.hidden}")
         if self.meta_init not in META_INITS:
             raise ConfigError(f"meta_init must be one of {META_INITS}, got {self.meta_init!r}")
         if self.sampler_kind not in SAMPLER_KINDS:

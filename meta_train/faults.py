@@ -1,9 +1,11 @@
 """Fault injection for the reliability tests: $L2E_FAULT="<point>:<n>" makes the process SIGKILL itself at
-that point of meta-training (no cleanup, no flushing, like `kill -9`). Unset: no fault."""
+that point of meta-training (no cleanup, no flushing, like `kill -9`); "<point>:<n>:pause" makes it sleep
+there instead (up to PAUSE_SECONDS), so a test can deliver SIGTERM / SIGINT at a known point. Unset: no fault."""
 from __future__ import annotations
 
 import os
 import signal
+import time
 from typing import NamedTuple
 
 FAULT_ENV = "L2E_FAULT"
@@ -17,18 +19,25 @@ FAULT_POINTS = {
 }
 
 
+PAUSE_SECONDS = 600.0
+
+
 class FaultPlan(NamedTuple):
-    """Kill the process at `point` of iteration / checkpoint `n`."""
+    """Kill the process (or, with pause, let it sleep) at `point` of iteration / checkpoint `n`."""
 
     point: str
     n: int
+    pause: bool = False
 
     def armed(self, point: str, n: int) -> bool:
         return (self.point, self.n) == (point, n)
 
     def hit(self, point: str, n: int) -> None:
-        """SIGKILL this process if the plan names (point, n)."""
+        """SIGKILL this process (or sleep, for a test's signal) if the plan names (point, n)."""
         if self.armed(point, n):
+            if self.pause:
+                time.sleep(PAUSE_SECONDS)
+                return
             os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -47,7 +56,9 @@ def fault_plan(environ=os.environ) -> FaultPlan | NoFault:
     spec = environ.get(FAULT_ENV, "").strip()
     if not spec:
         return NoFault()
-    point, _, n = spec.partition(":")
-    if point not in FAULT_POINTS or not n.strip().lstrip("-").isdigit():
-        raise RuntimeError(f"bad {FAULT_ENV}={spec!r}: expected <point>:<n> with point in {', '.join(FAULT_POINTS)}")
-    return FaultPlan(point, int(n))
+    point, _, rest = spec.partition(":")
+    n, _, action = rest.partition(":")
+    if point not in FAULT_POINTS or not n.strip().lstrip("-").isdigit() or action not in ("", "pause"):
+        raise RuntimeError(f"bad {FAULT_ENV}={spec!r}: expected <point>:<n>[:pause] with point in "
+                           f"{', '.join(FAULT_POINTS)}")
+    return FaultPlan(point, int(n), action == "pause")

@@ -80,7 +80,9 @@ def outer_step(strategy: Open_ES, es_params, es_state, config: MetaTrainConfig, 
                cache: ProgramCache, progress: Callable[[int], None] | None = None) -> OuterStep:
     """Outer iteration `iteration` from `es_state`; all randomness from outer_keys(config.seed, iteration).
 
-    progress(n) is called after every chunk of n inner steps. The log row holds "t_kin" (each member's kinetic
+    progress(n) is called after every chunk of n inner steps. When no member's meta-loss is finite the ES state
+    is left exactly as it was (the meta-parameters stay unchanged; the log row records the divergence).
+    The log row holds "t_kin" (each member's kinetic
     temperature over the sampling window) when config.objective.log_temperature. FloatingPointError if the new
     meta-parameters are not finite."""
     t0 = time.perf_counter()
@@ -88,6 +90,7 @@ def outer_step(strategy: Open_ES, es_params, es_state, config: MetaTrainConfig, 
     spec = config.tasks.sample(keys.task)
     if config.es.reset_optimizer:
         es_state = es_state.replace(opt_state=strategy.optimizer.init(es_state.mean))
+    before = es_state
     population, es_state = strategy.ask(keys.perturb, es_state, es_params)
     result = evaluate_population(spec, population, keys, config.sampler_config, config.schedule,
                                  config.meta_loss_examples, progress=progress, execution=config.es.execution,
@@ -95,7 +98,10 @@ def outer_step(strategy: Open_ES, es_params, es_state, config: MetaTrainConfig, 
                                  log_temperature=config.objective.log_temperature)
     fitness = result.fitness
     shaped = strategy.fitness_shaping_fn(population, fitness, es_state, es_params)
-    es_state, _ = strategy.tell(keys.perturb, population, fitness, es_state, es_params)
+    if np.isfinite(np.asarray(fitness)).any():
+        es_state, _ = strategy.tell(keys.perturb, population, fitness, es_state, es_params)
+    else:  # no member is finite: no information, so no update (evosax + Adam would still move φ on rounding residue)
+        es_state = before
     mean = np.asarray(es_state.mean)
     if not np.all(np.isfinite(mean)):
         raise FloatingPointError(f"meta-parameters became non-finite at iteration {iteration}")

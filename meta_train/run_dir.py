@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -40,12 +41,35 @@ def is_writer() -> bool:
     return jax.process_index() == 0
 
 
-def _check_resumable(out: Path, config: MetaTrainConfig) -> None:
-    cfg_file = out / CONFIG
+RUN_ENTRIES = (CONFIG, LOG, PLOT, CHECKPOINTS)
+"""What a meta-training run directory holds (besides hidden temporaries of atomic writes)."""
+
+
+def _read_config(cfg_file: Path) -> dict:
+    """The JSON object in a run's config.json; RunDirError naming the file if it is unreadable or not one."""
     try:
         old = json.loads(cfg_file.read_text())
-    except json.JSONDecodeError:
-        raise RunDirError(f"{cfg_file} is corrupt; cannot resume") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise RunDirError(f"{cfg_file} is corrupt (not JSON); cannot use this run") from None
+    except OSError as e:
+        raise RunDirError(f"cannot read {cfg_file}: {e.strerror}") from None
+    if not isinstance(old, dict) or not {"seed", "es", "inner", "tasks"} <= set(old):
+        raise RunDirError(f"{cfg_file} is not the config of a meta-training run (a JSON {type(old).__name__} "
+                          "without seed, es, inner, tasks); choose another --output")
+    return old
+
+
+def _check_ours(out: Path) -> None:
+    """RunDirError unless `out` holds only a meta-training run's entries (before --overwrite deletes them)."""
+    _read_config(out / CONFIG)
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in RUN_ENTRIES and not p.name.startswith("."))
+    if foreign:
+        raise RunDirError(f"{out} holds files that are not part of a meta-training run ({', '.join(foreign[:3])}); "
+                          "refusing to overwrite it: choose another --output")
+
+
+def _check_resumable(out: Path, config: MetaTrainConfig) -> None:
+    old = _read_config(out / CONFIG)
     new = config.to_dict()
     if old != new:
         diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
@@ -60,11 +84,18 @@ def _prepare(out: Path, config: MetaTrainConfig, resume: bool, overwrite: bool) 
         if not overwrite:
             raise RunDirError(f"{out} already holds a meta-training run; pass --resume to continue it or "
                               f"--overwrite to replace it")
-        for name in (CHECKPOINTS, LOG, PLOT, CONFIG):
+        _check_ours(out)
+        try:  # the new config first: a full disk fails here, before the old run is deleted
+            staged = atomic_write_text(out / f".{CONFIG}.next", json.dumps(config.to_dict(), indent=2, sort_keys=True))
+        except OSError as e:
+            raise RunDirError(f"cannot write to {out}: {e.strerror}") from None
+        for name in (CHECKPOINTS, LOG, PLOT):
             p = out / name
             shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
-    elif any(out.iterdir()) and not overwrite:
-        raise RunDirError(f"{out} is not empty and holds no meta-training run; choose another --output")
+        return os.replace(staged, out / CONFIG)
+    elif any(out.iterdir()):
+        raise RunDirError(f"{out} is not empty and holds no meta-training run; choose another --output"
+                          + (" (--overwrite replaces only a meta-training run)" if overwrite else ""))
     try:
         atomic_write_text(out / CONFIG, json.dumps(config.to_dict(), indent=2, sort_keys=True))
     except OSError as e:
@@ -82,11 +113,17 @@ def read_log(out: Path) -> list[dict]:
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
             if all(not rest.strip() for rest in lines[i + 1:]):
                 break  # torn last line
             raise RunDirError(f"{path} is corrupt at line {i + 1}; cannot resume") from None
+        loss = row.get("meta_loss") if isinstance(row, dict) else None
+        if (not isinstance(row, dict) or type(row.get("iteration")) is not int
+                or not (loss is None or (isinstance(loss, (int, float)) and not isinstance(loss, bool)))):
+            raise RunDirError(f"{path} is corrupt at line {i + 1} (not a log row with an integer iteration and a "
+                              "numeric meta_loss); cannot resume")
+        rows.append(row)
     return rows
 
 
@@ -135,8 +172,11 @@ class RunDir:
         if not self.writer:
             return self
         out = self.out
+        if out.is_symlink() and not out.exists():
+            raise RunDirError(f"--output {out} is a dangling symbolic link (to {os.readlink(out)})")
         if out.exists() and not out.is_dir():
             raise RunDirError(f"output path exists and is not a directory: {out}")
+        created = not out.exists()
         try:
             out.mkdir(parents=True, exist_ok=True)
             self._lock.acquire()
@@ -148,6 +188,8 @@ class RunDir:
             _prepare(out, config, resume, overwrite)
         except BaseException:
             self.close()
+            if created and not any(out.iterdir()):
+                out.rmdir()  # leave no trace of a run that never started
             raise
         return self
 

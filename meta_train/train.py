@@ -112,9 +112,11 @@ def meta_train(config: MetaTrainConfig, out: str | Path, resume: bool = False, o
     fault = fault_plan()
     cache = ProgramCache()
     check_inputs(config, cache)
-    run = RunDir(out).open(config, resume, overwrite)
+    run = RunDir(out)
+    loop = _Loop(config, run, fault, cache)  # builds φ₀ and the ES state: a bad model fails before `out` is touched
+    run.open(config, resume, overwrite)
     try:
-        return _train(_Loop(config, run, fault, cache), resume, progress, stop_after)
+        return _train(loop, resume, progress, stop_after)
     finally:
         run.close()
 

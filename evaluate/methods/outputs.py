@@ -1,7 +1,14 @@
 """`MethodResult` and what turns a run's samples into one: prediction on a split, divergence filtering.
 
-A chain (ensemble member) with a non-finite sample or a non-finite prediction is divergent: its samples are
-dropped (never averaged) and counted in `divergent_chains`.
+Divergence (the rule of DIVERGENCE_RULE, stated in README's evaluation section): a sample is divergent when
+  * it or its prediction is not finite, or
+  * its prediction scale is more than SCALE_RATIO (100) times max(1, m), m the median prediction scale of the
+    finite samples of the *other* chains (ensemble members) of the run — of all its finite samples when the run
+    has one chain.  Prediction scale: the RMS over the split of the centred logits (log-probabilities minus
+    their per-example mean; classification) or of (loc, scale) (regression, standardised target units), so a
+    member whose predictions grew to 10⁴× the target's scale while staying finite is caught.
+A divergent sample is dropped (never averaged into the BMA or any metric); a chain with one is counted in
+`divergent_chains` (those judged by scale alone also in `scale_divergent_chains`); its other samples are kept.
 """
 from __future__ import annotations
 
@@ -12,7 +19,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["MethodResult", "finalise", "finite_samples", "predict_outputs", "probe_result", "split_data"]
+__all__ = ["DIVERGENCE_RULE", "MethodResult", "SCALE_RATIO", "finalise", "finite_samples", "predict_outputs",
+           "prediction_scale", "probe_result", "scale_divergent", "split_data"]
+
+SCALE_RATIO = 100.0
+DIVERGENCE_RULE = (f"a sample is divergent when it or its prediction is not finite, or when its prediction scale (RMS "
+                   f"of the centred logits; regression: of loc and scale, standardised units) exceeds {SCALE_RATIO:g} × "
+                   f"max(1, median scale of the other chains' finite samples; of the chain's own with one chain)")
 
 
 @dataclasses.dataclass
@@ -23,7 +36,8 @@ class MethodResult:
       target units) of the kept samples (`task.predict`).
     grad_evals: gradient evaluations done (minibatch ones, or full-batch ones when gradient == "full-batch");
     seconds: wall time of the chain(s), compilation excluded unless hyperparameters say otherwise;
-    divergent_chains: chains / members with a non-finite sample; num_requested: samples asked for.
+    divergent_chains: chains / members with a divergent sample (module docstring); scale_divergent_chains: those
+      of them judged by prediction scale alone; num_requested: samples asked for.
     samples: the kept parameter samples, a pytree of numpy leaves (K, ...); chain_ids (K,) int: the chain
       (ensemble member) of each; num_chains: chains run; draws_per_chain: samples requested per chain.
     gradient: "minibatch" or "full-batch"; batch_size: B of a minibatch method (None for full batch).
@@ -39,6 +53,7 @@ class MethodResult:
     seconds: float
     divergent_chains: int
     hyperparameters: dict
+    scale_divergent_chains: int = 0
     num_requested: int = 0
     samples: Any = None
     chain_ids: np.ndarray | None = None
@@ -94,6 +109,28 @@ def finite_samples(tree) -> np.ndarray:
     return ok
 
 
+def prediction_scale(out: np.ndarray, regression: bool) -> np.ndarray:
+    """(K,) prediction scale per sample of (K, n, C) log-probabilities (RMS of the centred logits) or (K, n, 2)
+    [loc, scale] (RMS of both); non-finite entries give inf."""
+    out = np.asarray(out, np.float64)
+    centred = out if regression else out - out.mean(axis=2, keepdims=True)
+    with np.errstate(all="ignore"):
+        scale = np.sqrt(np.mean(np.square(centred), axis=(1, 2)))
+    return np.where(np.isfinite(scale), scale, np.inf)
+
+
+def scale_divergent(scales: np.ndarray, chain_of_sample, finite: np.ndarray) -> np.ndarray:
+    """(K,) bool: finite samples whose scale exceeds SCALE_RATIO · max(1, median scale of the other chains' finite
+    samples (all finite samples when only one chain has any))."""
+    chains = np.asarray(chain_of_sample)
+    flagged = np.zeros(len(scales), bool)
+    for k in np.flatnonzero(finite):
+        others = finite & (chains != chains[k])
+        pool = scales[others] if others.any() else scales[finite]
+        flagged[k] = scales[k] > SCALE_RATIO * max(1.0, float(np.median(pool)))
+    return flagged
+
+
 def probe_result(hp: dict, seconds_per_step: float, flops_per_step: float | None) -> MethodResult:
     """The MethodResult of a probe run (Run.probe): no samples, no gradient evaluations, the measured cost."""
     return MethodResult(np.zeros((0, 0, 0), np.float32), 0, 0.0, 0, hp, flops_per_step=flops_per_step,
@@ -106,11 +143,16 @@ def finalise(ctx, samples, chain_of_sample: list[int], grad_evals: int, seconds:
     `extra`: further MethodResult fields (t_kin, flops_per_step)."""
     x, _ = split_data(ctx.task, ctx.split)
     out = predict_outputs(ctx.task, samples, x, ctx.cfg.eval_batch, ctx.cache)
-    ok = finite_samples(samples) & np.all(np.isfinite(out), axis=(1, 2))
+    finite = finite_samples(samples) & np.all(np.isfinite(out), axis=(1, 2))
+    by_scale = scale_divergent(prediction_scale(out, ctx.task.kind == "regression"), chain_of_sample, finite)
+    ok = finite & ~by_scale
     divergent = len({c for c, good in zip(chain_of_sample, ok) if not good})
+    non_finite = {c for c, good in zip(chain_of_sample, finite) if not good}
+    scale_only = len({c for c, bad in zip(chain_of_sample, by_scale) if bad} - non_finite)
     kept = jax.tree.map(lambda a: np.asarray(a)[ok], samples)
     chain_ids = np.asarray(chain_of_sample, dtype=np.int64)[ok]
-    return MethodResult(out[ok], grad_evals, seconds, divergent, hp, num_requested=len(ok), samples=kept,
+    return MethodResult(out[ok], grad_evals, seconds, divergent, hp, scale_divergent_chains=scale_only,
+                        num_requested=len(ok), samples=kept,
                         chain_ids=chain_ids, num_chains=num_chains, draws_per_chain=len(ok) // num_chains,
                         gradient=gradient, batch_size=None if gradient == "full-batch" else ctx.cfg.batch_size,
                         **extra)

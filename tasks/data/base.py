@@ -42,6 +42,8 @@ class Dataset:
             x, y = getattr(self, f"x_{split}"), getattr(self, f"y_{split}")
             if len(x) != len(y):
                 raise DatasetError(f"{self.name}: {split} has {len(x)} inputs but {len(y)} labels")
+            check_finite(x, f"{self.name}: {split} inputs")
+            check_labels(y, f"{self.name}: {split} labels")
             if len(y) and (int(y.min()) < 0 or int(y.max()) >= self.num_classes):
                 raise DatasetError(
                     f"{self.name}: {split} labels span [{int(y.min())}, {int(y.max())}] but the dataset has "
@@ -55,6 +57,26 @@ class Dataset:
     def splits(self) -> tuple[str, ...]:
         """The official splits present: ("train", "test") or ("train", "valid", "test")."""
         return ("train", "test") if self.x_valid is None else ("train", "valid", "test")
+
+
+def check_finite(a: np.ndarray, where: str) -> None:
+    """DatasetError naming the first non-finite entry of a floating-point array (NaN / inf data would give NaN
+    losses instead of an error)."""
+    a = np.asarray(a)
+    if a.dtype.kind in "fc" and a.size and not np.all(np.isfinite(a)):
+        first = np.argwhere(~np.isfinite(a))[0]
+        raise DatasetError(f"{where}: non-finite value {a[tuple(first)]} at index {tuple(int(i) for i in first)} "
+                           f"({int((~np.isfinite(a)).sum())} in all)")
+
+
+def check_labels(y: np.ndarray, where: str) -> None:
+    """DatasetError unless class labels are integers (integer dtype, or floats with integral values)."""
+    y = np.asarray(y).ravel()
+    if y.dtype.kind in "iub":
+        return
+    ok = np.isfinite(y) & (y == np.round(y)) if y.dtype.kind == "f" else np.zeros(y.shape, bool)
+    if not np.all(ok):
+        raise DatasetError(f"{where}: class labels must be integers, got {y[np.argmax(~ok)]!r} ({y.dtype})")
 
 
 # ----------------------------------------------------------------------------- file readers

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.data.base import DatasetError, default_dir
+from tasks.data.base import DatasetError, check_finite, default_dir
 
 UCI_DATASETS = (
     "bostonHousing", "concrete", "energy", "kin8nm", "naval-propulsion-plant", "power-plant",
@@ -61,6 +61,8 @@ class RegressionData:
                 raise DatasetError(f"{self.name}: {s} needs x (n, d) and y (n,), got {x.shape} and {y.shape}")
             if len(x) == 0:
                 raise DatasetError(f"{self.name}: empty {s} split")
+            check_finite(x, f"{self.name}: {s} inputs")
+            check_finite(y, f"{self.name}: {s} targets")
             x.flags.writeable = False
             y.flags.writeable = False
 
