@@ -10,7 +10,11 @@ from l2e.chains import ChainSchedule
 from l2e.io import ConfigError, apply_overrides, check_seed, dataclass_from_dict
 from l2e.kinetic import KineticConfig
 from l2e.l2e import L2EConfig
+from l2e.meta_sgmcmc import MetaSGMCMCConfig
 from tasks.distribution import TaskDistribution
+
+
+ESTIMATORS = ("antithetic", "truncated", "pes", "backprop")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +31,10 @@ class ESConfig:
     single-chain program, dispatched round-robin over the local devices: on XLA:CPU a vmapped conv net
     becomes a slow grouped convolution), or "auto" (sequential on a single-process CPU, vmap otherwise).
     The modes agree to float32 rounding (tests/test_meta_train.py; meta_train.es).
+    estimator: the outer gradient estimator — "antithetic" (full-length antithetic ES, above), or one of
+    meta_train.estimators' truncated ones: "truncated" (truncated ES), "pes" (persistent ES), "backprop"
+    (truncated backprop through the chain); truncation: updates per segment for those (one outer iteration per
+    segment; it must divide inner.num_steps and be a multiple of inner.num_samples).
     """
 
     population: int = 2
@@ -36,8 +44,14 @@ class ESConfig:
     reset_optimizer: bool = False
     divergence_penalty: float = 100.0
     execution: str = "auto"
+    estimator: str = "antithetic"
+    truncation: int = 50
 
     def __post_init__(self):
+        if self.estimator not in ESTIMATORS:
+            raise ConfigError(f"es.estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
+        if self.truncation <= 0:
+            raise ConfigError(f"es.truncation must be a positive integer, got {self.truncation}")
         if self.execution not in ("auto", "vmap", "sequential"):
             raise ConfigError(f"es.execution must be auto, vmap or sequential, got {self.execution!r}")
         if self.population < 2 or self.population % 2:
@@ -47,7 +61,7 @@ class ESConfig:
                 raise ConfigError(f"es.{name} must be a positive finite number, got {getattr(self, name)}")
 
 
-OBJECTIVES = ("bma", "ce")
+OBJECTIVES = ("bma", "ce", "ksd", "stein_kl")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,7 +69,9 @@ class ObjectiveConfig:
     """The meta-objective over an inner chain's samples (SAMPLING.md §4; L2E.md §5.2).
 
     kind: "bma" — NLL of the K samples' Bayesian model average (paper eq. 7); "ce" — mean of the samples'
-    individual NLLs (the paper's cross-entropy ablation, eq. 12).
+    individual NLLs (the paper's cross-entropy ablation, eq. 12); "ksd" — kernel Stein discrepancy of the samples
+    against the model's score; "stein_kl" — Meta-SGMCMC's Stein-gradient KL surrogate, es.estimator "backprop" only
+    (meta_train.objectives).
     burn_in: 0 — the samples are where `inner` puts them (the last one after the final update, `inner.thinning`
     apart); B > 0 — the K samples are spread evenly over the window after burn-in, (B, num_steps]: thinning
     (num_steps − B) // K, the last after the final update (`inner.thinning` is then not used).
@@ -75,7 +91,7 @@ class ObjectiveConfig:
             raise ConfigError(f"objective.burn_in must be ≥ 0, got {self.burn_in}")
 
 
-SAMPLER_KINDS = ("l2e", "kinetic")
+SAMPLER_KINDS = ("l2e", "kinetic", "meta_sgmcmc")
 META_INITS = ("sghmc", "random")
 
 
@@ -84,7 +100,8 @@ class MetaTrainConfig:
     """Everything that determines a meta-training run (with the seed, its numbers are reproducible).
 
     sampler_kind: the learned sampler meta-trained — "l2e" (the paper-form step, configured by `sampler`) or
-    "kinetic" (Kinetic-L2E, l2e.kinetic, configured by `kinetic`); the other group is not used.
+    "kinetic" (Kinetic-L2E, l2e.kinetic, configured by `kinetic`) or "meta_sgmcmc" (l2e.meta_sgmcmc, configured by
+    `meta_sgmcmc`; `hidden` sizes both heads, (10,) in the public code); the other groups are not used.
     meta_init: "random" (haiku-style init, as the paper) or "sghmc": for "l2e" the MLP first fitted to
     α ≈ 0, β ≈ normalised momentum (l2e.meta_model.sghmc_like_meta_params); for "kinetic" the μ-MLP's output
     layer set to 0, so μ ≡ 0 and the step is exactly SGHMC (l2e.meta_model.init_mu_params).
@@ -104,6 +121,7 @@ class MetaTrainConfig:
     sampler_kind: str = "l2e"
     kinetic: KineticConfig = KineticConfig()
     objective: ObjectiveConfig = ObjectiveConfig()
+    meta_sgmcmc: MetaSGMCMCConfig = MetaSGMCMCConfig()
 
     def __post_init__(self):
         check_seed(self.seed)
@@ -117,13 +135,22 @@ class MetaTrainConfig:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
         b, s, k = self.objective.burn_in, self.inner.num_steps, self.inner.num_samples
+        tr = self.es.truncation
+        if self.es.estimator != "antithetic" and (s % tr or tr % k or b):
+            raise ConfigError(f"es.truncation ({tr}) must divide inner.num_steps ({s}) and be a multiple of "
+                              f"inner.num_samples ({k}), with objective.burn_in 0, for es.estimator {self.es.estimator}")
+        if self.objective.kind == "stein_kl" and self.es.estimator != "backprop":
+            raise ConfigError("objective.kind stein_kl gives gradients only: it needs es.estimator backprop")
         if b and (s - b) // k < 1:
             raise ConfigError(f"objective.burn_in ({b}) leaves fewer than inner.num_samples ({k}) steps of the "
                               f"inner.num_steps ({s})")
 
     @property
-    def sampler_config(self) -> L2EConfig | KineticConfig:
-        """The configuration of the sampler being meta-trained (`sampler` or `kinetic`, by sampler_kind)."""
+    def sampler_config(self) -> L2EConfig | KineticConfig | MetaSGMCMCConfig:
+        """The configuration of the sampler being meta-trained (`sampler`, `kinetic` or `meta_sgmcmc`, by
+        sampler_kind)."""
+        if self.sampler_kind == "meta_sgmcmc":
+            return self.meta_sgmcmc
         return self.kinetic if self.sampler_kind == "kinetic" else self.sampler
 
     @property

@@ -34,7 +34,9 @@ from l2e.chains import ChainSchedule, make_chunk, run_chain
 from l2e.devices import DeviceDataCache, member_device, per_member, population_mesh, replicate, shard_population
 from l2e.kinetic import KineticConfig, build_kernel as kinetic_kernel, init as kinetic_init
 from l2e.l2e import L2EConfig, build_kernel, init as l2e_init
+from l2e.meta_sgmcmc import MetaSGMCMCConfig, build_kernel as meta_sgmcmc_kernel, init as meta_sgmcmc_init
 from l2e.types import tree_size
+from meta_train.objectives import EXTRA_OBJECTIVE_FNS
 from tasks.base import TaskCache
 from tasks.build import build
 from tasks.likelihoods import gaussian_nll
@@ -107,6 +109,8 @@ def sampler_module(sampler: L2EConfig | KineticConfig) -> SamplerFunctions:
     l2e.l2e's (this module's `build_kernel`, looked up at call time so tests can substitute it)."""
     if isinstance(sampler, KineticConfig):
         return SamplerFunctions(kinetic_init, kinetic_kernel)
+    if isinstance(sampler, MetaSGMCMCConfig):
+        return SamplerFunctions(meta_sgmcmc_init, meta_sgmcmc_kernel)
     return SamplerFunctions(l2e_init, build_kernel)
 
 
@@ -170,7 +174,7 @@ def ce_fn(task: Task):
     return lambda samples, x, y: -jnp.mean(_log_likelihoods(task, samples, x, y))
 
 
-OBJECTIVE_FNS = {"bma": bma_nll_fn, "ce": ce_fn}
+OBJECTIVE_FNS = {"bma": bma_nll_fn, "ce": ce_fn, **EXTRA_OBJECTIVE_FNS}  # + "ksd", "stein_kl"
 
 
 def member_meta_loss(cache: ProgramCache, spec: TaskSpec, objective: str = "bma"):

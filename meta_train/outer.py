@@ -17,6 +17,7 @@ from evosax.core.fitness_shaping import identity_fitness_shaping_fn
 
 from meta_train.config import ESConfig, MetaTrainConfig
 from meta_train.es import ProgramCache, evaluate_population, outer_keys
+from meta_train.estimators import TruncatedEstimator
 
 
 def divergence_penalty_shaping(penalty: float, shaping_fn: Callable = identity_fitness_shaping_fn) -> Callable:
@@ -35,9 +36,12 @@ def outer_optimizer(es: ESConfig) -> optax.GradientTransformation:
     return optax.chain(optax.clip_by_global_norm(es.clip_norm), optax.adam(es.lr, b1=0.9, b2=0.999, eps=1e-8))
 
 
-def make_strategy(es: ESConfig, meta_params) -> Open_ES:
+def make_strategy(es: ESConfig, meta_params) -> Open_ES | TruncatedEstimator:
     """Open_ES over pytrees shaped like `meta_params`: antithetic, σ constant, the divergence penalty then
-    identity fitness shaping."""
+    identity fitness shaping; for es.estimator "truncated", "pes" or "backprop" a meta_train.estimators
+    TruncatedEstimator instead."""
+    if es.estimator != "antithetic":
+        return TruncatedEstimator(es, meta_params)
     return Open_ES(
         population_size=es.population,
         solution=meta_params,
@@ -85,6 +89,8 @@ def outer_step(strategy: Open_ES, es_params, es_state, config: MetaTrainConfig, 
     The log row holds "t_kin" (each member's kinetic
     temperature over the sampling window) when config.objective.log_temperature. FloatingPointError if the new
     meta-parameters are not finite."""
+    if isinstance(strategy, TruncatedEstimator):  # truncated ES / PES / backprop: one segment per iteration
+        return OuterStep(*strategy.outer_step(es_state, config, iteration, cache, progress))
     t0 = time.perf_counter()
     keys = outer_keys(config.seed, iteration)
     spec = config.tasks.sample(keys.task)
