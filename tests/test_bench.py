@@ -71,7 +71,7 @@ def test_step_cost_per_family_harness():
     from tasks.models import MLP
 
     fam = Family("tiny-mlp", lambda: MLP(10, (16,)), (8, 8, 1), 16, 100)
-    r = measure_family(fam, samplers=("sgld", "learned"), calls=2, repeats=1, variants=("bf16",))
+    r = measure_family(fam, samplers=("sgld", "learned"), calls=2, repeats=1, variants=("bf16", "chunk512"))
     rows = {row["sampler"]: row for row in r["rows"]}
     assert rows["sghmc"]["time_ratio"] == 1.0 and rows["sghmc"]["flop_ratio"] == 1.0
     assert {"sghmc", "sgld", "l2e (paper-form)", "kinetic"} <= set(rows)
@@ -80,4 +80,6 @@ def test_step_cost_per_family_harness():
     assert _ok(rows["l2e (paper-form)"]["meta_gflops"]) and _ok(rows["kinetic"]["meta_share"])
     bf16 = next(v for v in r["variants"] if v["variant"] == "bf16")
     assert _ok(bf16["ratio_to_f32"]) and 0 < bf16["alpha rel_l2"] < 0.05
+    chunked = next(v for v in r["variants"] if v["variant"] == "chunk512")  # d = 1,210: 3 chunks, same numbers
+    assert chunked["alpha rel_l2"] < 1e-6 and chunked["beta2 rel_l2"] < 1e-6
     assert "| tiny-mlp |" in markdown([r], {"n": 1, "median": 1.0, "best": 1.0})
