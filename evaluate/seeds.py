@@ -60,10 +60,16 @@ def aggregate(values: list) -> tuple[Any, Any]:
 
 
 def _curve(curves: list) -> dict | None:
-    """Elementwise mean of per-seed curves plus "<metric>_sd" (sd over seeds, ddof 1) for every metric list."""
+    """Elementwise mean of per-seed curves plus "<metric>_sd" (sd over seeds, ddof 1) for every metric list.
+    Curves of different lengths (a seed whose divergent samples were dropped) are averaged over the sample counts
+    every seed has (their common first points)."""
     present = [c for c in curves if c]
     if not present:
         return None
+    lengths = {len(c["num_samples"]) for c in present if isinstance(c.get("num_samples"), list)}
+    if len(lengths) > 1:
+        n = min(lengths)
+        present = [{k: v[:n] if isinstance(v, list) else v for k, v in c.items()} for c in present]
     mean, _ = aggregate(present)
     if len(present) >= 2:
         for key, value in list(mean.items()):

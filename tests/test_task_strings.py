@@ -306,3 +306,11 @@ def test_readme_section_runs(tmp_path, monkeypatch, capsys):
     report = (out / "report.md").read_text()
     assert "likelihood regression (inferred: non-integer targets in key 'y_train')" in report
     assert "runs/mine/report.md" in text and "Held out:" in report
+
+
+def test_seed_curves_of_different_lengths_average_their_common_points():
+    """A seed whose divergent sample was dropped has a shorter BMA curve (found with --task uci:... --seeds 0,1)."""
+    from evaluate.seeds import _curve
+
+    c = _curve([{"num_samples": [1], "lppd": [-1.0]}, {"num_samples": [1, 2], "lppd": [-2.0, -3.0]}])
+    assert c["num_samples"] == [1] and c["lppd"] == [-1.5] and len(c["lppd_sd"]) == 1
