@@ -108,6 +108,9 @@ REFERENCE_TASKS = (
      "architecture (8x8 digit images with an MLP 32; meta-training saw only CNNs)"),
     (TaskSpec("mnist", ModelSpec("mlp", hidden=(8,)), max_train=10000),
      "dataset+architecture (MNIST, first 10,000 training images: 8,000 train; MLP 8; meta-training saw digits CNNs)"),
+    (TaskSpec("mnist", ModelSpec("mlp", hidden=()), max_train=10000),
+     "dataset+architecture (MNIST, first 10,000 training images: 8,000 train; softmax regression, 7,850 parameters, "
+     "whose posterior NUTS can converge on; meta-training saw digits CNNs)"),
 )
 """The tasks of the committed NUTS references (results/references/; `python -m evaluate reference --preset
 references`), in the order that fixes their keys (task t: fold_in(PRNGKey(0), t)), with why each is held out."""

@@ -241,8 +241,8 @@ def test_function_space_rhat_flags_chains_that_disagree():
 def test_committed_references_load_for_their_tasks():
     """results/references (README there) holds one NUTS reference per task of evaluate.reference.REFERENCE_TASKS:
     each loads for its task (spec, test data and row order checked by load_references) with its dispersion
-    statistics; the UCI one meets the function-space convergence bar of issue 12 (max split R̂ < 1.05, no
-    divergence)."""
+    statistics; the UCI one and the MNIST softmax-regression one meet the function-space convergence bar of
+    issue 12 (max split R̂ < 1.05, no divergence)."""
     from evaluate.config import EvalConfig
     from evaluate.reference import REFERENCE_TASKS
 
@@ -261,3 +261,6 @@ def test_committed_references_load_for_their_tasks():
         assert ref["metadata"]["key"].endswith("of preset 'references')")
     uci = refs[names[0]]["metadata"]
     assert uci["kind"] == "regression" and uci["function_space"]["split_rhat"]["max"] < 1.05 and uci["num_divergent"] == 0
+    mnist = refs["mnist/mlp-linear-n10000"]["metadata"]  # the converged reference harder than digits/mlp-32
+    assert mnist["function_space"]["split_rhat"]["max"] < 1.05 and mnist["num_divergent"] == 0
+    assert mnist["data"]["train"] == 8000 and mnist["weight_space"]["num_params"] == 7850
