@@ -246,8 +246,12 @@ def test_cli_bad_input(case, tmp_path):
     print(f"{case}: {lines[0]}")
 
 
-def test_at_least_fifteen_cases():
-    assert len(CASES) >= 15
+def test_cases_cover_both_clis_and_name_distinct_problems():
+    """The table exercises both CLIs, and no two cases expect the same error text (each names its own problem)."""
+    tools = [tool for tool, _, _ in CASES.values()]
+    expected = [text for _, _, text in CASES.values()]
+    assert {"meta_train", "evaluate"} <= set(tools)
+    assert all(text.strip() for text in expected) and len(set(expected)) == len(expected)
 
 
 # --------------------------------------------------------------------------- the reference loader

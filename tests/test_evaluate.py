@@ -164,10 +164,9 @@ def _cli(*args, cwd=REPO):
 
 def _one_line_error(proc) -> str:
     assert proc.returncode == 2, proc.stderr
-    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-    assert lines and lines[-1].startswith("error: "), proc.stderr
-    assert "Traceback" not in proc.stderr
-    return lines[-1]
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr  # exactly one line, nothing else
+    return lines[0]
 
 
 def test_cli_unknown_preset(tmp_path):

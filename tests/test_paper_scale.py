@@ -59,9 +59,10 @@ def test_meta_training_independent_of_device_count(tmp_path, execution):
     if execution == "sequential":  # the same single-member programs, one per device
         assert [r["fitness"] for r in log1] == [r["fitness"] for r in log4]
         np.testing.assert_array_equal(one, four)
-    else:  # a vmapped batch of 4 members vs 1 per device: batched kernels may round differently (measured 2e-7)
+    else:  # a vmapped batch of 4 members vs 1 per device: batched kernels may round differently (README: 6e-7;
+        # asserted with a margin of about 3x)
         np.testing.assert_allclose([r["fitness"] for r in log1], [r["fitness"] for r in log4], rtol=1e-6)
-        np.testing.assert_allclose(one, four, rtol=0, atol=1e-4)
+        np.testing.assert_allclose(one, four, rtol=0, atol=2e-6)
 
 
 EVAL_SCRIPT = textwrap.dedent("""
@@ -101,7 +102,7 @@ def test_evaluation_chains_independent_of_device_count(tmp_path):
     np.testing.assert_array_equal(out[1]["de"], out[4]["de"])
     np.testing.assert_array_equal(out[1]["pred"], out[4]["pred"])
     np.testing.assert_array_equal(out[1]["nuts"], out[4]["nuts"])
-    np.testing.assert_allclose(out[1]["mile"], out[4]["mile"], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(out[1]["mile"], out[4]["mile"], rtol=0, atol=2e-6)  # README: 6e-7; margin ~3x
 
 
 def test_population_mesh_divides_population():
@@ -161,7 +162,7 @@ def test_two_process_distributed_run_matches_single_process(tmp_path):
     diff = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in
                zip(jax.tree.leaves(pm), jax.tree.leaves(ps)))
     print("max |Δφ| 2 processes vs 1:", diff)
-    assert diff < 1e-4
+    assert diff < 2e-6  # README: 6.4e-7 (measured); margin ~3x
 
 # ----------------------------------------------------------------------------- the paper preset
 

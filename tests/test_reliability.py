@@ -177,7 +177,8 @@ def _check_divergence_run(out: Path, summary: dict, expect_divergent: bool, pena
 
 def test_nan_gradients_get_the_penalty_and_meta_params_stay_finite(tmp_path, monkeypatch):
     """NaN gradients in every member: every member gets the worst-case fitness (the penalty), the ES
-    gradient is then zero and the meta-parameters stay finite (in fact unchanged)."""
+    outer step is skipped (meta_train.outer: no member finite, no update) and the meta-parameters stay exactly
+    unchanged."""
     import meta_train.es as es
 
     real = es.build_kernel
@@ -190,6 +191,10 @@ def test_nan_gradients_get_the_penalty_and_meta_params_stay_finite(tmp_path, mon
     cfg = apply_overrides(TINY, ["num_outer=2"])
     summary = meta_train(cfg, tmp_path / "nan", progress=False)
     rows = _check_divergence_run(tmp_path / "nan", summary, expect_divergent=True)
+    from meta_train.train import initial_meta_params
+
+    for a, b in zip(jax.tree.leaves(summary["meta_params"]), jax.tree.leaves(initial_meta_params(cfg))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # no member finite: no update at all
     assert all(r["divergent_members"] == cfg.es.population and r["meta_loss"] is None for r in rows)
     assert all(r["loss_plus"] == [None] and r["fitness"] == [cfg.es.divergence_penalty] * 2 for r in rows)
     text = (tmp_path / "nan" / "log.jsonl").read_text()
