@@ -27,7 +27,7 @@ from tasks import ModelSpec, TaskSpec
 
 def es_throughput(populations=(2, 4, 8), steps: int = 100, repeats: int = 3, spec: TaskSpec | None = None,
                   modes=("sequential", "vmap")) -> dict:
-    cfg = PRESETS["default"]
+    cfg = PRESETS["paper-form"]
     spec = spec or TaskSpec("digits", ModelSpec("cnn", channels=8, depth=2))
     num_samples = max(1, min(cfg.inner.num_samples, steps // cfg.inner.thinning))
     sched = cfg.inner.__class__(num_steps=steps, num_samples=num_samples, thinning=cfg.inner.thinning,

@@ -41,7 +41,7 @@ def ess_per_second(chains: int = 4, steps: int = 1000, spec: TaskSpec | None = N
     task = build_task(spec)
     _, y = split_data(task, "test")
     y = np.asarray(y)
-    phi, sampler, _ = l2e.load_meta_params()
+    phi, sampler, _ = l2e.load_meta_params("paper-form")
     methods = {
         "l2e": (run_l2e, {"learning_rate": 0.5, "meta_params": phi, "sampler": sampler}),
         "csghmc": (run_csghmc, {"learning_rate": 0.1}),

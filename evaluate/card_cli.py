@@ -12,19 +12,26 @@ from evaluate.card import CardConfig, _hand_designed, card_markdown, learned_bui
 from l2e.io import ConfigError, apply_overrides, atomic_write_text
 
 
-def card_samplers(sampler_path=None, released_path=None, learned=learned_builder) -> tuple[dict, list[str]]:
-    """(name -> builder, notes): the hand-designed samplers, the shipped L2E and Kinetic-L2E, a user checkpoint (`sampler_path`)
-    and the authors' released L2E (`released_path`, default `default_released_path()`; skipped with a note when
-    absent); `learned(meta_params, config, factory)` builds the learned samplers' builders (factory: l2e.l2e, l2e.kinetic)."""
+def card_samplers(sampler_path=None, released_path=None, learned=learned_builder,
+                  freeze_step: int = 1) -> tuple[dict, list[str]]:
+    """(name -> builder, notes): the hand-designed samplers, the shipped paper-form L2E, Kinetic-L2E and Mass-L2E,
+    a user checkpoint (`sampler_path`) and the authors' released L2E (`released_path`, default
+    `default_released_path()`; skipped with a note when absent); `learned(meta_params, config, factory)` builds the
+    learned samplers' builders (factory: l2e.l2e, l2e.kinetic, l2e.mass).  freeze_step: the update at which a
+    sampler that freezes constants before sampling (Mass-L2E) freezes them (the card's burn-in)."""
+    import dataclasses
+
     from l2e.released import load_released
 
     samplers, notes = dict(_hand_designed()), []
     from l2e.checkpoint import KINDS, sampler_kind
 
-    checkpoints = [("l2e (shipped)", None), ("kinetic (shipped)", "kinetic")]
+    checkpoints = [("l2e (paper-form)", "paper-form"), ("kinetic (shipped)", "kinetic"), ("mass (shipped)", "mass")]
     checkpoints += [(f"learned ({sampler_path})", sampler_path)] if sampler_path is not None else []
     for label, where in checkpoints:
         params, config, meta = l2e.load_meta_params(where)
+        if hasattr(config, "freeze_step"):
+            config = dataclasses.replace(config, freeze_step=max(1, int(freeze_step)))
         samplers[label] = learned(params, config, KINDS[sampler_kind(meta)].factory)
     path = Path(released_path) if released_path is not None else default_released_path()
     if path.exists():
@@ -40,7 +47,7 @@ def card_samplers(sampler_path=None, released_path=None, learned=learned_builder
 def run_card(out: Path, sampler_path=None, released_path=None, overrides=(), progress=None) -> dict:
     """Validate everything, run the card, write card.json / card.md / card.png into `out` (created)."""
     cfg = apply_overrides(CardConfig(), list(overrides)).check()
-    samplers, notes = card_samplers(sampler_path, released_path)
+    samplers, notes = card_samplers(sampler_path, released_path, freeze_step=cfg.burn_in)
     card = sampler_card(samplers, cfg, progress=progress)
     card["notes"] = notes
     out.mkdir(parents=True, exist_ok=True)
@@ -57,7 +64,8 @@ def run_analytic_card(out: Path, sampler_path=None, released_path=None, override
     from evaluate import card_analytic as ca
 
     cfg = apply_overrides(ca.LARGE if large else ca.AnalyticConfig(), list(overrides)).check()
-    samplers, notes = card_samplers(sampler_path, released_path, learned=learned_builder_traced)
+    freeze = cfg.burn_in or cfg.num_steps // 10  # Mass-L2E needs a burn-in to set its constants from
+    samplers, notes = card_samplers(sampler_path, released_path, freeze_step=freeze)
     res = ca.run_analytic(cfg, {**samplers, **ca.smile_builders()}, progress)
     res["notes"] = notes
     out.mkdir(parents=True, exist_ok=True)

@@ -175,7 +175,8 @@ _EVERY_METHOD_GRID = dict(
     l2e=dict(lrs=(0.25, 0.5, 1.0)), deep_ensemble=dict(lrs=(0.003, 0.01, 0.03, 0.1)),
     psgld=dict(lrs=(0.0003, 0.001, 0.003)), fsghmc=dict(lrs=(0.003, 0.01, 0.03, 0.1)),
     noisy_de=dict(lrs=(0.003, 0.01, 0.03, 0.1)), sghmc_tempered=dict(lrs=(0.01, 0.03), temperatures=(1.0, 0.1)),
-    l2e_released=dict(lrs=(0.25, 0.5, 1.0)))
+    l2e_released=dict(lrs=(0.25, 0.5, 1.0)), l2e_mass=dict(lrs=(0.003, 0.01, 0.03, 0.1)),
+    l2e_kinetic=dict(lrs=(0.003, 0.01, 0.03, 0.1)))
 """Tuning grids of the `regression_1d` preset (the other registered methods: their defaults)."""
 
 FULL_GRID_POINTS = 4

@@ -71,9 +71,10 @@ TEMPERATURE_NOTE = ("temperature: the T each method ran at (1 for the posterior 
 
 
 def load_l2e(sampler_path=None) -> dict:
-    """{"meta_params", "sampler" (L2EConfig), "path", "meta"} from a checkpoint (None: the shipped one)."""
-    meta_params, sampler, meta = l2e.load_meta_params(sampler_path)
-    path = str(sampler_path) if sampler_path is not None else "shipped"
+    """{"meta_params", "sampler", "path", "meta"} from a checkpoint (None: the shipped paper-form L2E, the `l2e`
+    method's sampler; the shipped default Mass-L2E is the method `l2e_mass`)."""
+    meta_params, sampler, meta = l2e.load_meta_params(sampler_path if sampler_path is not None else "paper-form")
+    path = str(sampler_path) if sampler_path is not None else "paper-form (shipped)"
     return {"meta_params": meta_params, "sampler": sampler, "path": path, "meta": meta}
 
 
@@ -113,7 +114,7 @@ def run_task_method(task, task_key, method: str, cfg: EvalConfig, samplers: dict
     m = get_method(method)
     extra = {}
     if m.needs_sampler:
-        extra = _sampler_hp(samplers["l2e"])
+        extra = _sampler_hp(samplers[m.needs_sampler if isinstance(m.needs_sampler, str) else "l2e"])
     if m.needs_released:
         extra = _sampler_hp(samplers["released"])
     if m.warm_start:
@@ -245,8 +246,10 @@ def evaluate(cfg: EvalConfig, out_dir=None, sampler_path=None, progress: bool = 
     cfg.check_budget()
     cfg, skipped, released = _released_input(cfg, released_path, released)
     samplers = {} if released is None else {"released": released}
-    if any(get_method(m).needs_sampler for m in cfg.methods):
+    if any(get_method(m).needs_sampler is True for m in cfg.methods):
         samplers["l2e"] = sampler if sampler is not None else load_l2e(sampler_path)  # fail fast
+    for name in {get_method(m).needs_sampler for m in cfg.methods} - {True, False}:  # shipped checkpoints by name
+        samplers[name] = load_l2e(name)
     task_cache = TaskCache()
     tasks = [build(spec, task_cache) for spec in cfg.tasks]  # dataset errors surface here
     refs = load_references(references, cfg.task_names(), tasks)

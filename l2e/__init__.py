@@ -6,7 +6,7 @@ return a `FullBatchAlgorithm`.
 """
 from l2e import cyclical as _cyclical, fsgmcmc as _fsgmcmc, l2e as _l2e, psgld as _psgld  # noqa: I001
 from l2e import kinetic as _kinetic, sghmc as _sghmc, sgld as _sgld, sgnht as _sgnht
-from l2e import meta_sgmcmc as _meta_sgmcmc
+from l2e import mass as _mass, meta_sgmcmc as _meta_sgmcmc
 from l2e.chains import ChainResult, ChainSchedule, make_chunk, run_chain
 from l2e.cyclical import CyclicalInfo, CyclicalState, cyclical_schedule, is_sampling_step
 from l2e.fsgmcmc import (
@@ -15,6 +15,7 @@ from l2e.fsgmcmc import (
 )
 from l2e.kinetic import KineticConfig, KineticInfo, KineticState
 from l2e.l2e import L2EConfig, L2EInfo, L2EState, build_kernel
+from l2e.mass import MassConfig, MassInfo, MassState
 from l2e.mclmc import MILEInfo, ess_geyer, mclmc_sampler, mile
 from l2e.meta_sgmcmc import MetaSGMCMCConfig, MetaSGMCMCInfo, MetaSGMCMCState
 from l2e.meta_model import DECAYS, FEATURE_NAMES, MetaMLP, features, init_meta_params
@@ -34,6 +35,7 @@ fsghmc = SamplerAPI(_fsgmcmc.fsghmc, _fsgmcmc.init_fsghmc, _fsgmcmc.build_fsghmc
 l2e = SamplerAPI(_l2e.l2e, _l2e.init, _l2e.build_kernel, _l2e)
 kinetic = SamplerAPI(_kinetic.kinetic, _kinetic.init, _kinetic.build_kernel, _kinetic)
 meta_sgmcmc = SamplerAPI(_meta_sgmcmc.meta_sgmcmc, _meta_sgmcmc.init, _meta_sgmcmc.build_kernel, _meta_sgmcmc)
+mass = SamplerAPI(_mass.mass, _mass.init, _mass.build_kernel, _mass)
 
 __all__ = [
     "ChainResult", "ChainSchedule", "CyclicalInfo", "CyclicalState", "DECAYS", "FEATURE_NAMES", "FSGHMCInfo",
@@ -42,7 +44,7 @@ __all__ = [
     "SGHMCState", "SGLDInfo", "SGLDState", "SGNHTInfo", "SGNHTState", "SamplerAPI", "SamplingAlgorithm",
     "build_kernel", "cyclical_schedule", "cyclical_sghmc", "ess_geyer", "features", "fsghmc", "fsgld",
     "functional_posterior", "init_meta_params", "is_sampling_step", "kinetic", "KineticConfig", "KineticInfo",
-    "KineticState", "l2e", "make_chunk", "mclmc_sampler", "meta_sgmcmc", "MetaSGMCMCConfig", "MetaSGMCMCInfo",
+    "KineticState", "l2e", "make_chunk", "mass", "MassConfig", "MassInfo", "MassState", "mclmc_sampler", "meta_sgmcmc", "MetaSGMCMCConfig", "MetaSGMCMCInfo",
     "MetaSGMCMCState", "mile",
     "per_class_kernel", "psgld", "rbf_kernel", "run_chain", "sghmc", "sgld", "sgnht",
 ]

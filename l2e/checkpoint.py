@@ -11,7 +11,7 @@ Writing is two-phase, so a process killed at any point never leaves a partial st
 goes into a staging directory `<root>/.tmp-<step>`, which is fsynced and renamed to `<root>/<step>` (atomic on
 POSIX). Only digit-named directories holding all items are read; `clean_staging` removes leftovers.
 
-`load_sampler(name_or_path)` accepts a shipped name (`SHIPPED`: "default", "paper-form", "kinetic"), a
+`load_sampler(name_or_path)` accepts a shipped name (`SHIPPED`: "default" = "mass", "paper-form", "kinetic"), a
 meta-training output directory, its `checkpoints/` directory (latest step taken) or one step directory; with
 none it loads the shipped "default". The sampler it returns is the checkpoint's kind (`KINDS`).
 """
@@ -31,6 +31,8 @@ import numpy as np
 
 from l2e.io import ConfigError, atomic_write_json, dataclass_from_dict, fsync_dir, one_line
 from l2e.kinetic import KineticConfig, kinetic
+from l2e import kinetic as kinetic_module, l2e as l2e_module, mass as mass_module
+from l2e.mass import NUM_MASS_FEATURES, MassConfig, mass
 from l2e.l2e import L2EConfig, l2e
 from l2e.meta_model import NUM_FEATURES, NUM_THETA_FEATURES
 from l2e.types import Posterior, PyTree, SamplingAlgorithm
@@ -39,23 +41,27 @@ from l2e.types import Posterior, PyTree, SamplingAlgorithm
 ITEMS = ("es_state", "meta_params", "meta")
 KEEP_CHECKPOINTS = 3
 
-SHIPPED = {"default": "default", "paper-form": "default", "kinetic": "kinetic"}
-"""Shipped name -> directory under the `checkpoints` package. "default" is the paper-form L2E (the sampler the
-golden smoke evaluation runs); "paper-form" names it explicitly; "kinetic" is the meta-trained Kinetic-L2E."""
+SHIPPED = {"default": "mass", "mass": "mass", "paper-form": "paper_form", "kinetic": "kinetic"}
+"""Shipped name -> directory under the `checkpoints` package. "default" is Mass-L2E (`l2e.mass`, correct by
+construction, meta-trained by `python -m meta_train --preset default`), also named "mass"; "paper-form" is the
+paper-form L2E (the sampler of the evaluation's `l2e` method and of the golden smoke evaluation); "kinetic" is the
+meta-trained Kinetic-L2E."""
 
 
 class LearnedKind(NamedTuple):
-    """A learned sampler kind as stored in checkpoints: its config class, factory(posterior, meta_params, config)
-    and the meta-model's input / output widths."""
+    """A learned sampler kind as stored in checkpoints: its config class, factory(posterior, meta_params, config),
+    the meta-model's input / output widths and the sampler module (its `init`, `build_kernel`)."""
 
     config: type
     factory: Callable[..., SamplingAlgorithm]
     inputs: int
     outputs: int
+    module: Any = None
 
 
-KINDS = {"l2e": LearnedKind(L2EConfig, l2e, NUM_FEATURES, 2),
-         "kinetic": LearnedKind(KineticConfig, kinetic, NUM_THETA_FEATURES, 1)}
+KINDS = {"l2e": LearnedKind(L2EConfig, l2e, NUM_FEATURES, 2, l2e_module),
+         "kinetic": LearnedKind(KineticConfig, kinetic, NUM_THETA_FEATURES, 1, kinetic_module),
+         "mass": LearnedKind(MassConfig, mass, NUM_MASS_FEATURES, 2, mass_module)}
 
 
 class CheckpointError(ValueError):
@@ -177,7 +183,7 @@ def load_meta_params(name_or_path: str | Path | None = None) -> tuple[PyTree, An
 
 
 def load_sampler(name_or_path: str | Path | None = None, *, posterior: Posterior, **overrides) -> SamplingAlgorithm:
-    """A ready learned sampler for `posterior` from a checkpoint: a shipped name ("default", "paper-form",
+    """A ready learned sampler for `posterior` from a checkpoint: a shipped name ("default" = "mass", "paper-form",
     "kinetic"), a run / checkpoints / step directory, or None (the shipped "default"). The sampler is the
     checkpoint's kind (an `l2e.l2e` or an `l2e.kinetic` sampler).
 

@@ -10,6 +10,7 @@ from l2e.chains import ChainSchedule
 from l2e.io import ConfigError, apply_overrides, check_seed, dataclass_from_dict
 from l2e.kinetic import KineticConfig
 from l2e.l2e import L2EConfig
+from l2e.mass import MassConfig
 from l2e.meta_sgmcmc import MetaSGMCMCConfig
 from tasks.distribution import TaskDistribution
 
@@ -91,7 +92,7 @@ class ObjectiveConfig:
             raise ConfigError(f"objective.burn_in must be ≥ 0, got {self.burn_in}")
 
 
-SAMPLER_KINDS = ("l2e", "kinetic", "meta_sgmcmc")
+SAMPLER_KINDS = ("l2e", "kinetic", "meta_sgmcmc", "mass")
 META_INITS = ("sghmc", "random")
 
 
@@ -101,10 +102,12 @@ class MetaTrainConfig:
 
     sampler_kind: the learned sampler meta-trained — "l2e" (the paper-form step, configured by `sampler`) or
     "kinetic" (Kinetic-L2E, l2e.kinetic, configured by `kinetic`) or "meta_sgmcmc" (l2e.meta_sgmcmc, configured by
-    `meta_sgmcmc`; `hidden` sizes both heads, (10,) in the public code); the other groups are not used.
+    `meta_sgmcmc`; `hidden` sizes both heads, (10,) in the public code) or "mass" (Mass-L2E, l2e.mass, configured by
+    `mass`, whose freeze_step is set to the first update of the sampling window); the other groups are not used.
     meta_init: "random" (haiku-style init, as the paper) or "sghmc": for "l2e" the MLP first fitted to
     α ≈ 0, β ≈ normalised momentum (l2e.meta_model.sghmc_like_meta_params); for "kinetic" the μ-MLP's output
-    layer set to 0, so μ ≡ 0 and the step is exactly SGHMC (l2e.meta_model.init_mu_params).
+    layer set to 0, so μ ≡ 0 and the step is exactly SGHMC (l2e.meta_model.init_mu_params); for "mass" likewise
+    the output layer at 0 (M ≡ 1, C_i ≡ C: SGHMC; l2e.mass.init_mass_params).
     objective: the meta-objective and its sampling window (ObjectiveConfig).
     """
 
@@ -122,6 +125,7 @@ class MetaTrainConfig:
     kinetic: KineticConfig = KineticConfig()
     objective: ObjectiveConfig = ObjectiveConfig()
     meta_sgmcmc: MetaSGMCMCConfig = MetaSGMCMCConfig()
+    mass: MassConfig = MassConfig()
 
     def __post_init__(self):
         check_seed(self.seed)
@@ -146,11 +150,14 @@ class MetaTrainConfig:
                               f"inner.num_steps ({s})")
 
     @property
-    def sampler_config(self) -> L2EConfig | KineticConfig | MetaSGMCMCConfig:
+    def sampler_config(self) -> L2EConfig | KineticConfig | MetaSGMCMCConfig | MassConfig:
         """The configuration of the sampler being meta-trained (`sampler`, `kinetic` or `meta_sgmcmc`, by
         sampler_kind)."""
         if self.sampler_kind == "meta_sgmcmc":
             return self.meta_sgmcmc
+        if self.sampler_kind == "mass":  # M and C_i freeze at the first update of the sampling window
+            sched = self.schedule
+            return dataclasses.replace(self.mass, freeze_step=max(1, sched.num_steps - sched.num_samples * sched.thinning))
         return self.kinetic if self.sampler_kind == "kinetic" else self.sampler
 
     @property

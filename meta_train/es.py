@@ -33,6 +33,7 @@ from jax.sharding import Mesh
 from l2e.chains import ChainSchedule, make_chunk, run_chain
 from l2e.devices import DeviceDataCache, member_device, per_member, population_mesh, replicate, shard_population
 from l2e.kinetic import KineticConfig, build_kernel as kinetic_kernel, init as kinetic_init
+from l2e.mass import MassConfig, build_kernel as mass_kernel, init as mass_init
 from l2e.l2e import L2EConfig, build_kernel, init as l2e_init
 from l2e.meta_sgmcmc import MetaSGMCMCConfig, build_kernel as meta_sgmcmc_kernel, init as meta_sgmcmc_init
 from l2e.types import tree_size
@@ -111,6 +112,8 @@ def sampler_module(sampler: L2EConfig | KineticConfig) -> SamplerFunctions:
         return SamplerFunctions(kinetic_init, kinetic_kernel)
     if isinstance(sampler, MetaSGMCMCConfig):
         return SamplerFunctions(meta_sgmcmc_init, meta_sgmcmc_kernel)
+    if isinstance(sampler, MassConfig):
+        return SamplerFunctions(mass_init, mass_kernel)
     return SamplerFunctions(l2e_init, build_kernel)
 
 

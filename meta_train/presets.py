@@ -4,6 +4,7 @@ from __future__ import annotations
 from l2e.chains import ChainSchedule
 from l2e.kinetic import KineticConfig
 from l2e.l2e import L2EConfig
+from l2e.mass import MassConfig
 from meta_train.config import ESConfig, MetaTrainConfig, ObjectiveConfig
 from tasks.distribution import TaskDistribution
 
@@ -22,8 +23,9 @@ PRESETS: dict[str, MetaTrainConfig] = {
         inner=ChainSchedule(num_steps=40, num_samples=3, thinning=5, batch_size=32, chunk=2),
         tasks=TaskDistribution(datasets=("digits",), channels=(4,), depths=(1,), residual=(False,)),
     ),
-    # the embedded default: offline data (sklearn digits + generated images), ≤ 10 minutes on 2 CPU cores
-    "default": MetaTrainConfig(
+    # the paper-form L2E on the embedded data (sklearn digits + generated images), ≤ 10 minutes on 2 CPU cores: the
+    # shipped "paper-form" sampler (checkpoints/paper_form; the default preset before Mass-L2E)
+    "paper-form": MetaTrainConfig(
         num_outer=300, meta_loss_examples=256, checkpoint_every=25,
         sampler=L2EConfig(learning_rate=0.5, alpha_scale=0.1, beta_scale=0.1),
         inner=ChainSchedule(num_steps=300, num_samples=10, thinning=10, batch_size=64, chunk=2),
@@ -52,6 +54,20 @@ PRESETS: dict[str, MetaTrainConfig] = {
     "kinetic": MetaTrainConfig(
         num_outer=300, meta_loss_examples=256, checkpoint_every=25, sampler_kind="kinetic",
         kinetic=KineticConfig(learning_rate=0.1, friction=10.0, temperature=1.0, mu_scale=1.0),
+        objective=ObjectiveConfig(kind="bma", burn_in=100, log_temperature=True),
+        inner=ChainSchedule(num_steps=300, num_samples=10, thinning=10, batch_size=64, chunk=2),
+        tasks=TaskDistribution(datasets=("digits", "synthetic_images"), channels=(4, 8), depths=(1, 2),
+                               residual=(False, True)),
+    ),
+    # the embedded default (offline data: sklearn digits + generated images; ≤ 10 minutes on 2 CPU cores), the
+    # shipped "default" sampler: Mass-L2E (l2e.mass, correct by construction: SGHMC whose diagonal mass M and
+    # per-coordinate friction C_i a per-coordinate MLP sets from burn-in gradient statistics, frozen for the sampling
+    # window) on {digits, synthetic_images} CNNs, at SGHMC's step and friction of the evaluation grids (lr 0.1, C 10);
+    # φ₀: output layer 0 (exactly SGHMC); meta-loss: BMA NLL of 10 samples spread over the window after 100 burn-in
+    # steps (M, C_i freeze at update 100); T_kin of every member logged
+    "default": MetaTrainConfig(
+        num_outer=300, meta_loss_examples=256, checkpoint_every=25, sampler_kind="mass", hidden=(16,),
+        mass=MassConfig(learning_rate=0.1, friction=10.0, temperature=1.0),
         objective=ObjectiveConfig(kind="bma", burn_in=100, log_temperature=True),
         inner=ChainSchedule(num_steps=300, num_samples=10, thinning=10, batch_size=64, chunk=2),
         tasks=TaskDistribution(datasets=("digits", "synthetic_images"), channels=(4, 8), depths=(1, 2),

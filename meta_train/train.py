@@ -13,6 +13,7 @@ import jax
 from tqdm.auto import tqdm
 
 from l2e.meta_model import init_meta_params, init_mu_params, sghmc_like_meta_params
+from l2e.mass import init_mass_params
 from l2e.meta_sgmcmc import init_meta_params as init_meta_sgmcmc_params
 from meta_train.config import ConfigError, MetaTrainConfig
 from meta_train.es import ProgramCache
@@ -41,6 +42,8 @@ def initial_meta_params(config: MetaTrainConfig):
     k_meta = jax.random.fold_in(jax.random.PRNGKey(config.seed), -1 % 2**31)
     if config.sampler_kind == "meta_sgmcmc":  # "sghmc": Q ≡ 1, D ≡ C (SGHMC); "random": haiku-style heads
         return init_meta_sgmcmc_params(k_meta, config.hidden, sghmc_like=config.meta_init == "sghmc")
+    if config.sampler_kind == "mass":  # "sghmc": output layer 0 (M ≡ 1, C_i ≡ C: SGHMC)
+        return init_mass_params(k_meta, config.hidden, zero_output=config.meta_init == "sghmc")
     if config.sampler_kind == "kinetic":
         return init_mu_params(k_meta, config.hidden, zero_output=config.meta_init == "sghmc")
     if config.meta_init == "sghmc":

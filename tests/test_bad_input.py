@@ -107,7 +107,7 @@ def unwritable_dir(root: Path) -> Path:
 
 def shipped_step_copy(root: Path, name: str) -> Path:
     step = root / name / "checkpoints" / "5"
-    shutil.copytree(l2e.checkpoint.resolve_step_dir(l2e.checkpoint.shipped_checkpoint()), step)
+    shutil.copytree(l2e.checkpoint.resolve_step_dir(l2e.checkpoint.shipped_checkpoint("paper-form")), step)
     return step.parents[1]
 
 

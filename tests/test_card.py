@@ -37,7 +37,7 @@ def test_sghmc_at_low_temperature_is_flagged_cold():
 def test_card_end_to_end_with_a_learned_sampler():
     import l2e
 
-    params, config, _ = l2e.load_meta_params(None)
+    params, config, _ = l2e.load_meta_params("paper-form")
     samplers = {"sghmc": _hand_designed()["sghmc"], "l2e (shipped)": learned_builder(params, config)}
     cfg = dataclasses.replace(CFG, num_steps=2_000, burn_in=500, num_chains=2)
     card = sampler_card(samplers, cfg, targets=default_targets()[:1])

@@ -101,7 +101,7 @@ def test_end_to_end_tiny_budget(tmp_path):
     import l2e
     from evaluate.card import _hand_designed, learned_builder
 
-    params, config, _ = l2e.load_meta_params(None)
+    params, config, _ = l2e.load_meta_params("paper-form")
     samplers = {"sghmc": _hand_designed()["sghmc"], **smile_builders(), "l2e (shipped)": learned_builder(params,
                                                                                                          config)}
     res = run_analytic(TINY, samplers, progress=lambda line: None)

@@ -10,16 +10,19 @@ import l2e
 from l2e.checkpoint import CheckpointError, check_meta_params, shipped_checkpoint
 
 
-def test_shipped_checkpoint_loads_and_steps():
-    if not shipped_checkpoint().exists():
-        pytest.fail(f"no shipped checkpoint at {shipped_checkpoint()}")
-    params, config, meta = l2e.load_meta_params()
-    assert sum(x.size for x in jax.tree.leaves(params)) == 1442
-    assert meta["iteration"] == meta["config"]["num_outer"]
+@pytest.mark.parametrize("name,size,kind", [("paper-form", 1442, "l2e"), ("default", 114, "mass")])
+def test_shipped_checkpoint_loads_and_steps(name, size, kind):
+    if not shipped_checkpoint(name).exists():
+        pytest.fail(f"no shipped checkpoint at {shipped_checkpoint(name)}")
+    params, config, meta = l2e.load_meta_params(name)
+    assert sum(x.size for x in jax.tree.leaves(params)) == size
+    assert meta["iteration"] == meta["config"]["num_outer"] and meta.get("sampler_kind", "l2e") == kind
     assert config.learning_rate > 0
     post = l2e.Posterior(lambda p, b: 0.5 * jax.numpy.sum((p - b) ** 2), lambda p: 0.0 * p.sum(), 100)
-    s = l2e.load_sampler(posterior=post, learning_rate=0.1)
-    st, info = s.step(jax.random.PRNGKey(0), s.init(jax.numpy.ones(5)), jax.numpy.zeros(5))
+    s = l2e.load_sampler(None if name == "default" else name, posterior=post, learning_rate=0.1)
+    st = s.init(jax.numpy.ones(5))
+    for t in range(3):
+        st, info = s.step(jax.random.PRNGKey(t), st, jax.numpy.zeros(5))
     assert np.all(np.isfinite(st.position)) and bool(info.is_finite)
 
 
@@ -32,12 +35,12 @@ def test_missing_checkpoint(tmp_path):
 
 def test_corrupt_checkpoint(tmp_path):
     step = tmp_path / "7"
-    shutil.copytree(l2e.checkpoint.resolve_step_dir(shipped_checkpoint()), step)
+    shutil.copytree(l2e.checkpoint.resolve_step_dir(shipped_checkpoint("paper-form")), step)
     (step / "meta" / "metadata").write_text("{not json")
     with pytest.raises(CheckpointError, match="corrupt checkpoint metadata"):
         l2e.load_meta_params(step)
     shutil.rmtree(step)
-    shutil.copytree(l2e.checkpoint.resolve_step_dir(shipped_checkpoint()), step)
+    shutil.copytree(l2e.checkpoint.resolve_step_dir(shipped_checkpoint("paper-form")), step)
     for f in (step / "meta_params").rglob("*"):
         if f.is_file() and f.name != "_METADATA":
             f.write_bytes(b"\0" * 7)
@@ -59,8 +62,9 @@ def test_meta_model_of_another_shape_is_refused():
 
 
 def test_shipped_checkpoint_is_package_data():
-    assert Path(shipped_checkpoint()).name == "default"
-    assert (shipped_checkpoint() / "PROVENANCE.md").is_file()
+    assert Path(shipped_checkpoint()).name == "mass" and Path(shipped_checkpoint("paper-form")).name == "paper_form"
+    for name in ("default", "paper-form", "kinetic"):
+        assert (shipped_checkpoint(name) / "PROVENANCE.md").is_file()
 
 
 def test_save_and_restore_round_trip_keeps_the_newest_steps(tmp_path):

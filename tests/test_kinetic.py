@@ -256,9 +256,11 @@ def test_kinetic_checkpoint_round_trip_and_kind(tmp_path):
 
 def test_shipped_names():
     default, cfg_d, _ = l2e.load_meta_params()
-    paper, cfg_p, _ = l2e.load_meta_params("paper-form")
-    np.testing.assert_array_equal(flat(default), flat(paper))
-    assert cfg_d == cfg_p and isinstance(cfg_d, l2e.L2EConfig)
+    mass, cfg_m, _ = l2e.load_meta_params("mass")
+    np.testing.assert_array_equal(flat(default), flat(mass))
+    assert cfg_d == cfg_m and isinstance(cfg_d, l2e.MassConfig)
+    _, cfg_p, _ = l2e.load_meta_params("paper-form")
+    assert isinstance(cfg_p, l2e.L2EConfig)
     with pytest.raises(CheckpointError):
         l2e.load_meta_params("no-such-name-or-path")
     if not (l2e.checkpoint.shipped_checkpoint("kinetic") / "meta_params").is_dir():

@@ -180,12 +180,12 @@ def test_mixture_check_detects_chains_that_do_not_cross():
 def test_l2e_bias_on_gaussian_is_measured():
     """The shipped L2E sampler on the 10-D Gaussian: the bias of its mean and variance is printed (see the
     report); it is not required to be small — only finite."""
-    sampler = l2e.load_sampler(posterior=sg_posterior(gauss_logp))
+    sampler = l2e.load_sampler("paper-form", posterior=sg_posterior(gauss_logp))
     xs = run_sg(sampler, DIM, lambda k: jnp.zeros(DIM), num_chains=32, num_steps=3000, burn=1000)
     assert np.all(np.isfinite(xs))
     mean_bias = (xs.mean(0) - MU) / SD
     var_ratio = xs.var(0) / SD**2
-    print(f"L2E (shipped, lr={l2e.load_meta_params()[1].learning_rate}) on gauss: "
+    print(f"L2E (shipped, lr={l2e.load_meta_params("paper-form")[1].learning_rate}) on gauss: "
           f"mean bias/sd max {np.abs(mean_bias).max():.3f} (mean {np.abs(mean_bias).mean():.3f}); "
           f"var ratio min {var_ratio.min():.3f} max {var_ratio.max():.3f} (mean {var_ratio.mean():.3f})")
     assert np.all(np.isfinite(mean_bias)) and np.all(np.isfinite(var_ratio)) and np.all(var_ratio > 0)

@@ -90,7 +90,7 @@ def test_existing_run_is_not_overwritten(full_run):
 
 
 def test_config_round_trip_and_overrides():
-    cfg = apply_overrides(PRESETS["default"], ["inner.num_steps=500", "es.sigma=0.02",
+    cfg = apply_overrides(PRESETS["paper-form"], ["inner.num_steps=500", "es.sigma=0.02",
                                                 "tasks.datasets=digits,synthetic_images", "sampler.noise=reference"])
     assert cfg.inner.num_steps == 500 and cfg.es.sigma == 0.02 and cfg.sampler.noise == "reference"
     assert from_dict(cfg.to_dict()) == cfg
@@ -192,8 +192,10 @@ def test_kinetic_preset_and_config_options():
     s = cfg.schedule  # 10 samples spread over the window after burn-in
     assert s.sample_steps[-1] == cfg.inner.num_steps and s.sample_steps[0] > cfg.objective.burn_in
     assert s.thinning == (cfg.inner.num_steps - cfg.objective.burn_in) // cfg.inner.num_samples
-    assert PRESETS["default"].schedule is PRESETS["default"].inner  # burn_in 0: the schedule as given
-    assert PRESETS["default"].sampler_config is PRESETS["default"].sampler
+    assert PRESETS["paper-form"].schedule is PRESETS["paper-form"].inner  # burn_in 0: the schedule as given
+    assert PRESETS["paper-form"].sampler_config is PRESETS["paper-form"].sampler
+    mass = PRESETS["default"]  # Mass-L2E: M and C_i freeze at the first update of the sampling window
+    assert mass.sampler_kind == "mass" and mass.sampler_config.freeze_step == mass.objective.burn_in
     assert from_dict(cfg.to_dict()) == cfg
     for bad, msg in (("sampler_kind=bogus", "sampler_kind"), ("objective.kind=kl", "objective.kind"),
                      ("objective.burn_in=295", "burn_in"), ("kinetic.mu_scale=0", "mu_scale")):

@@ -46,7 +46,9 @@ class Method:
     schedule: (cfg, settings) -> ChainSchedule of one chain / ensemble member; None for full-batch methods.
     check: (cfg, settings) -> None, raising ConfigError for settings that do not fit cfg (beyond the schedule).
     full_batch: uses full-batch gradients and its own budget (else the shared G minibatch gradients).
-    needs_sampler: hp gets "meta_params", "sampler" and "checkpoint" (the L2E checkpoint).
+    needs_sampler: hp gets "meta_params", "sampler" and "checkpoint": True — of the evaluation's learned-sampler
+      checkpoint (`--sampler`, default the shipped "default"); a string — of that shipped checkpoint
+      (l2e.checkpoint.SHIPPED, e.g. "mass").
     needs_released: hp gets the same from the L2E authors' released meta-parameters (`--released PATH`).
     warm_start: hp gets "init_positions", "step_size0" and "warm_start" from the deep ensemble's final run.
     temperature: the temperature T the method targets, reported in every row (1.0 for the posterior samplers; a
@@ -61,7 +63,7 @@ class Method:
     schedule: Callable | None = None
     check: Callable | None = None
     full_batch: bool = False
-    needs_sampler: bool = False
+    needs_sampler: bool | str = False
     needs_released: bool = False
     warm_start: bool = False
     temperature: float | str = 1.0

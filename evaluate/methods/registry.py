@@ -18,6 +18,8 @@ __all__ = ["METHODS", "METHOD_MODULES", "MethodSettings", "REGISTRY", "get_metho
 METHOD_MODULES = (  # one line per method, in the order methods run and are reported
     "l2e",
     "l2e_released",
+    "l2e_mass",
+    "l2e_kinetic",
     "sghmc",
     "sghmc_tempered",
     "csghmc",
