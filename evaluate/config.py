@@ -20,7 +20,7 @@ from tasks.task import TaskSpec
 __all__ = ["DEFAULT_METHODS", "FULL_GRID_POINTS", "METHODS", "ConfigError", "EvalConfig", "MethodSettings", "PRESETS",
            "apply_overrides", "get_preset", "method_settings"]
 
-DEFAULT_METHODS = ("l2e", "sghmc", "csghmc", "deep_ensemble")
+DEFAULT_METHODS = ("l2e", "l2e_mass", "sghmc", "csghmc", "deep_ensemble")
 """The methods of `EvalConfig()` and of the "default" / "smoke" presets."""
 
 

@@ -204,7 +204,7 @@ def test_presets_and_validation():
     assert kinds == {"TaskSpec", "RegressionSpec"}
     assert any(getattr(t, "dataset", "") == "uci:yacht" for t in full.tasks)
     assert get_preset("regression_1d").tasks[0].dataset == "synthetic_1d"
-    assert get_preset("default").methods == ("l2e", "sghmc", "csghmc", "deep_ensemble")
+    assert get_preset("default").methods == ("l2e", "l2e_mass", "sghmc", "csghmc", "deep_ensemble")
     assert apply_overrides(full, ["settings.mile.steps=10,2,2"]).settings.mile.steps == (10, 2, 2)
     with pytest.raises(ConfigError, match="settings.mile.steps"):
         apply_overrides(full, ["settings.mile.steps=10,2"])
