@@ -185,6 +185,15 @@ def diagnostics_section(methods: dict) -> list[str]:
 
 
 
+def _flag_text(flagged: list) -> str:
+    """"a, b" for one run's flagged statistics; "a (2/3 seeds), b (1/3 seeds)" for per-seed lists (seed means)."""
+    if all(isinstance(f, str) for f in flagged):
+        return ", ".join(flagged)
+    per_seed = [f if isinstance(f, list) else [] for f in flagged]
+    names = sorted({n for f in per_seed for n in f})
+    return ", ".join(f"{n} ({sum(n in f for f in per_seed)}/{len(per_seed)} seeds)" for n in names)
+
+
 def dispersion_section(methods: dict) -> list[str]:
     """Dispersion ratios to the reference (evaluate.dispersion: method ÷ reference per statistic) and the
     statistics flagged outside [0.5, 2], for methods whose entry has a "dispersion" block."""
@@ -197,9 +206,7 @@ def dispersion_section(methods: dict) -> list[str]:
              "[0.5, 2].", "", "| method | " + " | ".join(cols) + " | flagged |",
              "|---|" + "|".join("---:" for _ in cols) + "|---|"]
     for mname, d in rows.items():
-        flagged = d.get("flagged") or []
-        flagged = ", ".join(flagged) if isinstance(flagged, list) and all(isinstance(f, str) for f in flagged) \
-            else str(flagged)
+        flagged = _flag_text(d.get("flagged") or [])
         se_all = ((methods[mname].get("se") or {}).get("dispersion") or {}).get("ratios") or {}
         se = {c: number(se_all.get(c)) for c in cols}
         cells = [fmt(c, ratios[mname].get(c)) + ("" if se[c] is None else f" ± {fmt(c, se[c])}") for c in cols]
