@@ -229,3 +229,21 @@ def test_regression_reference_row_and_band():
     assert math.isfinite(e["lppd"]) and e["rmse"] == pytest.approx(0.05, abs=1e-6)
     b = band(task, {}, ref)
     assert set(b["methods"]) == {"hmc"} and len(b["methods"]["hmc"]["lower"]) == y.size
+
+
+def test_scale_divergence_rule_judges_a_lone_chain_against_the_floor():
+    """A run whose only chain blew up while staying finite (cSGHMC on the README's own-data example: RMSE 7,380
+    standardised units) is divergent by scale; with several chains a member is judged against the others'
+    median, and ordinary scales are not flagged."""
+    from evaluate.methods.outputs import scale_divergent
+
+    finite = np.ones(10, bool)
+    lone = scale_divergent(np.full(10, 7380.0), np.zeros(10, int), finite)
+    assert lone.all()
+    assert not scale_divergent(np.full(10, 3.0), np.zeros(10, int), finite).any()
+    scales = np.asarray([1.0, 2.0, 1.5, 1e4, 1.2, 0.8, 1.1, 2.5, 1.0, 1.3])
+    members = np.arange(10)
+    np.testing.assert_array_equal(scale_divergent(scales, members, finite), members == 3)
+    # a member at 150 next to others at 3 (threshold 300) is kept; at 400 it is divergent
+    assert not scale_divergent(np.asarray([3.0, 3.0, 150.0]), np.arange(3), np.ones(3, bool))[2]
+    assert scale_divergent(np.asarray([3.0, 3.0, 400.0]), np.arange(3), np.ones(3, bool))[2]
