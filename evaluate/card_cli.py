@@ -14,11 +14,12 @@ from l2e.io import ConfigError, apply_overrides, atomic_write_text
 
 def card_samplers(sampler_path=None, released_path=None, learned=learned_builder,
                   freeze_step: int = 1) -> tuple[dict, list[str]]:
-    """(name -> builder, notes): the hand-designed samplers, the shipped paper-form L2E, Kinetic-L2E and Mass-L2E,
-    a user checkpoint (`sampler_path`) and the authors' released L2E (`released_path`, default
-    `default_released_path()`; skipped with a note when absent); `learned(meta_params, config, factory)` builds the
-    learned samplers' builders (factory: l2e.l2e, l2e.kinetic, l2e.mass).  freeze_step: the update at which a
-    sampler that freezes constants before sampling (Mass-L2E) freezes them (the card's burn-in)."""
+    """(name -> builder, notes): the hand-designed samplers, the shipped paper-form L2E, Kinetic-L2E, Mass-L2E and the
+    published rows (Meta-SGMCMC, Precond-L2E, Small-L2E), a user checkpoint (`sampler_path`) and the authors' released
+    L2E (`released_path`, default `default_released_path()`; skipped with a note when absent); `learned(meta_params,
+    config, factory)` builds the learned samplers' builders (factory: l2e.l2e, l2e.kinetic, l2e.mass,
+    l2e.meta_sgmcmc).  freeze_step: the update at which a sampler that freezes constants before sampling (Mass-L2E)
+    freezes them (the card's burn-in)."""
     import dataclasses
 
     from l2e.released import load_released
@@ -26,7 +27,9 @@ def card_samplers(sampler_path=None, released_path=None, learned=learned_builder
     samplers, notes = dict(_hand_designed()), []
     from l2e.checkpoint import KINDS, sampler_kind
 
-    checkpoints = [("l2e (paper-form)", "paper-form"), ("kinetic (shipped)", "kinetic"), ("mass (shipped)", "mass")]
+    checkpoints = [("l2e (paper-form)", "paper-form"), ("kinetic (shipped)", "kinetic"), ("mass (shipped)", "mass"),
+                   ("meta-sgmcmc (shipped)", "meta-sgmcmc"), ("precond-l2e (shipped)", "precond-l2e"),
+                   ("small-l2e (shipped)", "small-l2e")]
     checkpoints += [(f"learned ({sampler_path})", sampler_path)] if sampler_path is not None else []
     for label, where in checkpoints:
         params, config, meta = l2e.load_meta_params(where)

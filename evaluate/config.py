@@ -176,13 +176,15 @@ _EVERY_METHOD_GRID = dict(
     psgld=dict(lrs=(0.0003, 0.001, 0.003)), fsghmc=dict(lrs=(0.003, 0.01, 0.03, 0.1)),
     noisy_de=dict(lrs=(0.003, 0.01, 0.03, 0.1)), sghmc_tempered=dict(lrs=(0.01, 0.03), temperatures=(1.0, 0.1)),
     l2e_released=dict(lrs=(0.25, 0.5, 1.0)), l2e_mass=dict(lrs=(0.003, 0.01, 0.03, 0.1)),
-    l2e_kinetic=dict(lrs=(0.003, 0.01, 0.03, 0.1)))
+    l2e_kinetic=dict(lrs=(0.003, 0.01, 0.03, 0.1)), meta_sgmcmc=dict(lrs=(0.003, 0.01, 0.03, 0.1)),
+    precond_l2e=dict(lrs=(0.003, 0.01, 0.03, 0.1)), small_l2e=dict(lrs=(0.25, 0.5, 1.0)))
 """Tuning grids of the `regression_1d` preset (the other registered methods: their defaults)."""
 
 FULL_GRID_POINTS = 4
 _FULL_GRID = dict(
     _EVERY_METHOD_GRID, l2e=dict(lrs=(0.125, 0.25, 0.5, 1.0)), l2e_released=dict(lrs=(0.125, 0.25, 0.5, 1.0)),
-    psgld=dict(lrs=(0.0003, 0.001, 0.003, 0.01)), sgnht=dict(lrs=(0.003, 0.01, 0.03, 0.1)))
+    psgld=dict(lrs=(0.0003, 0.001, 0.003, 0.01)), sgnht=dict(lrs=(0.003, 0.01, 0.03, 0.1)),
+    small_l2e=dict(lrs=(0.125, 0.25, 0.5, 1.0)))
 """Tuning grids of the `full` preset: FULL_GRID_POINTS points for every tuned method (sghmc: 4 lrs × 1 friction;
 sghmc_tempered: 2 lrs × T ∈ {1, 0.1}), extended at an edge of the lr grid (extend_grid)."""
 

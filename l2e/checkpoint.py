@@ -11,7 +11,8 @@ Writing is two-phase, so a process killed at any point never leaves a partial st
 goes into a staging directory `<root>/.tmp-<step>`, which is fsynced and renamed to `<root>/<step>` (atomic on
 POSIX). Only digit-named directories holding all items are read; `clean_staging` removes leftovers.
 
-`load_sampler(name_or_path)` accepts a shipped name (`SHIPPED`: "default" = "mass", "paper-form", "kinetic"), a
+`load_sampler(name_or_path)` accepts a shipped name (`SHIPPED`: "default" = "mass", "paper-form", "kinetic",
+"meta-sgmcmc", "precond-l2e", "small-l2e"), a
 meta-training output directory, its `checkpoints/` directory (latest step taken) or one step directory; with
 none it loads the shipped "default". The sampler it returns is the checkpoint's kind (`KINDS`).
 """
@@ -31,37 +32,65 @@ import numpy as np
 
 from l2e.io import ConfigError, atomic_write_json, dataclass_from_dict, fsync_dir, one_line
 from l2e.kinetic import KineticConfig, kinetic
-from l2e import kinetic as kinetic_module, l2e as l2e_module, mass as mass_module
+from l2e import kinetic as kinetic_module, l2e as l2e_module, mass as mass_module, meta_sgmcmc as meta_sgmcmc_module
 from l2e.mass import NUM_MASS_FEATURES, MassConfig, mass
 from l2e.l2e import L2EConfig, l2e
 from l2e.meta_model import NUM_FEATURES, NUM_THETA_FEATURES
+from l2e.meta_sgmcmc import MetaSGMCMCConfig, meta_sgmcmc
 from l2e.types import Posterior, PyTree, SamplingAlgorithm
 
 
 ITEMS = ("es_state", "meta_params", "meta")
 KEEP_CHECKPOINTS = 3
 
-SHIPPED = {"default": "mass", "mass": "mass", "paper-form": "paper_form", "kinetic": "kinetic"}
+SHIPPED = {"default": "mass", "mass": "mass", "paper-form": "paper_form", "kinetic": "kinetic",
+           "meta-sgmcmc": "meta_sgmcmc", "precond-l2e": "precond_l2e", "small-l2e": "small_l2e"}
 """Shipped name -> directory under the `checkpoints` package. "default" is Mass-L2E (`l2e.mass`, correct by
 construction, meta-trained by `python -m meta_train --preset default`), also named "mass"; "paper-form" is the
 paper-form L2E (the sampler of the evaluation's `l2e` method and of the golden smoke evaluation); "kinetic" is the
-meta-trained Kinetic-L2E."""
+meta-trained Kinetic-L2E; the published rows (issue 17): "meta-sgmcmc" (Meta-SGMCMC, l2e.meta_sgmcmc, trained by
+truncated backprop on the Stein KL surrogate), "precond-l2e" (the same parameterisation trained by antithetic ES on
+the BMA loss) and "small-l2e" (the paper-form L2E meta-trained on a smaller task distribution)."""
 
 
 class LearnedKind(NamedTuple):
     """A learned sampler kind as stored in checkpoints: its config class, factory(posterior, meta_params, config),
-    the meta-model's input / output widths and the sampler module (its `init`, `build_kernel`)."""
+    the meta-model's input / output widths, the sampler module (its `init`, `build_kernel`) and `check(meta_params,
+    where) -> meta_params`, the validation of a restored tree (None: one flat Dense stack inputs → … → outputs,
+    `check_meta_params`)."""
 
     config: type
     factory: Callable[..., SamplingAlgorithm]
     inputs: int
     outputs: int
     module: Any = None
+    check: Callable[[Any, str], PyTree] | None = None
+
+    def check_params(self, meta_params: Any, where: str) -> PyTree:
+        """The restored tree validated (CheckpointError otherwise) as float32 numpy leaves."""
+        if self.check is not None:
+            return self.check(meta_params, where)
+        return check_meta_params(meta_params, where, self.inputs, self.outputs)
+
+
+META_SGMCMC_HEADS = {"q": 2, "d": 3}
+"""Meta-SGMCMC's heads and their input widths (l2e.meta_sgmcmc.init_meta_params); each has one output."""
+
+
+def check_head_tree(meta_params: Any, where: str, heads: dict[str, int] = META_SGMCMC_HEADS) -> PyTree:
+    """Validate a multi-head meta-parameter tree {head: Dense stack heads[head] → … → 1} (Meta-SGMCMC's)."""
+    names = sorted(meta_params) if isinstance(meta_params, dict) else None
+    if names != sorted(heads):
+        raise CheckpointError(f"{where}: not a Meta-SGMCMC meta-parameter tree (expected heads "
+                              f"{', '.join(sorted(heads))}; got {', '.join(map(str, names)) if names else 'none'})")
+    return {h: check_meta_params(meta_params[h], f"{where} (head {h!r})", n, 1) for h, n in heads.items()}
 
 
 KINDS = {"l2e": LearnedKind(L2EConfig, l2e, NUM_FEATURES, 2, l2e_module),
          "kinetic": LearnedKind(KineticConfig, kinetic, NUM_THETA_FEATURES, 1, kinetic_module),
-         "mass": LearnedKind(MassConfig, mass, NUM_MASS_FEATURES, 2, mass_module)}
+         "mass": LearnedKind(MassConfig, mass, NUM_MASS_FEATURES, 2, mass_module),
+         "meta_sgmcmc": LearnedKind(MetaSGMCMCConfig, meta_sgmcmc, META_SGMCMC_HEADS["q"], 1, meta_sgmcmc_module,
+                                    check_head_tree)}
 
 
 class CheckpointError(ValueError):
@@ -169,7 +198,7 @@ def load_meta_params(name_or_path: str | Path | None = None) -> tuple[PyTree, An
             raw = ocp.PyTreeCheckpointer().restore((step_dir / "meta_params").resolve())
     except Exception as e:  # orbax raises many types for damaged files
         raise CheckpointError(f"corrupt checkpoint {step_dir}: {type(e).__name__}: {str(e).splitlines()[0]}") from None
-    params = check_meta_params(raw, str(step_dir), kind.inputs, kind.outputs)
+    params = kind.check_params(raw, str(step_dir))
     sampler = meta.get("sampler", {})
     where = f"checkpoint metadata {step_dir / 'meta' / 'metadata'}"
     if not isinstance(sampler, dict):
@@ -184,8 +213,8 @@ def load_meta_params(name_or_path: str | Path | None = None) -> tuple[PyTree, An
 
 def load_sampler(name_or_path: str | Path | None = None, *, posterior: Posterior, **overrides) -> SamplingAlgorithm:
     """A ready learned sampler for `posterior` from a checkpoint: a shipped name ("default" = "mass", "paper-form",
-    "kinetic"), a run / checkpoints / step directory, or None (the shipped "default"). The sampler is the
-    checkpoint's kind (an `l2e.l2e` or an `l2e.kinetic` sampler).
+    "kinetic", "meta-sgmcmc", "precond-l2e", "small-l2e"), a run / checkpoints / step directory, or None (the shipped
+    "default"). The sampler is the checkpoint's kind (KINDS: l2e.l2e, l2e.kinetic, l2e.mass, l2e.meta_sgmcmc).
 
     `overrides` replace fields of the checkpoint's sampler config (e.g. learning_rate=2.0, temperature=1.0).
     """

@@ -32,7 +32,7 @@ Meta-training stop-gradients (§4): the heads' inputs (u, p, ĝ) and the ∇Ũ m
 pathwise gradients reach φ through Q, D, Γ and the noise scale along the linear θ/p paths.
 
 Meta-parameters (`init_meta_params`): {"q": flax Dense tree 2 → hidden → 1, "d": 3 → hidden → 1}; hidden (10,) as
-the MNIST code (151 parameters). sghmc_like=True sets both output kernels to 0, Q's output bias to 1 and D's to 0:
+the MNIST code (92 parameters). sghmc_like=True sets both output kernels to 0, Q's output bias to 1 and D's to 0:
 Q ≡ 1, D ≡ C, Γ = 0 — SGHMC with friction C, exactly in exact arithmetic.
 """
 from __future__ import annotations
