@@ -2,9 +2,10 @@
 
 Divergence (the rule of DIVERGENCE_RULE, stated in README's evaluation section): a sample is divergent when
   * it or its prediction is not finite, or
-  * its prediction scale is more than SCALE_RATIO (100) times max(1, m), m the median prediction scale of the
-    finite samples of the *other* chains (ensemble members) of the run; m = 1 when the run has one chain (a chain
-    is not judged against itself: a chain whose every sample blew up would pass).  Prediction scale: the RMS over the split of the centred logits (log-probabilities minus
+  * its prediction scale is more than SCALE_RATIO (100) times m, m the median prediction scale of the finite
+    samples of the *other* chains (ensemble members) of the run clipped to [1, SCALE_RATIO]; m = 1 when the run has
+    one chain (a chain is not judged against itself: a chain whose every sample blew up would pass), and the clip
+    at SCALE_RATIO makes 10⁴ an absolute ceiling (an ensemble whose members all blew up is not its own yardstick).  Prediction scale: the RMS over the split of the centred logits (log-probabilities minus
     their per-example mean; classification) or of (loc, scale) (regression, standardised target units), so a
     member whose predictions grew to 10⁴× the target's scale while staying finite is caught.
 A divergent sample is dropped (never averaged into the BMA or any metric); a chain with one is counted in
@@ -25,7 +26,7 @@ __all__ = ["DIVERGENCE_RULE", "MethodResult", "SCALE_RATIO", "finalise", "finite
 SCALE_RATIO = 100.0
 DIVERGENCE_RULE = (f"a sample is divergent when it or its prediction is not finite, or when its prediction scale (RMS "
                    f"of the centred logits; regression: of loc and scale, standardised units) exceeds {SCALE_RATIO:g} × "
-                   f"max(1, median scale of the other chains' finite samples; 1 with one chain)")
+                   f"the median scale of the other chains' finite samples clipped to [1, {SCALE_RATIO:g}] (1 with one chain)")
 
 
 @dataclasses.dataclass
@@ -120,14 +121,14 @@ def prediction_scale(out: np.ndarray, regression: bool) -> np.ndarray:
 
 
 def scale_divergent(scales: np.ndarray, chain_of_sample, finite: np.ndarray) -> np.ndarray:
-    """(K,) bool: finite samples whose scale exceeds SCALE_RATIO · max(1, median scale of the other chains' finite
-    samples) — SCALE_RATIO · 1 when no other chain has a finite sample."""
+    """(K,) bool: finite samples whose scale exceeds SCALE_RATIO · m, m the median scale of the other chains' finite
+    samples clipped to [1, SCALE_RATIO] (m = 1 when no other chain has a finite sample)."""
     chains = np.asarray(chain_of_sample)
     flagged = np.zeros(len(scales), bool)
     for k in np.flatnonzero(finite):
         others = finite & (chains != chains[k])
         m = float(np.median(scales[others])) if others.any() else 1.0
-        flagged[k] = scales[k] > SCALE_RATIO * max(1.0, m)
+        flagged[k] = scales[k] > SCALE_RATIO * min(max(1.0, m), SCALE_RATIO)
     return flagged
 
 
