@@ -150,7 +150,7 @@ def learned_samplers(post) -> tuple[dict[str, tuple], dict[str, str]]:
         params, config, meta = load_meta_params(name)
         kind = sampler_kind(meta)
         shipped_kinds.add(kind)
-        label = "l2e (paper-form)" if kind == "l2e" else name
+        label = "l2e (paper-form)" if name == "paper-form" else name
         out[label] = (kind, KINDS[kind].factory(post, params, config), params, config)
     for kind, spec in KINDS.items():
         if kind in shipped_kinds:

@@ -97,7 +97,7 @@ def test_l2e_with_sghmc_meta_model_equals_sghmc_step():
     kernel = build_kernel(post, cfg, meta_fn=sghmc_meta_fn)
     ref = l2e.sghmc(post, learning_rate=0.25, friction=0.3, temperature=0.7)
     theta0 = jax.random.normal(jax.random.PRNGKey(3), (DIM,))
-    st_l2e = l2e.l2e(post, None).init(theta0)
+    st_l2e = l2e.l2e.init(theta0)
     st_ref = ref.init(theta0)
     for i in range(5):  # several steps so the momentum is non-zero
         key, batch = jax.random.PRNGKey(10 + i), jax.random.normal(jax.random.PRNGKey(20 + i), (DIM,))
