@@ -185,7 +185,7 @@ def test_l2e_bias_on_gaussian_is_measured():
     assert np.all(np.isfinite(xs))
     mean_bias = (xs.mean(0) - MU) / SD
     var_ratio = xs.var(0) / SD**2
-    print(f"L2E (shipped, lr={l2e.load_meta_params("paper-form")[1].learning_rate}) on gauss: "
+    print(f"L2E (shipped, lr={l2e.load_meta_params('paper-form')[1].learning_rate}) on gauss: "
           f"mean bias/sd max {np.abs(mean_bias).max():.3f} (mean {np.abs(mean_bias).mean():.3f}); "
           f"var ratio min {var_ratio.min():.3f} max {var_ratio.max():.3f} (mean {var_ratio.mean():.3f})")
     assert np.all(np.isfinite(mean_bias)) and np.all(np.isfinite(var_ratio)) and np.all(var_ratio > 0)
