@@ -346,4 +346,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from l2e.io import exit_cli
+
+    exit_cli(main())

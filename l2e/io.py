@@ -166,11 +166,24 @@ class Terminated(KeyboardInterrupt):
 
 def handle_sigterm() -> None:
     """Make SIGTERM raise `Terminated` in the main thread, so the CLIs end it with their one-line message and
-    cleanup (the default action kills the process silently)."""
+    cleanup (the default action kills the process silently), and SIGINT raise KeyboardInterrupt even when the
+    parent started us with SIGINT ignored (a non-interactive shell's `cmd &` does: `kill -INT` was then a no-op)."""
     def raise_terminated(signum, frame):
         raise Terminated("terminated (SIGTERM)")
 
     signal.signal(signal.SIGTERM, raise_terminated)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def exit_cli(code: int) -> None:
+    """End a CLI with `code`. A failing run leaves through os._exit after flushing, skipping interpreter teardown:
+    orbax / tensorstore background threads that outlive a failed restore otherwise print an asyncio traceback
+    after the one `error:` line (measured: a truncated checkpoint file)."""
+    if code:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 class OneLineErrorParser(argparse.ArgumentParser):

@@ -110,7 +110,7 @@ def test_save_samples_writes_inference_data(smoke):
         for v in post.data_vars.values():
             assert v.dims[:2] == ("chain", "draw") and np.isfinite(v.values).all()
         shapes[method] = (post.sizes["chain"], post.sizes["draw"])
-    assert shapes == {"l2e": (1, 3), "sghmc": (1, 3), "csghmc": (1, 3), "deep_ensemble": (3, 1)}
+    assert shapes == {"l2e": (1, 3), "l2e_mass": (1, 3), "sghmc": (1, 3), "csghmc": (1, 3), "deep_ensemble": (3, 1)}
 
 
 def test_same_seed_same_numbers_other_seed_differs(smoke, checkpoint, tmp_path):

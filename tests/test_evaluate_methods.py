@@ -22,7 +22,9 @@ SETTINGS = dict(sghmc=dict(lrs=(0.03,), frictions=(10.0,)), csghmc=dict(lrs=(0.1
                 fsghmc=dict(lrs=(0.03,), measurement_points=8),
                 sghmc_tempered=dict(lrs=(0.03,), frictions=(10.0,), temperatures=(1.0,)), l2e_released=dict(lrs=(0.5,)),
                 mile=dict(chains=2, steps=MILE_STEPS, samples=MILE_SAMPLES, thinning=MILE_THIN),
-                nuts_bde=dict(chains=2, warmup=10, samples=4, max_doublings=5))
+                nuts_bde=dict(chains=2, warmup=10, samples=4, max_doublings=5), l2e_mass=dict(lrs=(0.03,)),
+                l2e_kinetic=dict(lrs=(0.03,)), meta_sgmcmc=dict(lrs=(0.03,)), precond_l2e=dict(lrs=(0.03,)),
+                small_l2e=dict(lrs=(0.5,)))
 FULL_BATCH_METHODS = tuple(m for m in METHODS if REGISTRY[m].full_batch)
 ENSEMBLES = ("deep_ensemble", "noisy_de")
 MOMENTUM_METHODS = ("l2e", "l2e_released", "l2e_mass", "l2e_kinetic", "meta_sgmcmc", "precond_l2e", "small_l2e", "sghmc",
