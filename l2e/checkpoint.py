@@ -18,10 +18,14 @@ none it loads the shipped "default". The sampler it returns is the checkpoint's 
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import shutil
+import sys
+import tempfile
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
@@ -176,6 +180,31 @@ def check_meta_params(meta_params: Any, where: str, inputs: int = NUM_FEATURES, 
     return jax.tree.map(lambda x: np.asarray(x, np.float32), meta_params)
 
 
+@contextlib.contextmanager
+def _quiet_native_stderr(settle_seconds: float = 0.3):
+    """File descriptor 2 redirected to a temporary file while orbax restores; replayed on success, dropped on
+    failure. A damaged file makes tensorstore's callback threads print "Event loop is closed" tracebacks straight
+    to fd 2, before and shortly after orbax raises; the caller reports the failure as one line instead. On failure
+    the redirection is held `settle_seconds` longer for the in-flight callbacks."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            if not ok:
+                time.sleep(settle_seconds)
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            if ok:
+                tmp.seek(0)
+                sys.stderr.write(tmp.read().decode(errors="replace"))
+
+
 def sampler_kind(meta: dict, where: str = "checkpoint") -> str:
     """The learned sampler kind a checkpoint's metadata records ("l2e" when it records none: older runs)."""
     kind = meta.get("sampler_kind", "l2e")
@@ -193,7 +222,7 @@ def load_meta_params(name_or_path: str | Path | None = None) -> tuple[PyTree, An
     meta = read_meta(step_dir)
     kind = KINDS[sampler_kind(meta, str(step_dir))]
     try:
-        with warnings.catch_warnings():  # orbax warns about sharding; we convert to host numpy anyway
+        with warnings.catch_warnings(), _quiet_native_stderr():  # orbax warns about sharding (we convert to numpy)
             warnings.simplefilter("ignore", UserWarning)
             raw = ocp.PyTreeCheckpointer().restore((step_dir / "meta_params").resolve())
     except Exception as e:  # orbax raises many types for damaged files
