@@ -346,6 +346,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    code = main()  # first: with --distributed, jax.distributed.initialize() must precede importing l2e
     from l2e.io import exit_cli
 
-    exit_cli(main())
+    exit_cli(code)
