@@ -35,21 +35,11 @@ def _zero_column(params, col):
     return {**params, last: {"kernel": jnp.asarray(k), "bias": jnp.asarray(b)}}
 
 
-def hand_rms_params(a: float = 1.0, b: float = 2.0):
-    """log M = a·(f0 + f1), log C_i/C = b·(f0 + f1) through a 2-unit ReLU layer (exact: relu(x) − relu(−x) = x)."""
-    k0 = np.zeros((M.NUM_MASS_FEATURES, 2), np.float32)
-    k0[0] = [1, -1]
-    k0[1] = [1, -1]
-    k1 = np.asarray([[a, b], [-a, -b]], np.float32)
-    return {"Dense_0": {"kernel": jnp.asarray(k0), "bias": jnp.zeros(2)},
-            "Dense_1": {"kernel": jnp.asarray(k1), "bias": jnp.zeros(2)}}
-
-
 def variants() -> dict:
     shipped, _, _ = l2e.load_meta_params("mass")
     zero = jax.tree.map(jnp.zeros_like, shipped)
     return {"sghmc (φ output 0)": zero, "mass-l2e (shipped)": shipped, "mass head only": _zero_column(shipped, 1),
-            "friction head only": _zero_column(shipped, 0), "hand RMS (a=1, b=2)": hand_rms_params()}
+            "friction head only": _zero_column(shipped, 0), "hand RMS (a=1, b=2)": M.rms_preconditioner_params()}
 
 
 def _trace(alg, target, sample_noise, key, x0, steps):

@@ -35,6 +35,7 @@ from typing import NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from l2e.checks import check_positive
 from l2e.diffusions import physical_step_size, sghmc_noise_std
@@ -42,7 +43,7 @@ from l2e.meta_model import MetaMLP, check_mlp_shapes, hidden_sizes, mlp_layers_n
 from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_vdot
 
 __all__ = ["LOG_BOUND", "MASS_FEATURE_NAMES", "NUM_MASS_FEATURES", "MassConfig", "MassInfo", "MassState",
-           "build_kernel", "constants", "energy", "init", "init_mass_params", "mass", "mass_features"]
+           "build_kernel", "constants", "energy", "init", "init_mass_params", "mass", "mass_features", "rms_preconditioner_params"]
 
 MASS_FEATURE_NAMES = ("log_rms_in_tensor", "log_rms_tensor", "log_snr", "log_theta_rms_tensor")
 NUM_MASS_FEATURES = len(MASS_FEATURE_NAMES)
@@ -109,6 +110,18 @@ def init_mass_params(key: jax.Array, hidden: Sequence[int] = (16,), zero_output:
         last = mlp_layers_names(params)[-1]
         params = {**params, last: jax.tree.map(jnp.zeros_like, params[last])}
     return params
+
+
+def rms_preconditioner_params(a: float = 1.0, b: float = 2.0) -> PyTree:
+    """Hand-set meta-parameters: log M = a·(f0 + f1), log C_i/C = b·(f0 + f1) (the coordinate's log gradient RMS
+    relative to the network's), through a 2-unit ReLU layer (relu(x) − relu(−x) = x); the ablation's hand-designed
+    preconditioner and the tests' meta-parameters far from SGHMC."""
+    k0 = np.zeros((NUM_MASS_FEATURES, 2), np.float32)
+    k0[0] = [1, -1]
+    k0[1] = [1, -1]
+    k1 = np.asarray([[a, b], [-a, -b]], np.float32)
+    return {"Dense_0": {"kernel": jnp.asarray(k0), "bias": jnp.zeros(2)},
+            "Dense_1": {"kernel": jnp.asarray(k1), "bias": jnp.zeros(2)}}
 
 
 def mass_features(position: PyTree, avg_grad: PyTree, avg_sq: PyTree) -> jax.Array:
