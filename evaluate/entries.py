@@ -15,14 +15,17 @@ from evaluate.methods import MethodResult, get_method, predict_outputs, split_da
 from evaluate.metrics import agreement, total_variation
 from tasks.likelihoods.categorical import accuracy, bma_probs, ece, nll
 
-__all__ = ["BAND_NOTE", "ESS_ESTIMATOR", "band", "barrier_entry", "cost_entries", "ess_entry", "hmc_entry",
+__all__ = ["BAND_NOTE", "ESS_ESTIMATOR", "FS_ESS_FUNCTION", "band", "barrier_entry", "cost_entries", "ess_entry", "hmc_entry",
            "method_entry", "mixture_interval", "temperature_entries"]
 
 ESS_ESTIMATOR = ("Geyer single-chain ESS (FFT autocovariance, initial monotone sequence; "
                  "evaluate.diagnostics.ess_single_chain) of every parameter coordinate over each non-divergent "
                  "chain's draws; mean_ess / median_ess: mean / median over coordinates and chains; ess_per_second "
                  "and ess_per_1k_grads: sum over chains of the per-chain mean ESS per second of the method's "
-                 "'seconds' and per 1000 of its 'grad_evals'")
+                 "'seconds' and per 1000 of its 'grad_evals'; fs_*: the same in function space, over the test "
+                 "points' pointwise functions (FS_ESS_FUNCTION) instead of parameter coordinates")
+FS_ESS_FUNCTION = ("classification: the log predictive probability of the true label, log p(y_i | x_i, θ_s); "
+                   "regression: the predicted mean loc(x_i; θ_s) (standardised units); one function per test point")
 BAND_NOTE = ("95 % central interval of the pooled Gaussian predictive mixture (equal weights over samples): "
              "exact quantiles by bisection on the mixture CDF; mean = mixture mean")
 
@@ -31,10 +34,20 @@ def _finite_or_none(metrics: dict) -> dict:
     return {k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in metrics.items()}
 
 
-def ess_entry(res: MethodResult) -> dict | None:
+def pointwise_functions(task, outputs: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """(K, n) float64: FS_ESS_FUNCTION of each kept sample's outputs (K, n, C) at the n test points."""
+    out = np.asarray(outputs, np.float64)
+    if task.kind == "regression":
+        return out[..., 0]
+    return np.take_along_axis(out, np.asarray(y, np.int64)[None, :, None], axis=-1)[..., 0]
+
+
+def ess_entry(res: MethodResult, functions: np.ndarray | None = None) -> dict | None:
     """ESS / chainwise-R̂ summary of the parameter draws (ESS_ESTIMATOR); None for ensembles (one draw per
     member), fewer than 4 draws per chain, or no complete (non-divergent) chain.  cR̂ uses 2 sub-chains when a
-    chain has ≤ 10 draws, else 4 (METRICS §3); NaN cR̂ counts as ≥ 1.1."""
+    chain has ≤ 10 draws, else 4 (METRICS §3); NaN cR̂ counts as ≥ 1.1.  With `functions` ((K, n), aligned with
+    the kept samples: `pointwise_functions`) also the function-space ESS: "fs_mean_ess", "fs_median_ess",
+    "fs_ess_per_second", "fs_ess_per_1k_grads" and "fs_function" (what was measured)."""
     draws = int(res.draws_per_chain)
     if res.samples is None or draws < 4 or res.num_finite == 0:
         return None
@@ -44,7 +57,7 @@ def ess_entry(res: MethodResult) -> dict | None:
         return None
     leaves = [np.asarray(a) for a in jax.tree.leaves(res.samples)]
     splits = 2 if draws <= 10 else 4
-    means, all_ess, fracs = [], [], []
+    means, all_ess, fracs, fs_means, fs_all = [], [], [], [], []
     for c in chains:
         sel = ids == c
         x = np.concatenate([a[sel].reshape(draws, -1) for a in leaves], axis=1).astype(np.float64)
@@ -53,12 +66,24 @@ def ess_entry(res: MethodResult) -> dict | None:
         all_ess.append(e)
         with np.errstate(invalid="ignore"):
             fracs.append(float(np.mean(chainwise_rhat(x, num_splits=splits) < 1.1)))
-    total = float(np.sum(means))
-    return {"estimator": ESS_ESTIMATOR, "chains": len(chains), "draws_per_chain": draws,
-            "mean_ess": float(np.mean(means)), "median_ess": float(np.median(np.concatenate(all_ess))),
-            "ess_per_second": total / res.seconds if res.seconds > 0 else None,
-            "ess_per_1k_grads": 1000.0 * total / res.grad_evals if res.grad_evals else None,
-            "rhat_splits": splits, "frac_chainwise_rhat_below_1.1": float(np.mean(fracs))}
+        if functions is not None:
+            f = ess_single_chain(np.asarray(functions)[sel].astype(np.float64))
+            fs_means.append(float(np.mean(f)))
+            fs_all.append(f)
+    out = {"estimator": ESS_ESTIMATOR, "chains": len(chains), "draws_per_chain": draws,
+           "mean_ess": float(np.mean(means)), "median_ess": float(np.median(np.concatenate(all_ess))),
+           **_per_cost(float(np.sum(means)), res, ""),
+           "rhat_splits": splits, "frac_chainwise_rhat_below_1.1": float(np.mean(fracs))}
+    if functions is not None:
+        out.update({"fs_function": FS_ESS_FUNCTION, "fs_mean_ess": float(np.mean(fs_means)),
+                    "fs_median_ess": float(np.median(np.concatenate(fs_all))),
+                    **_per_cost(float(np.sum(fs_means)), res, "fs_")})
+    return out
+
+
+def _per_cost(total: float, res: MethodResult, prefix: str) -> dict:
+    return {f"{prefix}ess_per_second": total / res.seconds if res.seconds > 0 else None,
+            f"{prefix}ess_per_1k_grads": 1000.0 * total / res.grad_evals if res.grad_evals else None}
 
 
 def _barrier_pair(res: MethodResult) -> tuple[int, int, str]:
@@ -167,7 +192,7 @@ def method_entry(task, method: str, res: MethodResult, best_hp: dict, grid_score
     else:  # every sample diverged: nothing to average
         entry.update({k: None for k in task.metric_keys})
         entry["curve"] = None
-    entry["ess"] = ess_entry(res)
+    entry["ess"] = ess_entry(res, pointwise_functions(task, res.outputs, y_test) if res.num_finite else None)
     entry["barrier"] = barrier_entry(task, res, cfg, cache)
     if reference is not None:
         probs = bma_probs(res.outputs) if res.num_finite else None

@@ -98,12 +98,15 @@ def has_entry(results: dict, key: str) -> bool:
 
 
 def plot_ess(results: dict, path) -> Path:
-    """Bar charts per task: ESS per second of sampler wall time and ESS per 1000 gradient evaluations."""
+    """Bar charts per task: ESS per second of sampler wall time and ESS per 1000 gradient evaluations, in weight
+    space (mean over coordinates) and function space (mean over test points)."""
     names = sorted(_tasks(results))
-    fig, axes = _figure(max(1, len(names)), 2, 11, 3.4)
+    fig, axes = _figure(max(1, len(names)), 4, 20, 3.4)
+    panels = (("ess_per_second", "weight ESS / s"), ("ess_per_1k_grads", "weight ESS / 1000 grads"),
+              ("fs_ess_per_second", "function ESS / s"), ("fs_ess_per_1k_grads", "function ESS / 1000 grads"))
     for row, name in enumerate(names):
         methods = {k: m["ess"] for k, m in (_tasks(results)[name].get("methods") or {}).items() if m.get("ess")}
-        for col, (key, label) in enumerate((("ess_per_second", "ESS / s"), ("ess_per_1k_grads", "ESS / 1000 grads"))):
+        for col, (key, label) in enumerate(panels):
             ax = axes[row, col]
             vals = [(k, e.get(key)) for k, e in methods.items()]
             vals = [(k, float(v)) for k, v in vals if _is_real(v) and math.isfinite(float(v))]
@@ -113,7 +116,7 @@ def plot_ess(results: dict, path) -> Path:
                 ax.bar([k for k, _ in vals], [v for _, v in vals], color="tab:blue", alpha=0.8)
                 ax.tick_params(axis="x", labelrotation=30)
                 ax.grid(True, axis="y", alpha=0.3)
-            ax.set_title(f"{name}: {label} (mean over coordinates)")
+            ax.set_title(f"{name}: {label}", fontsize="small")
     return _save(fig, path)
 
 

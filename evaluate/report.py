@@ -10,7 +10,8 @@ Input is the plain dict of `evaluate.run.evaluate`::
 entry: classification "acc", "nll", "ece", "pairwise_kld", ["agreement", "total_variation"];
 regression "lppd", "nll", "rmse", "calibration_error"; both "grad_evals", "gradient", "epochs", "seconds",
 "num_samples", "divergent_chains", "hyperparameters", "curve" ({"num_samples", metric: [...]}), and
-optionally "ess" ({"mean_ess", "ess_per_second", "ess_per_1k_grads", "frac_chainwise_rhat_below_1.1", …}),
+optionally "ess" ({"mean_ess", "ess_per_second", "ess_per_1k_grads", their function-space "fs_" twins,
+"frac_chainwise_rhat_below_1.1", …}),
 "barrier" ({"lambdas", "error", "nll", "error_barrier", "nll_barrier", "pair"}), "temperature" / "t_kin"
 (T and T_kin columns), "flops_per_step", "seconds_per_step", "tuning" ({"runs", "grad_evals", "seconds"}) and
 "time_budget" ({"num_steps", …}) (the Cost section).  Over several seeds (evaluate.seeds) numbers are means,

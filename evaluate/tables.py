@@ -166,23 +166,35 @@ def diagnostics_section(methods: dict) -> list[str]:
             continue
         rows.append({"method": mname, "draws": ess.get("draws_per_chain"), "chains": ess.get("chains"),
                      "mean_ess": ess.get("mean_ess"), "ess_per_second": ess.get("ess_per_second"),
-                     "ess_per_1k_grads": ess.get("ess_per_1k_grads"),
+                     "ess_per_1k_grads": ess.get("ess_per_1k_grads"), "fs_mean_ess": ess.get("fs_mean_ess"),
+                     "fs_ess_per_second": ess.get("fs_ess_per_second"),
+                     "fs_ess_per_1k_grads": ess.get("fs_ess_per_1k_grads"),
                      "cR̂<1.1": ess.get("frac_chainwise_rhat_below_1.1"),
                      "error_barrier": bar.get("error_barrier"), "nll_barrier": bar.get("nll_barrier")})
     if not rows:
         return []
-    cols = ["chains", "draws", "mean_ess", "ess_per_second", "ess_per_1k_grads", "cR̂<1.1", "error_barrier",
-            "nll_barrier"]
+    cols = ["chains", "draws", "mean_ess", "ess_per_second", "ess_per_1k_grads", "fs_mean_ess", "fs_ess_per_second",
+            "fs_ess_per_1k_grads", "cR̂<1.1", "error_barrier", "nll_barrier"]
+    fs_function = next((m["ess"]["fs_function"] for m in methods.values() if (m.get("ess") or {}).get("fs_function")),
+                       None)
     estimator = next((m["ess"].get("estimator") for m in methods.values() if m.get("ess")), None)
     lines = ["Diagnostics: ESS of the kept draws per chain" + (f" ({estimator})" if estimator else "")
+             + (f"; fs_* = function-space ESS, of {fs_function}" if fs_function else "")
              + "; cR̂ = chainwise split R̂ (fraction of parameters below 1.1); loss barriers along the linear "
              "path between two samples (test error / RMSE, and NLL; METRICS §4).", ""]
     lines += ["| method | " + " | ".join(cols) + " |", "|---|" + "|".join("---:" for _ in cols) + "|"]
+    se_keys = {"mean_ess": "mean_ess", "ess_per_second": "ess_per_second", "ess_per_1k_grads": "ess_per_1k_grads",
+               "fs_mean_ess": "fs_mean_ess", "fs_ess_per_second": "fs_ess_per_second",
+               "fs_ess_per_1k_grads": "fs_ess_per_1k_grads"}
     for r in rows:
-        lines.append(f"| {r['method']} | " + " | ".join(fmt(c, r[c]) for c in cols) + " |")
+        se = ((methods[r["method"]].get("se") or {}).get("ess") or {})
+
+        def cell(c):
+            s = number(se.get(se_keys[c])) if c in se_keys else None
+            return fmt(c, r[c]) + ("" if s is None else f" ± {fmt(c, s)}")
+
+        lines.append(f"| {r['method']} | " + " | ".join(cell(c) for c in cols) + " |")
     return lines + [""]
-
-
 
 
 def _flag_text(flagged: list) -> str:

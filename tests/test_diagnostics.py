@@ -163,3 +163,35 @@ def test_write_inference_data_round_trips(tmp_path):
         write_inference_data(tmp_path / "bad.nc", samples, ids[:6])
     with pytest.raises(ValueError, match="no samples"):
         write_inference_data(tmp_path / "bad.nc", jax.tree.map(lambda a: a[:0], samples), ids[:0])
+
+
+def test_function_space_ess_of_the_report_entry():
+    """evaluate.entries.ess_entry's function-space ESS: each test point's log p(y_i | x_i, θ) follows an AR(1)
+    with ρ = 0.8 along each of 2 chains of 400 draws (the weights are i.i.d. draws, so the two spaces differ);
+    fs_mean_ess must be within 25 % of the AR(1) value n(1 − ρ)/(1 + ρ) = 44.4 while the weight-space mean ESS
+    is within 25 % of n = 400, and the per-cost numbers are the chains' sum ÷ seconds and per 1000 gradients."""
+    from evaluate.entries import ess_entry, pointwise_functions
+    from evaluate.methods import MethodResult
+
+    rng = np.random.default_rng(0)
+    chains, n, pts, rho = 2, 400, 200, 0.8
+    z = np.empty((chains, n, pts))
+    z[:, 0] = rng.standard_normal((chains, pts))
+    for t in range(1, n):
+        z[:, t] = rho * z[:, t - 1] + np.sqrt(1 - rho**2) * rng.standard_normal((chains, pts))
+    logits = np.stack([z, np.zeros_like(z)], axis=-1).reshape(chains * n, pts, 2)
+    outputs = logits - np.logaddexp(logits[..., :1], logits[..., 1:])  # log-softmax; label 0 → its log-prob
+    y = np.zeros(pts, np.int64)
+    fx = pointwise_functions(type("T", (), {"kind": "classification"})(), outputs, y)
+    np.testing.assert_allclose(fx, outputs[..., 0])
+    res = MethodResult(outputs=outputs.astype(np.float32), grad_evals=8000, seconds=4.0, divergent_chains=0,
+                       hyperparameters={}, samples={"w": rng.standard_normal((chains * n, 30))},
+                       chain_ids=np.repeat(np.arange(chains), n), num_chains=chains, draws_per_chain=n)
+    e = ess_entry(res, fx)
+    theory = n * (1 - rho) / (1 + rho)
+    assert abs(e["fs_mean_ess"] / theory - 1) < 0.25, e["fs_mean_ess"]
+    assert abs(e["mean_ess"] / n - 1) < 0.25, e["mean_ess"]
+    assert e["fs_ess_per_second"] == pytest.approx(chains * e["fs_mean_ess"] / 4.0)
+    assert e["fs_ess_per_1k_grads"] == pytest.approx(1000 * chains * e["fs_mean_ess"] / 8000)
+    assert "log predictive probability of the true label" in e["fs_function"]
+    assert "fs_mean_ess" not in ess_entry(res)

@@ -48,7 +48,7 @@ def smoke(tmp_path_factory, checkpoint):
     return out, evaluate(get_preset("smoke"), out, sampler_path=checkpoint, progress=False, samples=True)
 
 
-TIMING = {"seconds", "ess_per_second", "seconds_per_step", "sghmc_seconds_per_step", "seconds_per_step_vs_sghmc"}
+TIMING = {"seconds", "ess_per_second", "fs_ess_per_second", "seconds_per_step", "sghmc_seconds_per_step", "seconds_per_step_vs_sghmc"}
 
 
 def _drop_timing(x):

@@ -31,7 +31,7 @@ MOMENTUM_METHODS = ("l2e", "l2e_released", "l2e_mass", "l2e_kinetic", "meta_sgmc
                     "sghmc_tempered", "csghmc", "fsghmc", "sgnht")
 CLS = TaskSpec("iris", ModelSpec("mlp", hidden=(8,)))
 REG = RegressionSpec("synthetic_1d", hidden=(8,))
-TIMING = {"seconds", "ess_per_second", "seconds_per_step", "sghmc_seconds_per_step", "seconds_per_step_vs_sghmc"}
+TIMING = {"seconds", "ess_per_second", "fs_ess_per_second", "seconds_per_step", "sghmc_seconds_per_step", "seconds_per_step_vs_sghmc"}
 
 
 def tiny(spec, methods=METHODS, settings=None, **kw) -> EvalConfig:
@@ -95,6 +95,7 @@ def _check_common(task: dict, n_train: int, ran: set):
             assert e["estimator"].startswith("Geyer single-chain ESS")
             assert 0 < e["mean_ess"] and 0 < e["median_ess"] and e["ess_per_second"] > 0 and e["ess_per_1k_grads"] > 0
             assert 0.0 <= e["frac_chainwise_rhat_below_1.1"] <= 1.0 and e["rhat_splits"] == 2
+            assert 0 < e["fs_mean_ess"] and e["fs_ess_per_second"] > 0 and e["fs_ess_per_1k_grads"] > 0
         assert m["temperature"] == ("n/a (optimiser)" if name == "deep_ensemble" else 0.001 if
                                     name == "l2e_released" else 1.0), name
         if name in MOMENTUM_METHODS:  # T_kin of one chain (the full-batch methods: no kinetic term reported)

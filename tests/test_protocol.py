@@ -23,7 +23,7 @@ from l2e.chains import ChainSchedule
 from tasks import ModelSpec, TaskSpec
 
 CLS = TaskSpec("iris", ModelSpec("mlp", hidden=(8,)))
-TIMING = {"seconds", "ess_per_second", "seconds_per_step", "sghmc_seconds_per_step", "seconds_per_step_vs_sghmc"}
+TIMING = {"seconds", "ess_per_second", "fs_ess_per_second", "seconds_per_step", "sghmc_seconds_per_step", "seconds_per_step_vs_sghmc"}
 
 
 def tiny(methods, settings=None, **kw) -> EvalConfig:

@@ -134,7 +134,9 @@ def _regression_results():
             "methods": {m: {"mean": [x ** 3 for x in xs], "lower": [x ** 3 - w for x in xs],
                             "upper": [x ** 3 + w for x in xs]} for m, w in (("l2e", 0.3), ("hmc", 0.5))}}
     ess = {"estimator": "Geyer", "chains": 1, "draws_per_chain": 4, "mean_ess": 3.5, "median_ess": 3.6,
-           "ess_per_second": 3.5, "ess_per_1k_grads": 1.75, "frac_chainwise_rhat_below_1.1": 0.9}
+           "ess_per_second": 3.5, "ess_per_1k_grads": 1.75, "frac_chainwise_rhat_below_1.1": 0.9,
+           "fs_function": "the predicted mean", "fs_mean_ess": 2.5, "fs_ess_per_second": 2.5,
+           "fs_ess_per_1k_grads": 1.25}
     return {"config": {"title": "reg"}, "tasks": {"synthetic_1d/mlp-16x16": {
         "kind": "regression", "held_out": "demo", "band": band,
         "reference": {"path": "/tmp/ref"},
@@ -152,7 +154,8 @@ def test_regression_table_reference_row_and_diagnostics():
     assert _row(md, sec, "deep_ensemble").startswith("| deep_ensemble | 0.2 | -0.2 | **0.28** | 0.09 |")
     assert "**" not in _row(md, sec, "hmc")
     assert "Reference posterior" in md and "/tmp/ref" in md
-    assert "Diagnostics" in md and "| l2e | 1 | 4 | 3.5 | 3.5 | 1.75 | 0.9 | 0.1 | 0.2 |" in md
+    assert "Diagnostics" in md and "| l2e | 1 | 4 | 3.5 | 3.5 | 1.75 | 2.5 | 2.5 | 1.25 | 0.9 | 0.1 | 0.2 |" in md
+    assert "fs_* = function-space ESS, of the predicted mean" in md
 
 
 def test_write_report_writes_diagnostic_plots(tmp_path):
