@@ -12,6 +12,7 @@ from l2e.kinetic import KineticConfig
 from l2e.l2e import L2EConfig
 from l2e.mass import MassConfig
 from l2e.meta_sgmcmc import MetaSGMCMCConfig
+from meta_train.objectives import GRADIENT_ONLY_OBJECTIVES
 from tasks.distribution import TaskDistribution
 
 
@@ -62,34 +63,48 @@ class ESConfig:
                 raise ConfigError(f"es.{name} must be a positive finite number, got {getattr(self, name)}")
 
 
-OBJECTIVES = ("bma", "ce", "ksd", "stein_kl")
+OBJECTIVES = ("bma", "ce", "ksd", "stein_kl", "stein_kl_cross", "fidelity")
 
 
 @dataclasses.dataclass(frozen=True)
 class ObjectiveConfig:
-    """The meta-objective over an inner chain's samples (SAMPLING.md §4; L2E.md §5.2).
+    """The meta-objective over an inner chain's samples (SAMPLING.md §4; L2E.md §5.2; meta_train.objectives).
 
     kind: "bma" — NLL of the K samples' Bayesian model average (paper eq. 7); "ce" — mean of the samples'
     individual NLLs (the paper's cross-entropy ablation, eq. 12); "ksd" — kernel Stein discrepancy of the samples
-    against the model's score; "stein_kl" — Meta-SGMCMC's Stein-gradient KL surrogate, es.estimator "backprop" only
-    (meta_train.objectives).
+    against the model's score; "stein_kl" — Meta-SGMCMC's Stein-gradient KL surrogate over one chain's K samples
+    (in-chain form), es.estimator "backprop" only; "stein_kl_cross" — the same surrogate in the cross-chain form:
+    `chains` parallel chains per outer iteration (independent θ₀ and keys, vmapped), the surrogate over the chains'
+    states at each of the K sample times, averaged over them; es.estimator "backprop" only; "fidelity" — total
+    variation between the K samples' BMA predictive and a NUTS reference's predictive on the reference's test
+    points (the task's test split), mean over test points: classification tasks only, every task of the
+    distribution needs a reference in `reference` (checked before anything runs; meta_loss_examples is not used).
+    The meta-loss batch of bma / ce / ksd / stein_kl(_cross) is meta_loss_examples examples of the outer-validation
+    split; the inner chains train on the train split, which holds neither validation nor test examples.
     burn_in: 0 — the samples are where `inner` puts them (the last one after the final update, `inner.thinning`
     apart); B > 0 — the K samples are spread evenly over the window after burn-in, (B, num_steps]: thinning
     (num_steps − B) // K, the last after the final update (`inner.thinning` is then not used).
     log_temperature: log each member's kinetic temperature T_kin = ⟨Σ r·∇_rK⟩ / d over the sampling window (the
     K·thinning updates ending at the last sample) in the log row ("t_kin"); runs a program that keeps the
-    per-step infos.
+    per-step infos (antithetic ES only).
+    reference: for "fidelity", a reference directory as `python -m evaluate reference` writes it (reference.json +
+    one subdirectory per task with metadata.json and probs.txt; meta_train.reference), e.g. "results/references".
+    chains: for "stein_kl_cross", the number C ≥ 2 of parallel chains (Meta-SGMCMC uses 20).
     """
 
     kind: str = "bma"
     burn_in: int = 0
     log_temperature: bool = False
+    reference: str | None = None
+    chains: int = 4
 
     def __post_init__(self):
         if self.kind not in OBJECTIVES:
             raise ConfigError(f"objective.kind must be one of {OBJECTIVES}, got {self.kind!r}")
         if self.burn_in < 0:
             raise ConfigError(f"objective.burn_in must be ≥ 0, got {self.burn_in}")
+        if isinstance(self.chains, bool) or not isinstance(self.chains, int) or self.chains < 2:
+            raise ConfigError(f"objective.chains must be an integer ≥ 2, got {self.chains!r}")
 
 
 SAMPLER_KINDS = ("l2e", "kinetic", "meta_sgmcmc", "mass")
@@ -143,8 +158,9 @@ class MetaTrainConfig:
         if self.es.estimator != "antithetic" and (s % tr or tr % k or b):
             raise ConfigError(f"es.truncation ({tr}) must divide inner.num_steps ({s}) and be a multiple of "
                               f"inner.num_samples ({k}), with objective.burn_in 0, for es.estimator {self.es.estimator}")
-        if self.objective.kind == "stein_kl" and self.es.estimator != "backprop":
-            raise ConfigError("objective.kind stein_kl gives gradients only: it needs es.estimator backprop")
+        if self.objective.kind in GRADIENT_ONLY_OBJECTIVES and self.es.estimator != "backprop":
+            raise ConfigError(f"objective.kind {self.objective.kind} gives gradients only: it needs es.estimator "
+                              "backprop")
         if b and (s - b) // k < 1:
             raise ConfigError(f"objective.burn_in ({b}) leaves fewer than inner.num_samples ({k}) steps of the "
                               f"inner.num_steps ({s})")
@@ -186,5 +202,5 @@ def __getattr__(name):  # PRESETS lives in meta_train.presets (which imports thi
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["ConfigError", "ESConfig", "META_INITS", "MetaTrainConfig", "OBJECTIVES", "ObjectiveConfig", "SAMPLER_KINDS",
-           "apply_overrides", "from_dict"]
+__all__ = ["ConfigError", "ESConfig", "GRADIENT_ONLY_OBJECTIVES", "META_INITS", "MetaTrainConfig", "OBJECTIVES",
+           "ObjectiveConfig", "SAMPLER_KINDS", "apply_overrides", "from_dict"]

@@ -4,7 +4,8 @@ One outer iteration draws all its randomness from fold_in(seed key, iteration) (
   task ~ distribution;  θ₀ ~ task init;  (φ ± σz) ~ ES.ask (meta_train.outer);
   every member runs the same inner chain (same θ₀, minibatches and Langevin noise: common random
   numbers), keeping only the thinned samples;  fitness = BMA NLL of its samples on held-out
-  outer-validation examples.
+  outer-validation examples (or another objective of OBJECTIVE_FNS on them; "fidelity": the TV to a NUTS
+  reference's predictive on the reference's test points, `reference_batch`).
 
 Two executions (`execution_mode`), equal to float32 rounding (tests/test_meta_train.py):
   * "vmap": the population axis is sharded over a 1-D mesh ("pop") of the devices (l2e.devices.population_mesh):
@@ -31,13 +32,15 @@ import numpy as np
 from jax.sharding import Mesh
 
 from l2e.chains import ChainSchedule, make_chunk, run_chain
+from l2e.io import ConfigError
 from l2e.devices import DeviceDataCache, member_device, per_member, population_mesh, replicate, shard_population
 from l2e.kinetic import KineticConfig, build_kernel as kinetic_kernel, init as kinetic_init
 from l2e.mass import MassConfig, build_kernel as mass_kernel, init as mass_init
 from l2e.l2e import L2EConfig, build_kernel, init as l2e_init
 from l2e.meta_sgmcmc import MetaSGMCMCConfig, build_kernel as meta_sgmcmc_kernel, init as meta_sgmcmc_init
 from l2e.types import tree_size
-from meta_train.objectives import EXTRA_OBJECTIVE_FNS
+from meta_train.objectives import EXTRA_OBJECTIVE_FNS, REFERENCE_OBJECTIVES
+from meta_train.reference import load_task_reference
 from tasks.base import TaskCache
 from tasks.build import build
 from tasks.likelihoods import gaussian_nll
@@ -177,7 +180,22 @@ def ce_fn(task: Task):
     return lambda samples, x, y: -jnp.mean(_log_likelihoods(task, samples, x, y))
 
 
-OBJECTIVE_FNS = {"bma": bma_nll_fn, "ce": ce_fn, **EXTRA_OBJECTIVE_FNS}  # + "ksd", "stein_kl"
+OBJECTIVE_FNS = {"bma": bma_nll_fn, "ce": ce_fn, **EXTRA_OBJECTIVE_FNS}  # + ksd, stein_kl(_cross), fidelity
+
+
+def reference_batch(cache: ProgramCache, spec, root: str | None):
+    """The "fidelity" meta-loss batch of `spec`'s task: (test inputs (n_test, ...), reference BMA probabilities
+    (n_test, C) float32) from the reference directory `root` (meta_train.reference), loaded and checked once per
+    cache. ConfigError (meta_train.reference.ReferenceError) if the task has no fitting reference."""
+    if root is None:
+        raise ConfigError("objective.kind fidelity needs objective.reference (a directory of NUTS references, e.g. "
+                          "results/references)")
+
+    def build():
+        task = cache.task(spec)
+        return task.splits.test[0], jnp.asarray(load_task_reference(root, task).probs)
+
+    return cache.program(("reference_batch", spec, str(root)), build)
 
 
 def member_meta_loss(cache: ProgramCache, spec: TaskSpec, objective: str = "bma"):
@@ -215,6 +233,7 @@ class Inner(NamedTuple):
     meta_loss_examples: int
     objective: str = "bma"
     log_temperature: bool = False
+    reference: str | None = None  # objective "fidelity": the reference directory
 
 
 class PopulationFitness(NamedTuple):
@@ -271,6 +290,9 @@ def _sequential_population(cache, spec, population, keys, inner: Inner, progress
     fitness = []
     for member, device in zip(samples, placed):
         stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *member)
+        if inner.objective in REFERENCE_OBJECTIVES:  # the reference's test points, all of them
+            fitness.append(loss(stacked, *cache.devices.put(reference_batch(cache, spec, inner.reference), device)))
+            continue
         xv, yv = cache.devices.put(task.splits.outer_valid, device)
         at = jax.device_put(idx, device)
         fitness.append(loss(stacked, jnp.take(xv, at, axis=0), jnp.take(yv, at, axis=0)))
@@ -293,8 +315,11 @@ def _vmap_population(cache, spec, population, keys, inner: Inner, progress) -> P
     result = run_chain(chunk, state, replicate(keys.chain, mesh), train_data, members, inner.schedule,
                        progress=progress, info_axis=1)
     samples = jax.tree.map(lambda s: jnp.swapaxes(s, 0, 1), result.samples)  # (P, K, ...)
-    idx = _loss_indices(keys, x.shape[0], inner.meta_loss_examples)
-    batch = replicate((jnp.take(x, idx, axis=0), jnp.take(y, idx, axis=0)), mesh)
+    if inner.objective in REFERENCE_OBJECTIVES:  # the reference's test points, all of them
+        batch = replicate(reference_batch(cache, spec, inner.reference), mesh)
+    else:
+        idx = _loss_indices(keys, x.shape[0], inner.meta_loss_examples)
+        batch = replicate((jnp.take(x, idx, axis=0), jnp.take(y, idx, axis=0)), mesh)
     fitness = jax.block_until_ready(population_meta_loss(cache, spec, mesh, inner.objective)(samples, *batch))
     if not fitness.is_fully_addressable:  # multi-host: every process holds a full replica
         fitness = fitness.addressable_data(0)
@@ -310,17 +335,19 @@ def _vmap_population(cache, spec, population, keys, inner: Inner, progress) -> P
 def evaluate_population(spec: TaskSpec, population, keys: OuterKeys, sampler: L2EConfig | KineticConfig,
                         schedule: ChainSchedule, meta_loss_examples: int, progress=None, execution: str = "vmap",
                         cache: ProgramCache | None = None, objective: str = "bma",
-                        log_temperature: bool = False) -> PopulationFitness:
+                        log_temperature: bool = False, reference: str | None = None) -> PopulationFitness:
     """PopulationFitness(fitness (P,) float32 in nats, inner-loop seconds, T_kin (P,) or None) of a batch of
     meta-parameters (leaves (P, ...)) on one task; unpacks as (fitness, seconds, t_kin).
 
-    sampler: the learned sampler's config (its type picks the sampler: `sampler_module`); objective: "bma" or
-    "ce" (OBJECTIVE_FNS); log_temperature: also return each member's T_kin over the sampling window;
+    sampler: the learned sampler's config (its type picks the sampler: `sampler_module`); objective: a key of
+    OBJECTIVE_FNS with a value ("bma", "ce", "ksd", "fidelity"); reference: the reference directory of "fidelity",
+    whose test points and probabilities are then the meta-loss batch (meta_loss_examples unused);
+    log_temperature: also return each member's T_kin over the sampling window;
     execution: "vmap", "sequential" or "auto" (see `execution_mode`); progress(n) is called after every chunk
     of n inner steps; cache: the run's ProgramCache (default: a new one, so every program is compiled anew).
     The fitness comes back as an array on the default device.
     """
     cache = ProgramCache() if cache is None else cache
     run = _sequential_population if execution_mode(execution) == "sequential" else _vmap_population
-    inner = Inner(sampler, schedule, meta_loss_examples, objective, log_temperature)
+    inner = Inner(sampler, schedule, meta_loss_examples, objective, log_temperature, reference)
     return run(cache, spec, population, keys, inner, progress)

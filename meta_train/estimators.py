@@ -18,6 +18,11 @@ update), and its meta-loss is the objective (meta_train.es.OBJECTIVE_FNS) of tho
   lax.scan of the kernel) from the carried state held constant (stop_gradient at truncation boundaries); the chain
   continues with φ. Works with every learned sampler whose step is differentiable (l2e, kinetic, meta_sgmcmc; the
   latter's own stop-gradients are those of META_SGMCMC.md §4). A non-finite gradient becomes 0 (no update).
+  With a cross-chain objective ("stein_kl_cross") the unroll carries objective.chains = C chains (θ₀ of chain c from
+  fold_in(init key, c), chain keys split(chain key, C)) run vmapped through each segment, and the meta-loss is the
+  objective of their samples (C, num_samples, ...).
+The meta-loss batch is meta_loss_examples outer-validation examples drawn per iteration, or for "fidelity" the
+reference's test inputs and probabilities (meta_train.es.reference_batch).
 Losses of ES members are capped as meta_train.outer.divergence_penalty_shaping does (non-finite → penalty).
 The update: the same optax chain as the ES path (global-norm clip, Adam), state kept across iterations.
 
@@ -35,7 +40,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from meta_train.es import OBJECTIVE_FNS, ProgramCache, _loss_indices, outer_keys, sampler_module
+from meta_train.es import OBJECTIVE_FNS, ProgramCache, _loss_indices, outer_keys, reference_batch, sampler_module
+from meta_train.objectives import CROSS_CHAIN_OBJECTIVES, REFERENCE_OBJECTIVES
 from tasks.task import Task
 
 TRUNCATED_ESTIMATORS = ("truncated", "pes", "backprop")
@@ -60,12 +66,14 @@ def segments_per_unroll(config) -> int:
     return config.inner.num_steps // config.es.truncation
 
 
-def segment_loss_fn(kernel, objective, batch_size: int, num_samples: int, thin: int):
+def segment_loss_fn(kernel, objective, batch_size: int, num_samples: int, thin: int, cross_chain: bool = False):
     """loss(φ, state, key, start, data, x, y) -> (meta-loss, new state): num_samples·thin updates from update index
     `start` (keys as l2e.chains.make_chunk: fold_in(key, index) split into minibatch and noise keys), keeping the
-    position after every `thin` updates; the meta-loss is objective(samples (num_samples, ...), x, y)."""
+    position after every `thin` updates; the meta-loss is objective(samples (num_samples, ...), x, y).
+    cross_chain: state and key carry C parallel chains on axis 0 (each its own key), run vmapped; the objective
+    gets samples (C, num_samples, ...)."""
 
-    def loss(phi, state, key, start, data, x, y):
+    def run(phi, state, key, start, data):
         def one(st, i):
             k_batch, k_noise = jax.random.split(jax.random.fold_in(key, start + i))
             return kernel(k_noise, st, Task.sample_batch(k_batch, data, batch_size), phi)[0], None
@@ -75,6 +83,13 @@ def segment_loss_fn(kernel, objective, batch_size: int, num_samples: int, thin: 
             return st, st.position
 
         state, samples = jax.lax.scan(block, state, jnp.arange(num_samples))
+        return samples, state
+
+    if cross_chain:
+        run = jax.vmap(run, in_axes=(None, 0, 0, None, None))
+
+    def loss(phi, state, key, start, data, x, y):
+        samples, state = run(phi, state, key, start, data)
         return objective(samples, x, y), state
 
     return loss
@@ -82,15 +97,17 @@ def segment_loss_fn(kernel, objective, batch_size: int, num_samples: int, thin: 
 
 def _programs(cache: ProgramCache, spec, config):
     """(members program, backprop program) of `spec`, jitted once per run: members: (φs (P, ...), states (P, ...),
-    key, start, data, x, y) -> (losses (P,), states); backprop: (φ, state, ...) -> ((loss, state), ∇φ)."""
+    key, start, data, x, y) -> (losses (P,), states); backprop: (φ, state, ...) -> ((loss, state), ∇φ) (a
+    cross-chain objective: state and key with the C chains on axis 0)."""
     sampler, es, inner = config.sampler_config, config.es, config.inner
+    cross = config.objective.kind in CROSS_CHAIN_OBJECTIVES
 
     def build():
         task = cache.task(spec)
         kernel = sampler_module(sampler).build_kernel(task.posterior, sampler)
         thin = es.truncation // inner.num_samples
         loss = segment_loss_fn(kernel, OBJECTIVE_FNS[config.objective.kind](task), inner.batch_size,
-                               inner.num_samples, thin)
+                               inner.num_samples, thin, cross_chain=cross)
         members = jax.jit(jax.vmap(loss, in_axes=(0, 0, None, None, None, None, None)))
 
         def detached(phi, state, *args):
@@ -99,7 +116,7 @@ def _programs(cache: ProgramCache, spec, config):
         return members, jax.jit(jax.value_and_grad(detached, has_aux=True))
 
     key = ("estimator_segment", spec, sampler, es.truncation, inner.num_samples, inner.batch_size,
-           config.objective.kind)
+           config.objective.kind) + ((config.objective.chains,) if cross else ())
     return cache.program(key, build)
 
 
@@ -108,8 +125,15 @@ def start_unroll(config, cache: ProgramCache, index: int, segment: int, mean, sp
     positioned at `segment`."""
     keys = outer_keys(config.seed, index * segments_per_unroll(config))
     spec = config.tasks.sample(keys.task) if spec is None else spec
-    state = sampler_module(config.sampler_config).init(cache.task(spec).init_params(keys.init))
+    init = sampler_module(config.sampler_config).init
     pairs = config.es.population // 2
+    if config.objective.kind in CROSS_CHAIN_OBJECTIVES:  # C chains: θ₀ from fold_in(init key, c), keys split
+        c = config.objective.chains
+        states = [init(cache.task(spec).init_params(jax.random.fold_in(keys.init, i))) for i in range(c)]
+        state = jax.tree.map(lambda *xs: jnp.stack(xs), *states)
+        accum = jax.tree.map(lambda x: jnp.zeros((pairs,) + x.shape, x.dtype), mean)
+        return Unroll(index, spec, state, accum, jax.random.split(keys.chain, c), segment)
+    state = init(cache.task(spec).init_params(keys.init))
     if config.es.estimator != "backprop":
         p = 2 * pairs
         state = jax.tree.map(lambda x: jnp.broadcast_to(x, (p,) + x.shape), state)
@@ -118,6 +142,10 @@ def start_unroll(config, cache: ProgramCache, index: int, segment: int, mean, sp
 
 
 def _loss_batch(cache, spec, keys, config):
+    """The meta-loss batch: meta_loss_examples outer-validation examples, or for "fidelity" the reference's test
+    inputs and probabilities (all of them)."""
+    if config.objective.kind in REFERENCE_OBJECTIVES:
+        return reference_batch(cache, spec, config.objective.reference)
     task = cache.task(spec)
     xv, yv = task.splits.outer_valid
     idx = _loss_indices(keys, xv.shape[0], config.meta_loss_examples)

@@ -1,23 +1,33 @@
 """Meta-objectives beyond the BMA / CE losses of meta_train.es (SAMPLING.md §4; META_SGMCMC.md §4).
 
 Each is `fn(task) -> objective(samples, x, y) -> scalar` with the signature of meta_train.es.OBJECTIVE_FNS:
-samples a position pytree with leaves (K, ...) (one member's thinned samples), (x, y) the held-out batch. The model's
-score is the minibatch estimate −∇Ũ(θ) = −(N·∇ mean NLL(θ; x, y) − ∇log p(θ)) on that held-out batch (unbiased for
-the full-data score, as the spec allows "in expectation").
+samples a position pytree with leaves (K, ...) (one member's thinned samples; for "stein_kl_cross" (C, K, ...), C
+parallel chains), (x, y) the meta-loss batch. For "ksd" and the Stein-KL surrogates (x, y) is a held-out batch of
+outer-validation examples and the model's score is the minibatch estimate −∇Ũ(θ) = −(N·∇ mean NLL(θ; x, y) −
+∇log p(θ)) on it (unbiased for the full-data score, as the spec allows "in expectation").
 
 - "ksd": the squared kernel Stein discrepancy of the K samples against the score (U-statistic, RBF kernel
   k(a, b) = exp(−‖a − b‖²/2h), h = ½·median of the pairwise squared distances), ÷ d. A scalar, for ES.
 - "stein_kl": the Stein-gradient KL surrogate of Meta-SGMCMC, in-chain form (the member's K samples pooled):
   mean_k Σ_d [sg(ĝ(θ_k)) − sg(∇log p̃(θ_k))]·θ_k with ĝ = −(K + λI)⁻¹⟨∇, K⟩ (Li & Turner's Stein gradient
   estimator of ∇log q, λ = STEIN_LAMBDA). Its *value* is meaningless; its pathwise gradient is that of KL(q‖p), so it
-  is for estimator "backprop" only (meta_train.config refuses it with ES). The cross-chain form (K parallel chains
-  per member) is not implemented.
+  is for estimator "backprop" only (meta_train.config refuses it with ES).
+- "stein_kl_cross": the same surrogate in Meta-SGMCMC's cross-chain form: C = objective.chains parallel chains on
+  the task (meta_train.estimators runs them, vmapped, from independent initialisations with independent keys); at
+  each of the K sample times the surrogate is taken over the C chains' current states (ĝ from those C states),
+  then averaged over the K sample times. Gradients only: es.estimator "backprop" only.
+- "fidelity": fidelity to a NUTS reference (meta_train.reference): (x, y) = (the task's test inputs, the
+  reference's BMA probabilities q (n_test, C)) and the loss is the total variation between the samples' BMA
+  predictive p = mean_k softmax(logits_k(x)) and q, mean over test points: mean_n ½Σ_c |p_nc − q_nc| ∈ [0, 1].
+  A scalar (ES) and differentiable (backprop); classification only.
 """
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from l2e.io import ConfigError
 
 STEIN_LAMBDA = 0.05
 
@@ -87,4 +97,42 @@ def stein_kl_fn(task):
     return objective
 
 
-EXTRA_OBJECTIVE_FNS = {"ksd": ksd_fn, "stein_kl": stein_kl_fn}
+def stein_kl_cross_fn(task):
+    """The cross-chain Stein-gradient KL surrogate (module doc) of samples with leaves (C, K, ...): at each sample
+    time k the in-chain surrogate of the C chains' states θ_{1..C,k}, mean over k. Only its gradient is meaningful."""
+    in_chain = stein_kl_fn(task)
+
+    def objective(samples, x, y):
+        per_time = jax.tree.map(lambda s: jnp.swapaxes(s, 0, 1), samples)  # (K, C, ...)
+        return jnp.mean(jax.vmap(lambda st: in_chain(st, x, y))(per_time))
+
+    return objective
+
+
+def total_variation(p: jax.Array, q: jax.Array) -> jax.Array:
+    """mean_n ½Σ_c |p_nc − q_nc| of two (n, C) probability tables."""
+    return jnp.mean(0.5 * jnp.sum(jnp.abs(p - q), axis=-1))
+
+
+def fidelity_fn(task):
+    """The fidelity meta-loss (module doc): objective(samples (K, ...), x_test, q (n_test, C)) = TV between the
+    samples' BMA predictive on x_test and the reference probabilities q, mean over test points."""
+    if task.kind != "classification":
+        raise ConfigError(f"objective.kind fidelity needs a classification task, {task.spec.name!r} is {task.kind}")
+
+    def objective(samples, x, q):
+        probs = jax.vmap(lambda p: jax.nn.softmax(task.logits(p, x), axis=-1))(samples)  # (K, n, C)
+        return total_variation(jnp.mean(probs, axis=0), q)
+
+    return objective
+
+
+CROSS_CHAIN_OBJECTIVES = ("stein_kl_cross",)
+"""Objectives over C parallel chains (samples (C, K, ...)); meta_train.estimators runs objective.chains chains."""
+GRADIENT_ONLY_OBJECTIVES = ("stein_kl", "stein_kl_cross")
+"""Objectives whose value is meaningless (gradients only): es.estimator "backprop" only."""
+REFERENCE_OBJECTIVES = ("fidelity",)
+"""Objectives taken on a reference's test points (x_test, reference probabilities) instead of a held-out batch."""
+
+EXTRA_OBJECTIVE_FNS = {"ksd": ksd_fn, "stein_kl": stein_kl_fn, "stein_kl_cross": stein_kl_cross_fn,
+                       "fidelity": fidelity_fn}

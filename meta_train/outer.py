@@ -101,7 +101,8 @@ def outer_step(strategy: Open_ES, es_params, es_state, config: MetaTrainConfig, 
     result = evaluate_population(spec, population, keys, config.sampler_config, config.schedule,
                                  config.meta_loss_examples, progress=progress, execution=config.es.execution,
                                  cache=cache, objective=config.objective.kind,
-                                 log_temperature=config.objective.log_temperature)
+                                 log_temperature=config.objective.log_temperature,
+                                 reference=config.objective.reference)
     fitness = result.fitness
     shaped = strategy.fitness_shaping_fn(population, fitness, es_state, es_params)
     if np.isfinite(np.asarray(fitness)).any():

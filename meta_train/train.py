@@ -16,7 +16,8 @@ from l2e.meta_model import init_meta_params, init_mu_params, sghmc_like_meta_par
 from l2e.mass import init_mass_params
 from l2e.meta_sgmcmc import init_meta_params as init_meta_sgmcmc_params
 from meta_train.config import ConfigError, MetaTrainConfig
-from meta_train.es import ProgramCache
+from meta_train.es import ProgramCache, reference_batch
+from meta_train.objectives import REFERENCE_OBJECTIVES
 from meta_train.faults import fault_plan
 from meta_train.outer import make_strategy, outer_step
 from meta_train.run_dir import RunDir, RunDirError
@@ -28,12 +29,16 @@ PLOT_EVERY_S = 60.0
 def check_inputs(config: MetaTrainConfig, cache: ProgramCache) -> None:
     """Load every dataset and build every task of the distribution once (into `cache`), so that bad data
     (missing directory, truncated or mis-shaped files, a CNN on tabular data) is reported before the output
-    directory is touched."""
+    directory is touched; for objective "fidelity" also load and check every task's NUTS reference (a task without
+    one, or a regression task, is a ConfigError naming it)."""
     data_dir = config.tasks.data_dir
     if data_dir is not None and not Path(data_dir).is_dir():
         raise ConfigError(f"tasks.data_dir does not exist or is not a directory: {data_dir}")
     for spec in config.tasks.specs():
         cache.task(spec)
+    if config.objective.kind in REFERENCE_OBJECTIVES:  # every task needs its reference (classification only)
+        for spec in config.tasks.specs():
+            reference_batch(cache, spec, config.objective.reference)
 
 
 def initial_meta_params(config: MetaTrainConfig):
