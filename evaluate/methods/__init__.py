@@ -1,6 +1,6 @@
-"""The evaluated methods: one module per method (settings, tuning grid, schedule, runner), registered by name in
-`evaluate.methods.registry`; shared drivers in `driver`, results and prediction in `outputs`, the per-evaluation
-`CompileCache` in `cache`.
+"""The evaluated methods: one module per method (settings, tuning grid, schedule, runner; evaluate.methods.l2e also
+builds the shipped learned samplers from one table), registered by name in `evaluate.methods.registry`; shared
+drivers in `driver`, results and prediction in `outputs`, the per-evaluation `CompileCache` in `cache`.
 
 `run_<name>(task, key, hp, cfg, split="test", cache=None)` is `run_method("<name>", ...)` for every registered
 method.

@@ -3,7 +3,27 @@ the checkpoint's sampler configuration with its learning_rate replaced by each g
 (l2e.checkpoint.KINDS: the paper-form step, Kinetic-L2E, Mass-L2E) picks the kernel; a kind that freezes
 constants before sampling (Mass-L2E's freeze_step) freezes them at the first update of the sampling window.  The
 temperature is the checkpoint's T (with the released code's noise mode "reference", N(0, 2·C·τ) without the ε
-factor, the record adds the SGHMC-equivalent τ/ε at the chosen lr)."""
+factor, the record adds the SGHMC-equivalent τ/ε at the chosen lr).
+
+The shipped learned samplers (l2e.checkpoint.SHIPPED) are methods of their own, one entry each in
+SHIPPED_LEARNED below (`METHOD_TABLE`, registered in evaluate.methods.registry as "l2e:<name>"): the same runner on
+that shipped checkpoint, one chain of G updates with the SGHMC sample schedule, its lr tuned over a grid
+(`settings.<name>.lrs`):
+- l2e_mass — Mass-L2E (l2e.mass), the "mass" checkpoint: SGHMC whose diagonal mass and per-coordinate friction a
+  meta-trained MLP sets from burn-in gradient statistics, frozen at the first update of the sampling window
+  (correct by construction); lr grid like L2E's.
+- l2e_kinetic — Kinetic-L2E (l2e.kinetic), the "kinetic" checkpoint: SGHMC with the learned kinetic energy
+  K = ½‖r − μ_φ(θ)‖² (correct by construction); lr grid like L2E's.
+- meta_sgmcmc — Meta-SGMCMC (l2e.meta_sgmcmc; Gong, Li & Hernández-Lobato 2019), the "meta-sgmcmc" checkpoint: the
+  complete recipe with learned curl Q and diffusion D and the exact Γ correction (correct by construction),
+  meta-trained by truncated backprop on the Stein-gradient KL surrogate as the L2E authors re-ran it (scaled:
+  checkpoints/meta_sgmcmc/PROVENANCE.md); lr (ε²N, SGHMC's units: Q ≡ 1, D ≡ C is SGHMC) over an SGHMC-like grid.
+- precond_l2e — Precond-L2E (the L2E paper's Table 11 ablation), the "precond-l2e" checkpoint: Meta-SGMCMC's
+  parameterisation (learned Q, D with the exact Γ, correct by construction) meta-trained the L2E way, antithetic ES
+  on the BMA loss (checkpoints/precond_l2e/PROVENANCE.md); lr (ε²N, SGHMC's units) over an SGHMC-like grid.
+- small_l2e — Small-L2E (the L2E paper's Table 11 ablation), the "small-l2e" checkpoint: the paper-form L2E step
+  meta-trained on a smaller task distribution (one dataset, 4-channel CNNs of depth 1–2:
+  checkpoints/small_l2e/PROVENANCE.md); lr over the paper-form L2E's grid (the `l2e` method's)."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,17 +34,8 @@ from evaluate.budget import single_chain_schedule
 from evaluate.methods.base import Method, check_grid, lr_grid
 from evaluate.methods.driver import lr_args, run_single_chain
 
-__all__ = ["L2ESettings", "METHOD", "l2e_record", "run_l2e"]
-
-
-@dataclasses.dataclass(frozen=True)
-class L2ESettings:
-    """lrs: learning rates lr = ε²·N replacing the checkpoint's."""
-
-    lrs: tuple[float, ...] = (0.25, 0.5, 1.0)
-
-    def __post_init__(self):
-        check_grid(self, "settings.l2e", "lrs")
+__all__ = ["L2ESettings", "METHOD", "METHOD_TABLE", "SHIPPED_LEARNED", "learned_method", "l2e_record", "lr_settings",
+           "run_l2e"]
 
 
 def sampler_module(sampler):
@@ -75,5 +86,45 @@ def run_l2e(ctx, key, hp: dict):
                             lambda: _kernel(ctx.task, static), sampler_module(sampler).init, args)
 
 
-METHOD = Method("l2e", L2ESettings, run_l2e, grid=lr_grid, schedule=lambda cfg, s: single_chain_schedule(cfg),
-                needs_sampler=True)
+def lr_settings(method: str, class_name: str, lrs: tuple[float, ...]) -> type:
+    """The settings of a learned-sampler method: frozen dataclass `class_name` (module evaluate.methods.l2e) with
+    the one field `lrs` (default `lrs`), refused by check_grid as the group settings.<method>."""
+
+    def __post_init__(self):
+        check_grid(self, f"settings.{method}", "lrs")
+
+    return dataclasses.make_dataclass(
+        class_name, [("lrs", tuple[float, ...], dataclasses.field(default=lrs))], frozen=True,
+        namespace={"__doc__": "lrs: learning rates lr = ε²·N replacing the checkpoint's.", "__module__": __name__,
+                   "__qualname__": class_name, "__post_init__": __post_init__})
+
+
+def _schedule(cfg, settings):
+    return single_chain_schedule(cfg)
+
+
+def learned_method(name: str, settings_class: str, sampler: bool | str, lrs: tuple[float, ...]) -> Method:
+    """Method `name` running `run_l2e` on the learned sampler `sampler` (Method.needs_sampler: True, the
+    evaluation's `--sampler`; a string, that shipped checkpoint), settings `settings_class` (lr_settings) with the
+    default lr grid `lrs`."""
+    return Method(name, lr_settings(name, settings_class, lrs), run_l2e, grid=lr_grid, schedule=_schedule,
+                  needs_sampler=sampler)
+
+
+METHOD = learned_method("l2e", "L2ESettings", True, (0.25, 0.5, 1.0))
+L2ESettings = METHOD.settings
+
+SHIPPED_LEARNED = (  # method, settings class, shipped checkpoint (l2e.checkpoint.SHIPPED), default lr grid
+    ("l2e_mass", "L2EMassSettings", "mass", (0.01, 0.03, 0.1)),
+    ("l2e_kinetic", "L2EKineticSettings", "kinetic", (0.01, 0.03, 0.1)),
+    ("meta_sgmcmc", "MetaSGMCMCSettings", "meta-sgmcmc", (0.01, 0.03, 0.1)),
+    ("precond_l2e", "PrecondL2ESettings", "precond-l2e", (0.01, 0.03, 0.1)),
+    ("small_l2e", "SmallL2ESettings", "small-l2e", (0.25, 0.5, 1.0)),
+)
+"""The shipped learned samplers evaluated as methods of their own (described in the module docstring); adding one
+is a row here and the line "l2e:<method>" in evaluate.methods.registry.METHOD_MODULES."""
+
+METHOD_TABLE: dict[str, Method] = {row[0]: learned_method(*row) for row in SHIPPED_LEARNED}
+"""The methods of SHIPPED_LEARNED by name (registry entries "l2e:<name>")."""
+
+globals().update({m.settings.__name__: m.settings for m in METHOD_TABLE.values()})  # L2EMassSettings, … (pickle)
