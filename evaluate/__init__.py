@@ -1,7 +1,7 @@
 """Evaluation of learned and hand-designed samplers on held-out tasks (`python -m evaluate`).
 
-Submodules: config (EvalConfig, presets), methods (one module per method — the shipped learned samplers one table in methods/l2e.py — registered by name in
-methods/registry.py), budget (equal-budget schedules, gradient accounting), run (`evaluate`), entries (a
+Submodules: config (EvalConfig, presets), methods (one module per method — the shipped learned samplers one
+table in methods/l2e.py — registered by name in methods/registry.py), budget (equal-budget schedules, gradient accounting), run (`evaluate`), entries (a
 method's report entry: metrics, ESS, loss barrier, reference row, 1-D band), report / plots (JSON, Markdown,
 PNG), reference / hmc_reference (reference posteriors), metrics / diagnostics (estimators).
 The heavy names are imported lazily so `evaluate.metrics` stays a numpy-only import.
