@@ -22,7 +22,7 @@ import numpy as np
 
 from l2e.checkpoint import clean_staging, restore_checkpoint, save_checkpoint
 from l2e.io import DirectoryLock, LockHeldError, atomic_write_bytes, atomic_write_text
-from meta_train.config import MetaTrainConfig
+from meta_train.config import ConfigError, MetaTrainConfig, from_dict
 from meta_train.faults import NoFault
 
 LOG = "log.jsonl"
@@ -70,6 +70,10 @@ def _check_ours(out: Path) -> None:
 
 def _check_resumable(out: Path, config: MetaTrainConfig) -> None:
     old = _read_config(out / CONFIG)
+    try:  # config fields added since the run was written (e.g. objective.reference) take their defaults
+        old = from_dict(old).to_dict()
+    except ConfigError:
+        pass  # compared as stored: the difference is reported below
     new = config.to_dict()
     if old != new:
         diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
