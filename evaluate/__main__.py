@@ -10,8 +10,13 @@
                        [--seed N] [--init init_params|prior] [--overwrite] [--quiet]
 
     python -m evaluate card [--output DIR] [--sampler PATH] [--released PATH] [--set key=value ...] [--overwrite]
+    python -m evaluate select RUN_DIR --output DIR [--preset P] [--task SPEC ...] [--metric nll|tv]
+                       [--reference [TASK=]PATH ...] [--method NAME] [--seed N] [--seeds 0,1,2] [--set key=value ...]
+                       [--overwrite] [--quiet]
 
 The `card` subcommand runs the sampler card (evaluate.card: known Gaussian / mixture targets with gradient noise).
+The `select` subcommand evaluates every committed checkpoint step of a meta-training run on selection tasks and
+picks the best by held-out BMA NLL (the L2E authors' rule) or TV to a NUTS reference (evaluate.select).
 The `reference` subcommand computes the project's own full-batch NUTS reference of each task (test-set
 predictive + convergence diagnostics; evaluate.hmc_reference), to be passed back as `--reference DIR`.
 
@@ -309,6 +314,10 @@ def main(argv=None) -> int:
         from evaluate.card_cli import card_main
 
         return card_main(argv[1:])
+    if argv and argv[0] == "select":
+        from evaluate.select import select_main
+
+        return select_main(argv[1:])
     args = build_parser().parse_args(argv)
     import l2e
     from evaluate.config import get_preset

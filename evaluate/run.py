@@ -235,21 +235,24 @@ def _released_input(cfg: EvalConfig, released_path, released: dict | None) -> tu
 
 def evaluate(cfg: EvalConfig, out_dir=None, sampler_path=None, progress: bool = True, sampler: dict | None = None,
              references: dict | None = None, cache: CompileCache | None = None, samples: bool = False,
-             released_path=None, released: dict | None = None) -> dict:
+             released_path=None, released: dict | None = None, shipped: dict | None = None) -> dict:
     """Run the evaluation described by `cfg`; write the report (evaluate.report.write_report) into out_dir (if
     given).  `sampler` (from `load_l2e`) overrides `sampler_path`; `released` (from
     evaluate.methods.l2e_released.load_released_sampler) overrides `released_path` (default: the shared data's
     l2e_released).  `references`: {task name (or None for the only task): path} (evaluate.reference.
     load_references); every input is checked before anything is computed.  cache: a CompileCache to reuse
     (default: a new one for this evaluation).  samples: also write every method's final-run samples
-    (`save_samples`; needs out_dir).  Returns the results dict (schema: evaluate.report)."""
+    (`save_samples`; needs out_dir).  shipped: {shipped name (l2e.checkpoint.SHIPPED, e.g. "meta-sgmcmc"): a
+    `load_l2e` dict} run instead of that shipped checkpoint by the method that names it (Method.needs_sampler),
+    e.g. one step of a meta-training run (`python -m evaluate select`).  Returns the results dict (schema:
+    evaluate.report)."""
     cfg.check_budget()
     cfg, skipped, released = _released_input(cfg, released_path, released)
     samplers = {} if released is None else {"released": released}
     if any(get_method(m).needs_sampler is True for m in cfg.methods):
         samplers["l2e"] = sampler if sampler is not None else load_l2e(sampler_path)  # fail fast
     for name in {get_method(m).needs_sampler for m in cfg.methods} - {True, False}:  # shipped checkpoints by name
-        samplers[name] = load_l2e(name)
+        samplers[name] = (shipped or {}).get(name) or load_l2e(name)
     task_cache = TaskCache()
     tasks = [build(spec, task_cache) for spec in cfg.tasks]  # dataset errors surface here
     refs = load_references(references, cfg.task_names(), tasks)
