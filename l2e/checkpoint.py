@@ -305,7 +305,7 @@ def save_checkpoint(root: str | Path, step: int, state: PyTree, meta_params: PyT
 
     state: the optimiser state (any pytree; restored leaf by leaf into a template of the same structure);
     meta_params: the meta-model's params; metadata: JSON-serialisable dict (iteration, sampler, config).
-    Keeps the newest `keep` committed steps (older ones are renamed away before deletion, so a kill during
+    Keeps the newest `keep` committed steps (0: every step; older ones are renamed away before deletion, so a kill during
     pruning leaves no partial step). after_item(name) is called once an item is staged (fault injection).
     """
     root = Path(root).resolve()
@@ -326,7 +326,7 @@ def save_checkpoint(root: str | Path, step: int, state: PyTree, meta_params: PyT
         shutil.rmtree(old, ignore_errors=True)
     os.replace(stage, final)
     fsync_dir(root)
-    for old_step in committed_steps(root)[:-keep]:
+    for old_step in (committed_steps(root)[:-keep] if keep else []):
         doomed = root / f".del-{old_step}"
         os.replace(root / str(old_step), doomed)
         shutil.rmtree(doomed, ignore_errors=True)

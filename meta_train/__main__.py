@@ -38,6 +38,9 @@ def build_parser(presets) -> argparse.ArgumentParser:
                         "tasks.datasets=digits,synthetic_images (repeatable)")
     p.add_argument("--resume", action="store_true", help="continue the run in --output from its latest checkpoint")
     p.add_argument("--overwrite", action="store_true", help="replace the run in --output")
+    p.add_argument("--keep-checkpoints", type=int, default=3, metavar="N",
+                   help="checkpoint steps kept, the newest (default 3; 0 keeps every step, e.g. for "
+                        "`python -m evaluate select`)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--distributed", action="store_true",
                    help="multi-host run: call jax.distributed.initialize() first (coordinator from "
@@ -81,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         config = config_from_args(args, PRESETS)
         t0 = time.perf_counter()
         summary = meta_train(config, args.output, resume=args.resume, overwrite=args.overwrite,
-                             progress=not args.no_progress)
+                             progress=not args.no_progress, keep_checkpoints=args.keep_checkpoints)
     except (ConfigError, RunDirError, CheckpointError, DatasetError, ValueError) as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2

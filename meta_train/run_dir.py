@@ -20,7 +20,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from l2e.checkpoint import clean_staging, restore_checkpoint, save_checkpoint
+from l2e.checkpoint import KEEP_CHECKPOINTS, clean_staging, restore_checkpoint, save_checkpoint
 from l2e.io import DirectoryLock, LockHeldError, atomic_write_bytes, atomic_write_text
 from meta_train.config import ConfigError, MetaTrainConfig, from_dict
 from meta_train.faults import NoFault
@@ -160,10 +160,12 @@ class RunDir:
     """The run directory `out` of one meta-training process: `open` it (lock, checks, config), `resume` from
     it, `append` log rows, `save` checkpoints, `plot`, and `close` it (releases the lock).
 
-    Only a writer process (default: `is_writer()`) writes or locks; the others read checkpoints on resume."""
+    Only a writer process (default: `is_writer()`) writes or locks; the others read checkpoints on resume.
+    keep: checkpoint steps kept (the newest; 0 keeps every step, e.g. to select one afterwards)."""
 
-    def __init__(self, out: str | Path, writer: bool | None = None):
+    def __init__(self, out: str | Path, writer: bool | None = None, keep: int = KEEP_CHECKPOINTS):
         self.out = Path(out)
+        self.keep = keep
         self.checkpoints = (self.out / CHECKPOINTS).resolve()
         self.writer = is_writer() if writer is None else writer
         self._lock = DirectoryLock(self.out)
@@ -230,7 +232,8 @@ class RunDir:
             if item == "es_state":
                 fault.hit("mid_checkpoint", step)
 
-        return save_checkpoint(self.checkpoints, step, es_state, meta_params, metadata, after_item=after_item)
+        return save_checkpoint(self.checkpoints, step, es_state, meta_params, metadata, keep=self.keep,
+                               after_item=after_item)
 
     def plot(self, rows: list[dict]) -> None:
         plot_meta_loss([r for r in rows if r["meta_loss"] is not None], self.out / PLOT)

@@ -12,6 +12,7 @@ from pathlib import Path
 import jax
 from tqdm.auto import tqdm
 
+from l2e.checkpoint import KEEP_CHECKPOINTS
 from l2e.meta_model import init_meta_params, init_mu_params, sghmc_like_meta_params
 from l2e.mass import init_mass_params
 from l2e.meta_sgmcmc import init_meta_params as init_meta_sgmcmc_params
@@ -114,16 +115,19 @@ def _train(loop: _Loop, resume: bool, progress: bool, stop_after: int | None) ->
 
 
 def meta_train(config: MetaTrainConfig, out: str | Path, resume: bool = False, overwrite: bool = False,
-               progress: bool = True, stop_after: int | None = None) -> dict:
+               progress: bool = True, stop_after: int | None = None, keep_checkpoints: int = KEEP_CHECKPOINTS) -> dict:
     """Run (or resume) meta-training into `out`; returns a summary dict (iterations, seconds, meta_params,
     final_meta_loss, output).
 
     stop_after: stop once this many outer iterations are done (for tests of resumption).
+    keep_checkpoints: checkpoint steps kept, the newest (0: all, for `python -m evaluate select`).
     """
+    if isinstance(keep_checkpoints, bool) or not isinstance(keep_checkpoints, int) or keep_checkpoints < 0:
+        raise ConfigError(f"keep_checkpoints must be an integer ≥ 0 (0 keeps all), got {keep_checkpoints!r}")
     fault = fault_plan()
     cache = ProgramCache()
     check_inputs(config, cache)
-    run = RunDir(out)
+    run = RunDir(out, keep=keep_checkpoints)
     loop = _Loop(config, run, fault, cache)  # builds φ₀ and the ES state: a bad model fails before `out` is touched
     run.open(config, resume, overwrite)
     try:

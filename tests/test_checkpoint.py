@@ -77,6 +77,10 @@ def test_save_and_restore_round_trip_keeps_the_newest_steps(tmp_path):
         state = {"mean": np.arange(4, dtype=np.float32) * step, "count": np.int32(step)}
         save_checkpoint(tmp_path, step, state, params, {"iteration": step, "sampler": {}})
     assert committed_steps(tmp_path) == list(range(6 - KEEP_CHECKPOINTS, 6))
+    for step in range(1, 6):  # keep=0 keeps every step (meta_train --keep-checkpoints 0)
+        save_checkpoint(tmp_path / "all", step, {"mean": np.zeros(4, np.float32), "count": np.int32(step)}, params,
+                        {"iteration": step, "sampler": {}}, keep=0)
+    assert committed_steps(tmp_path / "all") == [1, 2, 3, 4, 5]
     step, state = restore_checkpoint(tmp_path, template)
     assert step == 5 and int(state["count"]) == 5 and state["mean"].dtype == np.float32
     np.testing.assert_array_equal(state["mean"], np.arange(4) * 5.0)

@@ -107,6 +107,7 @@ def test_config_round_trip_and_overrides():
     (["--preset", "smoke", "--set", "es.population=3"], "population"),
     (["--preset", "smoke", "--set", "sampler.learning_rate=-1"], "learning_rate"),
     (["--preset", "smoke", "--set", "tasks.datasets=imagenet"], "unknown dataset"),
+    (["--preset", "smoke", "--keep-checkpoints", "-1"], "keep_checkpoints"),
 ])
 def test_cli_bad_input_one_line_error(args, msg, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "meta_train", *args, "--output", str(tmp_path / "o")],
