@@ -315,7 +315,7 @@ def main(argv=None) -> int:
 
         return card_main(argv[1:])
     if argv and argv[0] == "select":
-        from evaluate.select import select_main
+        from evaluate.select_cli import select_main
 
         return select_main(argv[1:])
     args = build_parser().parse_args(argv)

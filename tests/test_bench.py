@@ -83,3 +83,29 @@ def test_step_cost_per_family_harness():
     chunked = next(v for v in r["variants"] if v["variant"] == "chunk512")  # d = 1,210: 3 chunks, same numbers
     assert chunked["alpha rel_l2"] < 1e-6 and chunked["beta2 rel_l2"] < 1e-6
     assert "| tiny-mlp |" in markdown([r], {"n": 1, "median": 1.0, "best": 1.0})
+
+
+def test_meta_loss_curves_harness(tmp_path):
+    """bench.meta_loss_curves on a tiny budget: one ES run on digits/mlp-32 against the committed NUTS reference
+    (skipped without it); the yardstick has φ₀ plus one point per checkpoint (every checkpoint kept, not only
+    meta_train's newest 3), finite TVs in (0, 1] and the per-iteration meta-loss of every iteration."""
+    import json
+    from pathlib import Path
+
+    ref = Path(__file__).resolve().parents[1] / "results" / "references"
+    if not (ref / "digits_mlp-32" / "probs.txt").is_file():
+        pytest.skip(f"no digits/mlp-32 NUTS reference under {ref}")
+    from bench.meta_loss_curves import main
+
+    out = tmp_path / "curves"
+    assert main(["--output", str(out), "--reference", str(ref), "--runs", "mass/bma", "--budget-steps", "3000",
+                 "--points", "5", "--yardstick-repeats", "1", "--set", "inner.num_steps=120",
+                 "--set", "objective.burn_in=20"]) == 0
+    (run,) = json.loads((out / "curves.json").read_text())["runs"]
+    assert run["num_outer"] == 3000 // (2 * 120) and len(run["meta_loss"]) == run["num_outer"]
+    steps = [p["iteration"] for p in run["yardstick"]]
+    every = run["num_outer"] // 5
+    assert steps == [0] + list(range(every, run["num_outer"] + 1, every)) + (
+        [run["num_outer"]] if run["num_outer"] % every else []), steps
+    assert all(0 < p["tv"] <= 1 for p in run["yardstick"])
+    assert "| mass/bma | antithetic |" in (out / "curves.md").read_text() and (out / "curves.png").is_file()
