@@ -17,7 +17,7 @@ from tasks import RegressionSpec, TaskSpec
 from tasks.data.base import DatasetError
 from tasks.models import ModelSpec
 from tasks.spec_parse import GRAMMAR, TaskStringError, parse_task_string
-from tasks.task_strings import parse_task_list, resolve_task
+from tasks.task_strings import resolve_task
 
 ROOT = Path(__file__).resolve().parents[1]
 UCI_DIR = ROOT.parent / "shared" / "data" / "uci"
