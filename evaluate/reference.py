@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from l2e.io import read_json
 from tasks.models import ModelSpec
 from tasks.regression import RegressionSpec
 from tasks.task import TaskSpec
@@ -144,14 +145,7 @@ def _spec_dict(spec) -> dict:
 
 
 def _read_json(path: Path, where: str):
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ReferenceDataError(f"{where}: {path.name} not found") from None
-    except OSError as e:
-        raise ReferenceDataError(f"{where}: cannot read {path.name} ({e.strerror})") from None
-    except ValueError as e:
-        raise ReferenceDataError(f"{where}: {path.name} is not valid JSON ({str(e).splitlines()[0]})") from None
+    return read_json(path, where, ReferenceDataError, shown=path.name)
 
 
 def _check_metadata(meta, task, name: str, where: str) -> None:

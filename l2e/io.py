@@ -20,7 +20,7 @@ from typing import Any
 
 __all__ = ["ConfigError", "DirectoryLock", "LockHeldError", "OneLineErrorParser", "SEED_RANGE", "Terminated",
            "apply_overrides", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "check_seed",
-           "dataclass_from_dict", "fsync_dir", "handle_sigterm", "one_line", "publish_dir", "staging_dir"]
+           "dataclass_from_dict", "fsync_dir", "handle_sigterm", "one_line", "publish_dir", "read_json", "staging_dir"]
 
 
 class ConfigError(ValueError):
@@ -104,6 +104,21 @@ def apply_overrides(config: Any, overrides: list[str], prefix: str = "") -> Any:
 SEED_RANGE = 2**32
 """Seeds are integers in [0, 2**32): jax.random.PRNGKey keeps only the low 32 bits (without x64), so larger or
 negative seeds would silently alias others (2**32 gives the key of 0), and ≥ 2**63 overflows."""
+
+
+def read_json(path: str | Path, where: str, error: type[Exception] = ConfigError, shown: str | None = None) -> Any:
+    """json.loads of the file at `path`; a missing, unreadable or invalid file raises one `error` line
+    "{where}: {shown} not found / cannot read … / is not valid JSON (…)" (shown: default the path)."""
+    path = Path(path)
+    shown = str(path) if shown is None else shown
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise error(f"{where}: {shown} not found") from None
+    except OSError as e:
+        raise error(f"{where}: cannot read {shown} ({e.strerror})") from None
+    except ValueError as e:
+        raise error(f"{where}: {shown} is not valid JSON ({str(e).splitlines()[0]})") from None
 
 
 def check_seed(seed: Any, name: str = "seed") -> None:

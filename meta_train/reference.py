@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from l2e.io import ConfigError
+from l2e.io import ConfigError, read_json
 
 INDEX = "reference.json"
 SPEC_IGNORED = ("data_dir",)
@@ -67,14 +67,7 @@ def _with_added(stored: dict, configured: dict) -> dict:
 
 
 def _read_json(path: Path, what: str):
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ReferenceError(f"{what}: {path} not found") from None
-    except OSError as e:
-        raise ReferenceError(f"{what}: cannot read {path} ({e.strerror})") from None
-    except ValueError as e:
-        raise ReferenceError(f"{what}: {path} is not valid JSON ({str(e).splitlines()[0]})") from None
+    return read_json(path, what, ReferenceError)
 
 
 def _spec_diff(stored: dict, configured: dict) -> list[str]:
