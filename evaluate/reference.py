@@ -14,9 +14,7 @@ directories written by `python -m evaluate reference` (evaluate.hmc_reference: r
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import json
 import warnings
 from pathlib import Path
 
@@ -25,6 +23,7 @@ import numpy as np
 from l2e.io import read_json
 from tasks.models import ModelSpec
 from tasks.regression import RegressionSpec
+from tasks.stored_spec import comparable_specs
 from tasks.task import TaskSpec
 
 __all__ = ["REFERENCE_TASKS", "ROW_SUM_ATOL", "ReferenceDataError", "check_alignment", "load_reference_dir", "load_reference_probs",
@@ -118,46 +117,18 @@ references`), in the order that fixes their keys (task t: fold_in(PRNGKey(0), t)
 
 INDEX = "reference.json"
 """Index file of a reference directory (written by evaluate.hmc_reference)."""
-SPEC_IGNORED = ("data_dir",)
-"""Spec fields not compared between a stored reference and the configured task (a location, not the data:
-the data are checked by the test-set size and label fingerprint / target statistics instead)."""
-
-
-SPEC_ADDED = {"activation": "relu", "factory": None, "valid": None, "max_train": None}
-"""Spec fields added after references were first stored, with the value a spec stored without them had."""
-
-
-def _with_new_fields(stored: dict, configured: dict) -> dict:
-    """`stored` (and its nested model dict) with the SPEC_ADDED fields it lacks but `configured` has, at their
-    old values (so a reference stored before a field existed still matches its task)."""
-    out = dict(stored)
-    for k, v in configured.items():
-        if k not in out and k in SPEC_ADDED:
-            out[k] = SPEC_ADDED[k]
-        elif isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _with_new_fields(out[k], v)
-    return out
-
-
-def _spec_dict(spec) -> dict:
-    d = json.loads(json.dumps(dataclasses.asdict(spec)))
-    return {k: v for k, v in d.items() if k not in SPEC_IGNORED}
-
-
 def _read_json(path: Path, where: str):
     return read_json(path, where, ReferenceDataError, shown=path.name)
 
 
 def _check_metadata(meta, task, name: str, where: str) -> None:
-    """Stored kind, spec (less SPEC_IGNORED) and test data must be those of the configured task."""
+    """Stored kind, spec (less tasks.stored_spec.SPEC_IGNORED) and test data must be those of the configured task."""
     if not isinstance(meta, dict) or "spec" not in meta or "kind" not in meta:
         raise ReferenceDataError(f"{where}: metadata.json lacks the task kind or spec")
     if meta["kind"] != task.kind:
         raise ReferenceDataError(f"{where}: a {meta['kind']} reference, but task {name!r} is {task.kind}")
-    stored, configured = {k: v for k, v in meta["spec"].items() if k not in SPEC_IGNORED}, _spec_dict(task.spec)
-    stored = _with_new_fields(stored, configured)
-    if stored != configured:
-        diff = sorted(k for k in set(stored) | set(configured) if stored.get(k) != configured.get(k))
+    stored, configured, diff = comparable_specs(meta["spec"], task.spec)
+    if diff:
         first = diff[0] if diff else "?"
         raise ReferenceDataError(
             f"{where}: computed for another task spec than {name!r} ({', '.join(diff)} differ: stored "

@@ -16,9 +16,7 @@ fingerprint, probabilities of the right shape whose rows sum to 1.  Every refusa
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import json
 import warnings
 from pathlib import Path
 from typing import NamedTuple
@@ -26,11 +24,9 @@ from typing import NamedTuple
 import numpy as np
 
 from l2e.io import ConfigError, read_json
+from tasks.stored_spec import comparable_specs
 
 INDEX = "reference.json"
-SPEC_IGNORED = ("data_dir",)
-SPEC_ADDED = {"activation": "relu", "factory": None, "valid": None, "max_train": None}
-"""Spec fields added after references were first stored, with the value a spec stored without them had."""
 ROW_SUM_ATOL = 1e-3
 
 
@@ -51,28 +47,8 @@ def task_name(spec) -> str:
     return spec.name if max_train is None else f"{spec.name}-n{max_train}"
 
 
-def _spec_dict(spec) -> dict:
-    d = json.loads(json.dumps(dataclasses.asdict(spec)))
-    return {k: v for k, v in d.items() if k not in SPEC_IGNORED}
-
-
-def _with_added(stored: dict, configured: dict) -> dict:
-    out = dict(stored)
-    for k, v in configured.items():
-        if k not in out and k in SPEC_ADDED:
-            out[k] = SPEC_ADDED[k]
-        elif isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _with_added(out[k], v)
-    return out
-
-
 def _read_json(path: Path, what: str):
     return read_json(path, what, ReferenceError)
-
-
-def _spec_diff(stored: dict, configured: dict) -> list[str]:
-    stored = _with_added({k: v for k, v in stored.items() if k not in SPEC_IGNORED}, configured)
-    return sorted(k for k in set(stored) | set(configured) if stored.get(k) != configured.get(k))
 
 
 def find_reference_dir(root, spec) -> Path:
@@ -85,7 +61,6 @@ def find_reference_dir(root, spec) -> Path:
                                      f"reference`)")
     if not isinstance(index, dict):
         raise ReferenceError(f"objective.reference {root}: {INDEX} is not a JSON object")
-    configured = _spec_dict(spec)
     by_name = None
     for entry_name, entry in index.items():
         if not isinstance(entry, dict) or not isinstance(entry.get("dir"), str):
@@ -96,7 +71,7 @@ def find_reference_dir(root, spec) -> Path:
         meta = _read_json(meta_path, f"reference {root / entry['dir']}")
         if not isinstance(meta, dict) or not isinstance(meta.get("spec"), dict):
             continue
-        diff = _spec_diff(meta["spec"], configured)
+        diff = comparable_specs(meta["spec"], spec)[2]
         if not diff:
             return root / entry["dir"]
         if entry_name == name:
