@@ -267,6 +267,18 @@ def _interrupted(e: BaseException) -> str:
     return "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
 
 
+def failed_run(e: BaseException, lock, unchanged: str) -> int:
+    """After a run's exception `e`: release `lock` (if taken) as failed, print the one error line and return the
+    exit code — 143 / 130 for SIGTERM / SIGINT ("error: <why>; <unchanged>"), 2 for a user or OS error."""
+    if lock is not None:
+        lock.release(failed=True)
+    if isinstance(e, KeyboardInterrupt):
+        print(f"error: {_interrupted(e)}; {unchanged}", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
+    print(_os_error_line(e) if isinstance(e, OSError) else f"error: {one_line(e)}", file=sys.stderr)
+    return 2
+
+
 def reference_main(argv) -> int:
     """`python -m evaluate reference ...`: validate everything, then compute and write task by task."""
     args = build_reference_parser().parse_args(argv)
@@ -286,14 +298,8 @@ def reference_main(argv) -> int:
     try:
         _write_references(args, *inputs)
         lock.release(failed=False)
-    except KeyboardInterrupt as e:
-        lock.release(failed=True)
-        print(f"error: {_interrupted(e)}; the tasks finished so far are in {inputs[3]}", file=sys.stderr)
-        return 143 if isinstance(e, Terminated) else 130
-    except (OSError, ValueError) as e:
-        lock.release(failed=True)
-        print(_os_error_line(e) if isinstance(e, OSError) else f"error: {one_line(e)}", file=sys.stderr)
-        return 2
+    except (KeyboardInterrupt, OSError, ValueError) as e:
+        return failed_run(e, lock, f"the tasks finished so far are in {inputs[3]}")
     print(f"reference: {inputs[3] / 'reference.json'}")
     return 0
 
@@ -338,16 +344,8 @@ def main(argv=None) -> int:
         results = evaluate(cfg, out, sampler_path=args.sampler, progress=not args.quiet, references=references,
                            samples=args.save_samples, released_path=args.released)
         lock.release(failed=False)
-    except KeyboardInterrupt as e:
-        if lock is not None:
-            lock.release(failed=True)
-        print(f"error: {_interrupted(e)}; {args.output} is unchanged", file=sys.stderr)
-        return 143 if isinstance(e, Terminated) else 130
-    except (*user_errors, OSError) as e:  # one line, exit 2; anything else is a bug and keeps its traceback
-        if lock is not None:
-            lock.release(failed=True)
-        print(_os_error_line(e) if isinstance(e, OSError) else f"error: {one_line(e)}", file=sys.stderr)
-        return 2
+    except (KeyboardInterrupt, *user_errors, OSError) as e:  # anything else is a bug and keeps its traceback
+        return failed_run(e, lock, f"{args.output} is unchanged")
     print(format_table(results))
     print(f"report: {results['paths']['markdown']} (json: {results['paths']['json']}, "
           f"curves: {results['paths']['curves']})")

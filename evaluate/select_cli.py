@@ -81,12 +81,10 @@ def build_select_parser():
 def select_main(argv) -> int:
     """`python -m evaluate select ...`: validate everything (metric, references, run, checkpoints, config, tasks,
     output), then evaluate step by step and write the selection; one-line errors, exit 2, nothing written."""
-    import sys
-
     import l2e
-    from evaluate.__main__ import OutputLock, _interrupted, _os_error_line, _parse_references, with_task_strings
+    from evaluate.__main__ import OutputLock, _parse_references, failed_run, with_task_strings
     from evaluate.config import get_preset
-    from l2e.io import ConfigError, Terminated, apply_overrides, handle_sigterm, one_line
+    from l2e.io import ConfigError, apply_overrides, handle_sigterm
     from tasks.datasets import DatasetError
 
     args = build_select_parser().parse_args(argv)
@@ -111,16 +109,8 @@ def select_main(argv) -> int:
         sel = run_selection(prep, progress)
         paths = write_selection(sel, out)
         lock.release(failed=False)
-    except KeyboardInterrupt as e:
-        if lock is not None:
-            lock.release(failed=True)
-        print(f"error: {_interrupted(e)}; {args.output} is unchanged", file=sys.stderr)
-        return 143 if isinstance(e, Terminated) else 130
-    except (ConfigError, l2e.CheckpointError, DatasetError, ValueError, OSError) as e:
-        if lock is not None:
-            lock.release(failed=True)
-        print(_os_error_line(e) if isinstance(e, OSError) else f"error: {one_line(e)}", file=sys.stderr)
-        return 2
+    except (KeyboardInterrupt, ConfigError, l2e.CheckpointError, DatasetError, ValueError, OSError) as e:
+        return failed_run(e, lock, f"{args.output} is unchanged")
     print(selection_markdown(sel))
     print(f"selection: {paths['markdown']} (json: {paths['json']})")
     return 0
