@@ -20,8 +20,8 @@ Per sampler (all compiled first, then timed round-robin, each round running ever
                  L2E's two MLP passes on (d, 9) features; Kinetic-L2E's μ-MLP forward + vector–Jacobian
                  product), timed in the same rounds: its ms, GFLOP/s (its cost-analysis FLOPs ÷ its time) and
                  that as a fraction of this machine's measured f32 GEMM throughput (`gemm_gflops`, once per run).
-Learned samplers: every shipped checkpoint (`l2e.checkpoint.SHIPPED`, "default" = "paper-form" counted once)
-and every kind of `l2e.checkpoint.KINDS` with no shipped checkpoint (fresh meta-parameters, default config).
+Learned samplers: every shipped checkpoint (`l2e.checkpoint.SHIPPED`, "default" counted once) and every kind of
+the learned-sampler registry (`l2e.learned.REGISTRY`) with no shipped checkpoint (its "random" φ₀, default config).
 """
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import l2e
-from l2e.checkpoint import KINDS, SHIPPED, load_meta_params, resolve_step_dir, sampler_kind, shipped_checkpoint
-from l2e.meta_model import MetaMLP
+from l2e.checkpoint import SHIPPED, load_meta_params, resolve_step_dir, sampler_kind, shipped_checkpoint
+from l2e.learned import REGISTRY
 
 BASELINES = ("sghmc", "sgld", "csghmc", "psgld", "sgnht", "fsghmc", "smile", "psmile")
 
@@ -139,8 +139,8 @@ def _smile(post, preconditioned: bool):
 
 def learned_samplers(post) -> tuple[dict[str, tuple], dict[str, str]]:
     """({name: (kind, SamplingAlgorithm, meta_params, config)}, {name: why not built}): each shipped checkpoint
-    once, then each KINDS kind without one (fresh MetaMLP (32, 32) meta-parameters of the kind's input / output
-    widths, its default config)."""
+    once, then each registry kind without one (its "random" meta-parameters with hidden (32, 32), its default
+    config)."""
     out, failed, seen_dirs, shipped_kinds = {}, {}, set(), set()
     for name in SHIPPED:
         step_dir = resolve_step_dir(shipped_checkpoint(name)).resolve()
@@ -151,16 +151,15 @@ def learned_samplers(post) -> tuple[dict[str, tuple], dict[str, str]]:
         kind = sampler_kind(meta)
         shipped_kinds.add(kind)
         label = "l2e (paper-form)" if name == "paper-form" else name
-        out[label] = (kind, KINDS[kind].factory(post, params, config), params, config)
-    for kind, spec in KINDS.items():
+        out[label] = (kind, REGISTRY[kind].factory(post, params, config), params, config)
+    for kind, spec in REGISTRY.items():
         if kind in shipped_kinds:
             continue
         try:
-            params = MetaMLP((32, 32), spec.outputs).init(jax.random.PRNGKey(0),
-                                                          jnp.zeros((1, spec.inputs)))["params"]
+            params = spec.init_meta_params(jax.random.PRNGKey(0), (32, 32), "random")
             config = spec.config()
             out[f"{kind} (fresh φ)"] = (kind, spec.factory(post, params, config), params, config)
-        except Exception as e:  # a kind whose meta-model is not a MetaMLP: reported, not timed
+        except Exception as e:  # a kind that cannot be built on this posterior: reported, not timed
             failed[f"{kind} (fresh φ)"] = f"{type(e).__name__}: {e}"
     return out, failed
 

@@ -12,6 +12,11 @@ from evaluate.card import CardConfig, _hand_designed, card_markdown, learned_bui
 from l2e.io import ConfigError, apply_overrides, atomic_write_text
 
 
+def _shipped_label(name: str) -> str:
+    """The card's row label of a shipped checkpoint: "l2e (paper-form)" for the paper form, else "<name> (shipped)"."""
+    return "l2e (paper-form)" if name == "paper-form" else f"{name} (shipped)"
+
+
 def card_samplers(sampler_path=None, released_path=None, learned=learned_builder,
                   freeze_step: int = 1) -> tuple[dict, list[str]]:
     """(name -> builder, notes): the hand-designed samplers, the shipped paper-form L2E, Kinetic-L2E, Mass-L2E and the
@@ -20,22 +25,19 @@ def card_samplers(sampler_path=None, released_path=None, learned=learned_builder
     config, factory)` builds the learned samplers' builders (factory: l2e.l2e, l2e.kinetic, l2e.mass,
     l2e.meta_sgmcmc).  freeze_step: the update at which a sampler that freezes constants before sampling (Mass-L2E)
     freezes them (the card's burn-in)."""
-    import dataclasses
-
     from l2e.released import load_released
 
-    samplers, notes = dict(_hand_designed()), []
-    from l2e.checkpoint import KINDS, sampler_kind
+    from l2e.checkpoint import sampler_kind
+    from l2e.learned import REGISTRY, shipped
 
-    checkpoints = [("l2e (paper-form)", "paper-form"), ("kinetic (shipped)", "kinetic"), ("mass (shipped)", "mass"),
-                   ("meta-sgmcmc (shipped)", "meta-sgmcmc"), ("precond-l2e (shipped)", "precond-l2e"),
-                   ("small-l2e (shipped)", "small-l2e")]
+    samplers, notes = dict(_hand_designed()), []
+    checkpoints = [(_shipped_label(name), name) for name in shipped()]
     checkpoints += [(f"learned ({sampler_path})", sampler_path)] if sampler_path is not None else []
     for label, where in checkpoints:
         params, config, meta = l2e.load_meta_params(where)
-        if hasattr(config, "freeze_step"):
-            config = dataclasses.replace(config, freeze_step=max(1, int(freeze_step)))
-        samplers[label] = learned(params, config, KINDS[sampler_kind(meta)].factory)
+        entry = REGISTRY[sampler_kind(meta)]
+        config = entry.sampling_config(config, freeze_step)  # what freezes before sampling freezes at the burn-in
+        samplers[label] = learned(params, config, entry.factory)
     path = Path(released_path) if released_path is not None else default_released_path()
     if path.exists():
         params, config = load_released(path)

@@ -5,8 +5,10 @@ checkpoint on Fashion-MNIST and CIFAR-10", held-out evaluation tasks).
 For every committed step RUN_DIR/checkpoints/<step>/ (a digit-named directory, renamed into place whole by
 l2e.checkpoint.save_checkpoint; meta_train keeps the newest 3 unless run with --keep-checkpoints 0) the learned
 sampler of that step is evaluated by the evaluation that exists (evaluate.run.evaluate) with a configuration
-restricted to one method — the learned method of the checkpoint's sampler kind (KIND_METHODS: l2e → l2e, mass →
-l2e_mass, kinetic → l2e_kinetic, meta_sgmcmc → meta_sgmcmc), tuned over its lr grid as in any evaluation — on the
+restricted to one method — the learned method of the checkpoint's sampler kind (KIND_METHODS, from the
+learned-sampler registry: the method of the kind's own shipped checkpoint, e.g. mass → l2e_mass; `l2e`, the method of
+`--sampler`, for the paper form and for kinds without one, over the kind's lr grid), tuned over its lr grid as in any
+evaluation — on the
 selection tasks (a preset's, or --task strings).  Every step gets the same configuration and seeds, hence the
 same task keys, initial parameters and minibatch / noise keys (common random numbers: the steps differ only in
 their meta-parameters).  Each step is scored by the selection metric averaged over the selection tasks (each task's
@@ -37,8 +39,16 @@ __all__ = ["KIND_METHODS", "METRICS", "SELECTION_FILES", "Selection", "learned_m
            "prepare_selection", "run_checkpoints", "run_selection", "select_checkpoints", "selection_markdown",
            "write_selection"]  # the command line: evaluate.select_cli
 
-KIND_METHODS = {"l2e": "l2e", "mass": "l2e_mass", "kinetic": "l2e_kinetic", "meta_sgmcmc": "meta_sgmcmc"}
-"""The learned evaluation method of each checkpoint sampler kind (l2e.checkpoint.KINDS; evaluate.methods.l2e)."""
+def _kind_methods() -> dict[str, str]:
+    from l2e.learned import REGISTRY
+
+    return {kind: (entry.shipped[0].method if entry.shipped and entry.shipped[0].method else "l2e")
+            for kind, entry in REGISTRY.items()}
+
+
+KIND_METHODS = _kind_methods()
+"""The learned evaluation method of each checkpoint sampler kind (l2e.learned.REGISTRY): the method of the kind's own
+shipped checkpoint (its first `shipped` row), or `l2e` (the method of `--sampler`) where that has none."""
 
 METRICS = {
     "nll": ("the L2E authors' rule (L2E.md §5.7: the best checkpoint on held-out evaluation tasks): the lowest "
@@ -212,6 +222,11 @@ def prepare_selection(cfg, run_dir, metric: str = "nll", references: dict | None
     kind, loaded = _load_steps(root, steps)
     name, shipped = learned_method_for(kind, method)
     cfg = dataclasses.replace(cfg, methods=(name,), optional_methods=())
+    if name == "l2e" and kind != "l2e":  # the --sampler method on another kind: that kind's lr grid
+        from l2e.learned import REGISTRY
+
+        cfg = dataclasses.replace(cfg, settings=dataclasses.replace(
+            cfg.settings, l2e=dataclasses.replace(cfg.settings.l2e, lrs=REGISTRY[kind].lrs)))
     cfg.check_budget()
     names = cfg.task_names()
     tasks = [build(spec, TaskCache()) for spec in cfg.tasks]

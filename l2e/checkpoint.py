@@ -14,7 +14,7 @@ POSIX). Only digit-named directories holding all items are read; `clean_staging`
 `load_sampler(name_or_path)` accepts a shipped name (`SHIPPED`: "default" = "mass", "paper-form", "kinetic",
 "meta-sgmcmc", "precond-l2e", "small-l2e"), a
 meta-training output directory, its `checkpoints/` directory (latest step taken) or one step directory; with
-none it loads the shipped "default". The sampler it returns is the checkpoint's kind (`KINDS`).
+none it loads the shipped "default". The sampler it returns is the checkpoint's kind (l2e.learned.REGISTRY).
 """
 from __future__ import annotations
 
@@ -28,73 +28,56 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from l2e import learned
 from l2e.io import ConfigError, atomic_write_json, dataclass_from_dict, fsync_dir, one_line
-from l2e.kinetic import KineticConfig, kinetic
-from l2e import kinetic as kinetic_module, l2e as l2e_module, mass as mass_module, meta_sgmcmc as meta_sgmcmc_module
-from l2e.mass import NUM_MASS_FEATURES, MassConfig, mass
-from l2e.l2e import L2EConfig, l2e
-from l2e.meta_model import NUM_FEATURES, NUM_THETA_FEATURES
-from l2e.meta_sgmcmc import MetaSGMCMCConfig, meta_sgmcmc
-from l2e.types import Posterior, PyTree, SamplingAlgorithm
+from l2e.meta_model import NUM_FEATURES
+from l2e.types import LearnedSampler, Posterior, PyTree, SamplingAlgorithm
 
 
 ITEMS = ("es_state", "meta_params", "meta")
 KEEP_CHECKPOINTS = 3
 
-SHIPPED = {"default": "mass", "mass": "mass", "paper-form": "paper_form", "kinetic": "kinetic",
-           "meta-sgmcmc": "meta_sgmcmc", "precond-l2e": "precond_l2e", "small-l2e": "small_l2e"}
-"""Shipped name -> directory under the `checkpoints` package. "default" is Mass-L2E (`l2e.mass`, correct by
-construction, meta-trained by `python -m meta_train --preset default`), also named "mass"; "paper-form" is the
-paper-form L2E (the sampler of the evaluation's `l2e` method and of the golden smoke evaluation); "kinetic" is the
-meta-trained Kinetic-L2E; the published rows (issue 17): "meta-sgmcmc" (Meta-SGMCMC, l2e.meta_sgmcmc, trained by
-truncated backprop on the Stein KL surrogate), "precond-l2e" (the same parameterisation trained by antithetic ES on
-the BMA loss) and "small-l2e" (the paper-form L2E meta-trained on a smaller task distribution)."""
+
+def _shipped_table() -> dict[str, str]:
+    table = {"default": learned.DEFAULT_SHIPPED}
+    table.update({name: name for name in learned.shipped()})
+    return {name: target.replace("-", "_") for name, target in table.items()}
 
 
-class LearnedKind(NamedTuple):
-    """A learned sampler kind as stored in checkpoints: its config class, factory(posterior, meta_params, config),
-    the meta-model's input / output widths, the sampler module (its `init`, `build_kernel`) and `check(meta_params,
-    where) -> meta_params`, the validation of a restored tree (None: one flat Dense stack inputs → … → outputs,
-    `check_meta_params`)."""
-
-    config: type
-    factory: Callable[..., SamplingAlgorithm]
-    inputs: int
-    outputs: int
-    module: Any = None
-    check: Callable[[Any, str], PyTree] | None = None
-
-    def check_params(self, meta_params: Any, where: str) -> PyTree:
-        """The restored tree validated (CheckpointError otherwise) as float32 numpy leaves."""
-        if self.check is not None:
-            return self.check(meta_params, where)
-        return check_meta_params(meta_params, where, self.inputs, self.outputs)
+SHIPPED = _shipped_table()
+"""Shipped name -> directory under the `checkpoints` package, from the learned-sampler registry (l2e.learned: each
+kind's `shipped` rows; the folder is the name with "-" → "_"). "default" is `learned.DEFAULT_SHIPPED`, Mass-L2E
+(`l2e.mass`, correct by construction, meta-trained by `python -m meta_train --preset default`); "paper-form" is the
+paper-form L2E (the evaluation's `l2e` method and the golden smoke evaluation run it); "kinetic" the meta-trained
+Kinetic-L2E; "meta-sgmcmc", "precond-l2e" and "small-l2e" the published rows (checkpoints/*/PROVENANCE.md)."""
 
 
-META_SGMCMC_HEADS = {"q": 2, "d": 3}
-"""Meta-SGMCMC's heads and their input widths (l2e.meta_sgmcmc.init_meta_params); each has one output."""
+def check_meta_params(meta_params: Any, where: str, inputs: int = NUM_FEATURES, outputs: int = 2) -> PyTree:
+    """Validate a restored meta-parameter tree: Dense layers `inputs` → … → `outputs` with consistent shapes
+    (defaults: the paper-form L2E's 9 → … → 2), as float32 numpy leaves; CheckpointError otherwise."""
+    try:
+        return learned.check_stack(meta_params, where, inputs, outputs)
+    except ValueError as e:
+        raise CheckpointError(str(e)) from None
 
 
-def check_head_tree(meta_params: Any, where: str, heads: dict[str, int] = META_SGMCMC_HEADS) -> PyTree:
-    """Validate a multi-head meta-parameter tree {head: Dense stack heads[head] → … → 1} (Meta-SGMCMC's)."""
-    names = sorted(meta_params) if isinstance(meta_params, dict) else None
-    if names != sorted(heads):
-        raise CheckpointError(f"{where}: not a Meta-SGMCMC meta-parameter tree (expected heads "
-                              f"{', '.join(sorted(heads))}; got {', '.join(map(str, names)) if names else 'none'})")
-    return {h: check_meta_params(meta_params[h], f"{where} (head {h!r})", n, 1) for h, n in heads.items()}
+def check_head_tree(meta_params: Any, where: str) -> PyTree:
+    """Validate a restored Meta-SGMCMC meta-parameter tree {head: Dense stack}; CheckpointError otherwise."""
+    return check_kind_params(learned.get("meta_sgmcmc"), meta_params, where)
 
 
-KINDS = {"l2e": LearnedKind(L2EConfig, l2e, NUM_FEATURES, 2, l2e_module),
-         "kinetic": LearnedKind(KineticConfig, kinetic, NUM_THETA_FEATURES, 1, kinetic_module),
-         "mass": LearnedKind(MassConfig, mass, NUM_MASS_FEATURES, 2, mass_module),
-         "meta_sgmcmc": LearnedKind(MetaSGMCMCConfig, meta_sgmcmc, META_SGMCMC_HEADS["q"], 1, meta_sgmcmc_module,
-                                    check_head_tree)}
+def check_kind_params(entry: LearnedSampler, meta_params: Any, where: str) -> PyTree:
+    """`l2e.learned.check_meta_params` of a kind's meta-model, its ValueError as a CheckpointError."""
+    try:
+        return learned.check_meta_params(entry, meta_params, where)
+    except ValueError as e:
+        raise CheckpointError(str(e)) from None
 
 
 class CheckpointError(ValueError):
@@ -161,25 +144,6 @@ def read_meta(step_dir: Path) -> dict:
     return meta
 
 
-def check_meta_params(meta_params: Any, where: str, inputs: int = NUM_FEATURES, outputs: int = 2) -> PyTree:
-    """Validate a restored meta-parameter tree: Dense layers `inputs` → … → `outputs` with consistent shapes
-    (defaults: the paper-form L2E's 9 → … → 2)."""
-    try:
-        layers = sorted(meta_params, key=lambda k: int(k.split("_")[-1]))
-        shapes = [(tuple(meta_params[k]["kernel"].shape), tuple(meta_params[k]["bias"].shape)) for k in layers]
-    except (TypeError, KeyError, ValueError, AttributeError):
-        raise CheckpointError(f"{where}: not an L2E meta-model parameter tree") from None
-    fan_in = inputs
-    for (kin, kout), (b,) in shapes:
-        if kin != fan_in or b != kout:
-            raise CheckpointError(
-                f"{where}: meta-model of another shape (layer {kin}x{kout}, expected input {fan_in})")
-        fan_in = kout
-    if fan_in != outputs:
-        raise CheckpointError(f"{where}: meta-model has {fan_in} outputs, expected {outputs}")
-    return jax.tree.map(lambda x: np.asarray(x, np.float32), meta_params)
-
-
 @contextlib.contextmanager
 def _quiet_native_stderr(settle_seconds: float = 0.3):
     """File descriptor 2 redirected to a temporary file while orbax restores; replayed on success, dropped on
@@ -208,26 +172,26 @@ def _quiet_native_stderr(settle_seconds: float = 0.3):
 def sampler_kind(meta: dict, where: str = "checkpoint") -> str:
     """The learned sampler kind a checkpoint's metadata records ("l2e" when it records none: older runs)."""
     kind = meta.get("sampler_kind", "l2e")
-    if not isinstance(kind, str) or kind not in KINDS:
-        raise CheckpointError(f"{where}: unknown sampler kind {kind!r} (known: {', '.join(KINDS)})")
+    if not isinstance(kind, str) or kind not in learned.REGISTRY:
+        raise CheckpointError(f"{where}: unknown sampler kind {kind!r} (known: {', '.join(learned.REGISTRY)})")
     return kind
 
 
 def load_meta_params(name_or_path: str | Path | None = None) -> tuple[PyTree, Any, dict]:
     """(meta_params, sampler config, metadata) from a checkpoint: a shipped name, a path, or None (the shipped
-    "default"). The config is the checkpoint kind's (L2EConfig for "l2e", KineticConfig for "kinetic")."""
+    "default"). The config is the checkpoint kind's (`l2e.learned.REGISTRY[kind].config`)."""
     import orbax.checkpoint as ocp
 
     step_dir = resolve_step_dir(resolve_checkpoint(name_or_path))
     meta = read_meta(step_dir)
-    kind = KINDS[sampler_kind(meta, str(step_dir))]
+    kind = learned.REGISTRY[sampler_kind(meta, str(step_dir))]
     try:
         with warnings.catch_warnings(), _quiet_native_stderr():  # orbax warns about sharding (we convert to numpy)
             warnings.simplefilter("ignore", UserWarning)
             raw = ocp.PyTreeCheckpointer().restore((step_dir / "meta_params").resolve())
     except Exception as e:  # orbax raises many types for damaged files
         raise CheckpointError(f"corrupt checkpoint {step_dir}: {type(e).__name__}: {str(e).splitlines()[0]}") from None
-    params = kind.check_params(raw, str(step_dir))
+    params = check_kind_params(kind, raw, str(step_dir))
     sampler = meta.get("sampler", {})
     where = f"checkpoint metadata {step_dir / 'meta' / 'metadata'}"
     if not isinstance(sampler, dict):
@@ -243,7 +207,7 @@ def load_meta_params(name_or_path: str | Path | None = None) -> tuple[PyTree, An
 def load_sampler(name_or_path: str | Path | None = None, *, posterior: Posterior, **overrides) -> SamplingAlgorithm:
     """A ready learned sampler for `posterior` from a checkpoint: a shipped name ("default" = "mass", "paper-form",
     "kinetic", "meta-sgmcmc", "precond-l2e", "small-l2e"), a run / checkpoints / step directory, or None (the shipped
-    "default"). The sampler is the checkpoint's kind (KINDS: l2e.l2e, l2e.kinetic, l2e.mass, l2e.meta_sgmcmc).
+    "default"). The sampler is the checkpoint's kind (`l2e.learned.REGISTRY[kind].factory`).
 
     `overrides` replace fields of the checkpoint's sampler config (e.g. learning_rate=2.0, temperature=1.0).
     """
@@ -252,7 +216,7 @@ def load_sampler(name_or_path: str | Path | None = None, *, posterior: Posterior
         config = dataclasses.replace(config, **overrides)
     except TypeError as e:  # an unknown field
         raise ValueError(f"load_sampler: {one_line(e)}") from None
-    return KINDS[sampler_kind(meta)].factory(posterior, params, config)
+    return learned.REGISTRY[sampler_kind(meta)].factory(posterior, params, config)
 
 
 # --------------------------------------------------------------------------- writing and resuming

@@ -21,15 +21,17 @@ normalisation only), so what μ changes is the start (p₀ = −μ(θ₀) for r�
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 
 from l2e.checks import check_positive
 from l2e.diffusions import physical_step_size, position_update, sghmc_noise_std
-from l2e.meta_model import NUM_THETA_FEATURES, apply_mu, check_mlp_shapes
-from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_vdot
+from l2e.meta_model import NUM_THETA_FEATURES, THETA_FEATURE_NAMES, apply_mu, check_mlp_shapes, init_mu_params
+from l2e.types import (
+    LearnedSampler, Posterior, PyTree, SamplingAlgorithm, Shipped, all_finite, normal_like, settled, tree_vdot,
+)
 
 __all__ = ["KineticConfig", "KineticInfo", "KineticState", "build_kernel", "energy", "gradients", "init", "kinetic",
            "kinetic_momentum", "mlp_mu_fn"]
@@ -147,3 +149,26 @@ def kinetic(posterior: Posterior, meta_params: PyTree, config: KineticConfig = K
         return kernel(key, state, minibatch, meta_params)
 
     return SamplingAlgorithm(init, step)
+
+
+def init_meta_params(key: jax.Array, hidden: Sequence[int] = (32, 32), start: str = "sghmc") -> PyTree:
+    """Meta-parameters φ of the μ-MLP, NUM_THETA_FEATURES → hidden → 1 (haiku-default init).
+
+    Args:
+      key: PRNG key.
+      hidden: hidden layer widths.
+      start: "sghmc" — the output layer at 0, so μ ≡ 0 and the step is exactly SGHMC; "random" — every layer random.
+    Returns:
+      φ, a flax params dict {"Dense_0": {"kernel": (3, h1), "bias": (h1,)}, …, "Dense_n": {… (h_n, 1), (1,)}}.
+    """
+    if start not in ("sghmc", "random"):
+        raise ValueError(f"start must be 'sghmc' or 'random', got {start!r}")
+    return init_mu_params(key, hidden, zero_output=start == "sghmc")
+
+
+LEARNED = LearnedSampler(
+    name="kinetic", title="Kinetic-L2E", config=KineticConfig, config_group="kinetic", init=init,
+    build_kernel=build_kernel, factory=kinetic, features=THETA_FEATURE_NAMES, outputs=1,
+    init_meta_params=init_meta_params, shipped=(Shipped("kinetic", "l2e_kinetic"),),
+)
+"""Kinetic-L2E in the learned-sampler registry (l2e.learned)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -18,11 +18,14 @@ import numpy as np
 
 from l2e.meta_model import (
     DECAYS, FEATURE_NAMES, NORM_EPS, NUM_FEATURES, apply_per_coordinate, check_mlp_shapes, features, mlp_layers,
-    update_averages,
+    sghmc_like_meta_params, update_averages,
 )
+from l2e.meta_model import init_meta_params as random_meta_params
 from l2e.checks import check_positive
 from l2e.diffusions import learned_momentum, physical_step_size, position_update, sghmc_noise_std
-from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_vdot
+from l2e.types import (
+    LearnedSampler, Posterior, PyTree, SamplingAlgorithm, Shipped, all_finite, normal_like, settled, tree_vdot,
+)
 
 NOISE_MODES = ("sghmc", "reference")
 
@@ -256,3 +259,30 @@ def l2e(posterior: Posterior, meta_params: PyTree, config: L2EConfig = L2EConfig
         return kernel(key, state, minibatch, meta_params)
 
     return SamplingAlgorithm(init, step)
+
+
+def init_meta_params(key: jax.Array, hidden: Sequence[int] = (32, 32), start: str = "sghmc") -> PyTree:
+    """Meta-parameters φ of the paper-form meta-model, NUM_FEATURES → hidden → 2 (a flax params dict).
+
+    Args:
+      key: PRNG key.
+      hidden: hidden layer widths.
+      start: "sghmc" — fitted so that α ≈ 0 and β ≈ the normalised momentum (an SGHMC-like step: θ moves along its
+        per-tensor normalised momentum; `l2e.meta_model.sghmc_like_meta_params`); "random" — haiku-default init
+        (the paper's).
+    Returns:
+      φ, {"Dense_0": {"kernel": (9, h1), "bias": (h1,)}, …, "Dense_n": {"kernel": (h_n, 2), "bias": (2,)}}.
+    """
+    if start == "sghmc":
+        return sghmc_like_meta_params(key, hidden)
+    if start == "random":
+        return random_meta_params(key, hidden)
+    raise ValueError(f"start must be 'sghmc' or 'random', got {start!r}")
+
+
+LEARNED = LearnedSampler(
+    name="l2e", title="L2E (paper form)", config=L2EConfig, config_group="sampler", init=init,
+    build_kernel=build_kernel, factory=l2e, features=FEATURE_NAMES, outputs=2, init_meta_params=init_meta_params,
+    lrs=(0.25, 0.5, 1.0), shipped=(Shipped("paper-form"), Shipped("small-l2e", "small_l2e")),
+)
+"""The paper-form L2E in the learned-sampler registry (l2e.learned): not a sampler for general φ (docs/sampling.md)."""

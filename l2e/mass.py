@@ -40,7 +40,9 @@ import numpy as np
 from l2e.checks import check_positive
 from l2e.diffusions import physical_step_size, sghmc_noise_std
 from l2e.meta_model import MetaMLP, check_mlp_shapes, hidden_sizes, mlp_layers_names
-from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_vdot
+from l2e.types import (
+    LearnedSampler, Posterior, PyTree, SamplingAlgorithm, Shipped, all_finite, normal_like, settled, tree_vdot,
+)
 
 __all__ = ["LOG_BOUND", "MASS_FEATURE_NAMES", "NUM_MASS_FEATURES", "MassConfig", "MassInfo", "MassState",
            "build_kernel", "constants", "energy", "init", "init_mass_params", "mass", "mass_features", "rms_preconditioner_params"]
@@ -220,3 +222,31 @@ def mass(posterior: Posterior, meta_params: PyTree, config: MassConfig = MassCon
         return kernel(key, state, minibatch, meta_params)
 
     return SamplingAlgorithm(init, step)
+
+
+def init_meta_params(key: jax.Array, hidden: Sequence[int] = (16,), start: str = "sghmc") -> PyTree:
+    """Meta-parameters φ, NUM_MASS_FEATURES → hidden → 2 (haiku-default init).
+
+    Args:
+      key: PRNG key.
+      hidden: hidden layer widths.
+      start: "sghmc" — the output layer at 0, so M ≡ 1 and C_i ≡ C: exactly SGHMC; "random" — every layer random.
+    Returns:
+      φ, a flax params dict {"Dense_0": {"kernel": (4, h1), "bias": (h1,)}, …, "Dense_n": {… (h_n, 2), (2,)}}.
+    """
+    if start not in ("sghmc", "random"):
+        raise ValueError(f"start must be 'sghmc' or 'random', got {start!r}")
+    return init_mass_params(key, hidden, zero_output=start == "sghmc")
+
+
+def freeze_at(config: MassConfig, start: int) -> MassConfig:
+    """The sampling-window rule: M and C_i freeze at update `start`, the first update of the sampling window."""
+    return dataclasses.replace(config, freeze_step=int(start))
+
+
+LEARNED = LearnedSampler(
+    name="mass", title="Mass-L2E", config=MassConfig, config_group="mass", init=init, build_kernel=build_kernel,
+    factory=mass, features=MASS_FEATURE_NAMES, outputs=2, init_meta_params=init_meta_params, window=freeze_at,
+    shipped=(Shipped("mass", "l2e_mass"),),
+)
+"""Mass-L2E in the learned-sampler registry (l2e.learned): the shipped default."""

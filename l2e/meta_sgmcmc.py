@@ -32,7 +32,7 @@ Meta-training stop-gradients (§4): the heads' inputs (u, p, ĝ) and the ∇Ũ m
 pathwise gradients reach φ through Q, D, Γ and the noise scale along the linear θ/p paths.
 
 Meta-parameters (`init_meta_params`): {"q": flax Dense tree 2 → hidden → 1, "d": 3 → hidden → 1}; hidden (10,) as
-the MNIST code (92 parameters). sghmc_like=True sets both output kernels to 0, Q's output bias to 1 and D's to 0:
+the MNIST code (92 parameters). start="sghmc" sets both output kernels to 0, Q's output bias to 1 and D's to 0:
 Q ≡ 1, D ≡ C, Γ = 0 — SGHMC with friction C, exactly in exact arithmetic.
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ from jax.flatten_util import ravel_pytree
 from l2e.checks import check_positive
 from l2e.diffusions import physical_step_size
 from l2e.meta_model import MetaMLP, hidden_sizes, mlp_layers_names
-from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, settled
+from l2e.types import LearnedSampler, Posterior, PyTree, SamplingAlgorithm, Shipped, all_finite, settled
 
 __all__ = ["GAMMA_MODES", "MetaSGMCMCConfig", "MetaSGMCMCInfo", "MetaSGMCMCState", "build_kernel",
            "gamma_terms", "init", "init_meta_params", "meta_sgmcmc"]
@@ -95,13 +95,23 @@ class MetaSGMCMCInfo(NamedTuple):
     kinetic: jax.Array
 
 
-def init_meta_params(key: jax.Array, hidden: Sequence[int] = (10,), sghmc_like: bool = True) -> PyTree:
-    """φ = {"q": 2 → hidden → 1, "d": 3 → hidden → 1} (haiku-default init, as l2e.meta_model.MetaMLP).
-    sghmc_like: output kernels 0, Q's output bias 1, D's 0 (the step is then SGHMC with friction C)."""
+def init_meta_params(key: jax.Array, hidden: Sequence[int] = (10,), start: str = "sghmc") -> PyTree:
+    """Meta-parameters φ = {"q": 2 → hidden → 1, "d": 3 → hidden → 1} (haiku-default init, as l2e.meta_model.MetaMLP).
+
+    Args:
+      key: PRNG key.
+      hidden: hidden layer widths of both heads.
+      start: "sghmc" — output kernels 0, Q's output bias 1 and D's 0, so Q ≡ 1, D ≡ C: exactly SGHMC with friction
+        C; "random" — every layer random.
+    Returns:
+      φ, {"q": flax params of the Q head, "d": flax params of the D head}.
+    """
+    if start not in ("sghmc", "random"):
+        raise ValueError(f"start must be 'sghmc' or 'random', got {start!r}")
     kq, kd = jax.random.split(key)
     q = MetaMLP(tuple(hidden), outputs=1).init(kq, jnp.zeros((1, 2)))["params"]
     d = MetaMLP(tuple(hidden), outputs=1).init(kd, jnp.zeros((1, 3)))["params"]
-    if sghmc_like:
+    if start == "sghmc":
         lq, ld = mlp_layers_names(q)[-1], mlp_layers_names(d)[-1]
         q = {**q, lq: {"kernel": jnp.zeros_like(q[lq]["kernel"]), "bias": jnp.ones_like(q[lq]["bias"])}}
         d = {**d, ld: jax.tree.map(jnp.zeros_like, d[ld])}
@@ -209,3 +219,14 @@ def meta_sgmcmc(posterior: Posterior, meta_params: PyTree, config: MetaSGMCMCCon
         return kernel(key, state, minibatch, meta_params)
 
     return SamplingAlgorithm(init, step)
+
+
+HEAD_FEATURES = {"q": ("u", "p"), "d": ("u", "p", "g")}
+"""The inputs of each head (module docstring): u = −Ũ/N, p the momentum, g = ∂Ũ/N."""
+
+LEARNED = LearnedSampler(
+    name="meta_sgmcmc", title="Meta-SGMCMC", config=MetaSGMCMCConfig, config_group="meta_sgmcmc", init=init,
+    build_kernel=build_kernel, factory=meta_sgmcmc, features=HEAD_FEATURES, outputs=1,
+    init_meta_params=init_meta_params, shipped=(Shipped("meta-sgmcmc", "meta_sgmcmc"), Shipped("precond-l2e", "precond_l2e")),
+)
+"""Meta-SGMCMC (and Precond-L2E, its parameterisation trained by ES) in the learned-sampler registry (l2e.learned)."""

@@ -7,6 +7,7 @@ position, f32 scalar) and `is_finite` (bool scalar: the new state is finite); mo
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
 from typing import Any, Callable, NamedTuple
@@ -127,3 +128,79 @@ class SamplerAPI:
 
     def __repr__(self) -> str:
         return f"<sampler {self.module.__name__}.{self.factory.__name__}>"
+
+
+class Shipped(NamedTuple):
+    """A meta-trained checkpoint shipped with the package: `name` (what `l2e.load_sampler(name)` takes; its folder
+    under the `checkpoints` package is the name with "-" → "_") and `method`, the evaluation method that runs it by
+    name (None: it has no method of its own and runs through the learned method's `--sampler`)."""
+
+    name: str
+    method: str | None = None
+
+
+META_STARTS = ("sghmc", "random")
+"""Meta-parameter starts every learned sampler offers (`LearnedSampler.init_meta_params`): "sghmc" — the
+meta-parameters at which the step is its hand-designed counterpart (SGHMC); "random" — every layer random."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnedSampler:
+    """Everything the rest of the project needs to know about one learned sampler: one row of `l2e.learned.REGISTRY`.
+
+    Checkpoint reading and writing, meta-training (config group, estimators, φ₀), evaluation (methods, checkpoint
+    selection, the sampler card) and the benches read these fields and nothing else of the sampler's module.
+
+    Attributes:
+      name: the registry key; the `sampler_kind` a checkpoint's metadata records and meta_train's `sampler_kind`.
+      title: the name in tables ("Mass-L2E").
+      config: the frozen hyperparameter dataclass (its fields include learning_rate = ε²·N in mean-loss units,
+        friction C and temperature T).
+      config_group: the meta-training config field that holds `config` (`--set <config_group>.<field>=…`).
+      init: position pytree -> the sampler's state (momentum 0, statistics empty).
+      build_kernel: (posterior, config) -> kernel(key, state, minibatch, meta_params, learning_rate=…, …) ->
+        (state, info); meta_params and learning_rate are traced call arguments, the rest of `config` static.
+      factory: (posterior, meta_params, config) -> SamplingAlgorithm, a ready drop-in step.
+      features: names of the meta-model's input features; a dict head -> names for a multi-head meta-model.
+      outputs: output width of the meta-model (of each head).
+      init_meta_params: (key, hidden widths, start) -> φ; start in META_STARTS ("sghmc": the step equals
+        `counterpart` exactly; "random").
+      window: (config, start) -> config with whatever the sampler freezes before sampling frozen at update `start`
+        (the first update of the sampling window); None: the sampler freezes nothing.
+      counterpart: the hand-designed sampler the "sghmc" start reproduces.
+      lrs: the evaluation's default learning-rate grid (lr = ε²·N) for this sampler.
+      shipped: the checkpoints of this kind shipped with the package (`Shipped`), the first one the kind's own.
+    """
+
+    name: str
+    title: str
+    config: type
+    config_group: str
+    init: Callable[[PyTree], Any]
+    build_kernel: Callable
+    factory: Callable[..., SamplingAlgorithm]
+    features: tuple[str, ...] | dict[str, tuple[str, ...]]
+    outputs: int
+    init_meta_params: Callable[[jax.Array, tuple[int, ...], str], PyTree]
+    window: Callable[[Any, int], Any] | None = None
+    counterpart: str = "sghmc"
+    lrs: tuple[float, ...] = (0.01, 0.03, 0.1)
+    shipped: tuple[Shipped, ...] = ()
+
+    @property
+    def heads(self) -> dict[str, int] | None:
+        """{head: input width} of a multi-head meta-model, None for a single Dense stack."""
+        if isinstance(self.features, dict):
+            return {head: len(names) for head, names in self.features.items()}
+        return None
+
+    @property
+    def inputs(self) -> int:
+        """Input width of the meta-model (a single Dense stack; for heads see `heads`)."""
+        if isinstance(self.features, dict):
+            raise AttributeError(f"{self.name}: a multi-head meta-model has one input width per head (heads)")
+        return len(self.features)
+
+    def sampling_config(self, config, start: int):
+        """`config` with the sampling-window rule applied for a window starting at update `start` (≥ 1)."""
+        return config if self.window is None else self.window(config, max(1, int(start)))

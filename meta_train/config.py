@@ -7,11 +7,9 @@ import json
 import math
 
 from l2e.chains import ChainSchedule
+from l2e import learned
 from l2e.io import ConfigError, apply_overrides, check_seed, dataclass_from_dict
-from l2e.kinetic import KineticConfig
-from l2e.l2e import L2EConfig
-from l2e.mass import MassConfig
-from l2e.meta_sgmcmc import MetaSGMCMCConfig
+from l2e.types import META_STARTS
 from meta_train.objectives import GRADIENT_ONLY_OBJECTIVES
 from tasks.distribution import TaskDistribution
 
@@ -107,24 +105,14 @@ class ObjectiveConfig:
             raise ConfigError(f"objective.chains must be an integer ≥ 2, got {self.chains!r}")
 
 
-SAMPLER_KINDS = ("l2e", "kinetic", "meta_sgmcmc", "mass")
-META_INITS = ("sghmc", "random")
+SAMPLER_KINDS = tuple(learned.REGISTRY)
+"""The learned samplers that can be meta-trained: the keys of the learned-sampler registry (l2e.learned)."""
+META_INITS = META_STARTS
 
 
 @dataclasses.dataclass(frozen=True)
-class MetaTrainConfig:
-    """Everything that determines a meta-training run (with the seed, its numbers are reproducible).
-
-    sampler_kind: the learned sampler meta-trained — "l2e" (the paper-form step, configured by `sampler`) or
-    "kinetic" (Kinetic-L2E, l2e.kinetic, configured by `kinetic`) or "meta_sgmcmc" (l2e.meta_sgmcmc, configured by
-    `meta_sgmcmc`; `hidden` sizes both heads, (10,) in the public code) or "mass" (Mass-L2E, l2e.mass, configured by
-    `mass`, whose freeze_step is set to the first update of the sampling window); the other groups are not used.
-    meta_init: "random" (haiku-style init, as the paper) or "sghmc": for "l2e" the MLP first fitted to
-    α ≈ 0, β ≈ normalised momentum (l2e.meta_model.sghmc_like_meta_params); for "kinetic" the μ-MLP's output
-    layer set to 0, so μ ≡ 0 and the step is exactly SGHMC (l2e.meta_model.init_mu_params); for "mass" likewise
-    the output layer at 0 (M ≡ 1, C_i ≡ C: SGHMC; l2e.mass.init_mass_params).
-    objective: the meta-objective and its sampling window (ObjectiveConfig).
-    """
+class _RunFields:
+    """The fields of MetaTrainConfig that do not depend on the learned-sampler registry (see MetaTrainConfig)."""
 
     seed: int = 0
     num_outer: int = 100
@@ -133,14 +121,10 @@ class MetaTrainConfig:
     hidden: tuple[int, ...] = (32, 32)
     meta_init: str = "sghmc"
     es: ESConfig = ESConfig()
-    sampler: L2EConfig = L2EConfig()
     inner: ChainSchedule = ChainSchedule(num_steps=3000, num_samples=10, thinning=50, batch_size=128)
     tasks: TaskDistribution = TaskDistribution(datasets=("digits",))
     sampler_kind: str = "l2e"
-    kinetic: KineticConfig = KineticConfig()
     objective: ObjectiveConfig = ObjectiveConfig()
-    meta_sgmcmc: MetaSGMCMCConfig = MetaSGMCMCConfig()
-    mass: MassConfig = MassConfig()
 
     def __post_init__(self):
         check_seed(self.seed)
@@ -166,15 +150,17 @@ class MetaTrainConfig:
                               f"inner.num_steps ({s})")
 
     @property
-    def sampler_config(self) -> L2EConfig | KineticConfig | MetaSGMCMCConfig | MassConfig:
-        """The configuration of the sampler being meta-trained (`sampler`, `kinetic` or `meta_sgmcmc`, by
-        sampler_kind)."""
-        if self.sampler_kind == "meta_sgmcmc":
-            return self.meta_sgmcmc
-        if self.sampler_kind == "mass":  # M and C_i freeze at the first update of the sampling window
-            sched = self.schedule
-            return dataclasses.replace(self.mass, freeze_step=max(1, sched.num_steps - sched.num_samples * sched.thinning))
-        return self.kinetic if self.sampler_kind == "kinetic" else self.sampler
+    def learned_sampler(self):
+        """The registry entry (l2e.types.LearnedSampler) of the sampler being meta-trained."""
+        return learned.get(self.sampler_kind)
+
+    @property
+    def sampler_config(self):
+        """The configuration of the sampler being meta-trained — its registry entry's config group — with the
+        entry's sampling-window rule applied at the first update of the window (e.g. Mass-L2E's freeze_step)."""
+        entry, sched = self.learned_sampler, self.schedule
+        return entry.sampling_config(getattr(self, entry.config_group),
+                                     sched.num_steps - sched.num_samples * sched.thinning)
 
     @property
     def schedule(self) -> ChainSchedule:
@@ -187,6 +173,24 @@ class MetaTrainConfig:
 
     def to_dict(self) -> dict:
         return json.loads(json.dumps(dataclasses.asdict(self)))
+
+
+MetaTrainConfig = dataclasses.make_dataclass(
+    "MetaTrainConfig",
+    [(e.config_group, e.config, dataclasses.field(default=e.config())) for e in learned.REGISTRY.values()],
+    bases=(_RunFields,), frozen=True, namespace={"__module__": __name__, "__doc__": """Everything that determines a
+    meta-training run (with the seed, its numbers are reproducible).
+
+    sampler_kind: the learned sampler meta-trained, a key of the learned-sampler registry (l2e.learned.REGISTRY:
+    "l2e" the paper-form step, "kinetic" Kinetic-L2E, "mass" Mass-L2E, "meta_sgmcmc" Meta-SGMCMC, …). Each registry
+    entry has one config group here, named by its `config_group` ("sampler" for "l2e", else the kind's name), holding
+    its hyperparameters; only the group of `sampler_kind` is used, with the entry's sampling-window rule applied
+    (`sampler_config`: e.g. Mass-L2E's freeze_step is the first update of the sampling window).
+    hidden: the meta-model's hidden widths (of each head for a multi-head meta-model).
+    meta_init: the start φ₀ (l2e.types.META_STARTS): "sghmc" — the meta-parameters at which the step is its
+    hand-designed counterpart (exactly SGHMC for the correct samplers; for "l2e" the MLP fitted to α ≈ 0, β ≈ the
+    normalised momentum), or "random" (haiku-style init of every layer, as the paper).
+    objective: the meta-objective and its sampling window (ObjectiveConfig)."""})
 
 
 def from_dict(d: dict) -> MetaTrainConfig:

@@ -34,10 +34,7 @@ from jax.sharding import Mesh
 from l2e.chains import ChainSchedule, make_chunk, run_chain
 from l2e.io import ConfigError
 from l2e.devices import DeviceDataCache, member_device, per_member, population_mesh, replicate, shard_population
-from l2e.kinetic import KineticConfig, build_kernel as kinetic_kernel, init as kinetic_init
-from l2e.mass import MassConfig, build_kernel as mass_kernel, init as mass_init
-from l2e.l2e import L2EConfig, build_kernel, init as l2e_init
-from l2e.meta_sgmcmc import MetaSGMCMCConfig, build_kernel as meta_sgmcmc_kernel, init as meta_sgmcmc_init
+from l2e.learned import kind_of_config
 from l2e.types import tree_size
 from meta_train.objectives import EXTRA_OBJECTIVE_FNS, REFERENCE_OBJECTIVES
 from meta_train.reference import load_task_reference
@@ -101,23 +98,11 @@ def _states_only(chunk):
     return lambda *args: chunk(*args)[0]
 
 
-class SamplerFunctions(NamedTuple):
-    """A learned sampler's `init(position)` and `build_kernel(posterior, config)`."""
-
-    init: Callable
-    build_kernel: Callable
-
-
-def sampler_module(sampler: L2EConfig | KineticConfig) -> SamplerFunctions:
-    """The `init` and `build_kernel` of the sampler a config configures: l2e.kinetic's for a KineticConfig, else
-    l2e.l2e's (this module's `build_kernel`, looked up at call time so tests can substitute it)."""
-    if isinstance(sampler, KineticConfig):
-        return SamplerFunctions(kinetic_init, kinetic_kernel)
-    if isinstance(sampler, MetaSGMCMCConfig):
-        return SamplerFunctions(meta_sgmcmc_init, meta_sgmcmc_kernel)
-    if isinstance(sampler, MassConfig):
-        return SamplerFunctions(mass_init, mass_kernel)
-    return SamplerFunctions(l2e_init, build_kernel)
+def sampler_module(sampler):
+    """The learned-sampler registry entry (l2e.types.LearnedSampler: its `init(position)` and
+    `build_kernel(posterior, config)`) of the sampler a config configures (looked up at call time, so tests can
+    substitute it)."""
+    return kind_of_config(sampler)
 
 
 def _chunk_outputs(chunk, kinetic: bool):
@@ -132,7 +117,7 @@ def _make_chunk(cache: ProgramCache, spec: TaskSpec, sampler, schedule: ChainSch
     return make_chunk(kernel, Task.sample_batch, schedule.batch_size, schedule.chunk_length)
 
 
-def member_chunk(cache: ProgramCache, spec: TaskSpec, sampler: L2EConfig | KineticConfig, schedule: ChainSchedule,
+def member_chunk(cache: ProgramCache, spec: TaskSpec, sampler, schedule: ChainSchedule,
                  kinetic: bool = False):
     """Jitted single-member chunk (state, key, start, data, meta_params) -> (state, per-step kinetic or None);
     runs on its inputs' device."""
@@ -140,7 +125,7 @@ def member_chunk(cache: ProgramCache, spec: TaskSpec, sampler: L2EConfig | Kinet
     return cache.program(("member_chunk", spec, sampler, schedule, kinetic), build)
 
 
-def population_chunk(cache: ProgramCache, spec: TaskSpec, sampler: L2EConfig | KineticConfig,
+def population_chunk(cache: ProgramCache, spec: TaskSpec, sampler,
                      schedule: ChainSchedule, mesh: Mesh, kinetic: bool = False):
     """Jitted chunk over the population -> (states, per-step kinetic (P, length) or None): states and
     meta-params have the population on axis 0 (sharded over `mesh`); key, start and data are shared."""
@@ -332,7 +317,7 @@ def _vmap_population(cache, spec, population, keys, inner: Inner, progress) -> P
     return PopulationFitness(jnp.asarray(np.asarray(fitness)), time.perf_counter() - t0, t_kin)
 
 
-def evaluate_population(spec: TaskSpec, population, keys: OuterKeys, sampler: L2EConfig | KineticConfig,
+def evaluate_population(spec: TaskSpec, population, keys: OuterKeys, sampler,
                         schedule: ChainSchedule, meta_loss_examples: int, progress=None, execution: str = "vmap",
                         cache: ProgramCache | None = None, objective: str = "bma",
                         log_temperature: bool = False, reference: str | None = None) -> PopulationFitness:

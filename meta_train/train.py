@@ -13,9 +13,6 @@ import jax
 from tqdm.auto import tqdm
 
 from l2e.checkpoint import KEEP_CHECKPOINTS
-from l2e.meta_model import init_meta_params, init_mu_params, sghmc_like_meta_params
-from l2e.mass import init_mass_params
-from l2e.meta_sgmcmc import init_meta_params as init_meta_sgmcmc_params
 from meta_train.config import ConfigError, MetaTrainConfig
 from meta_train.es import ProgramCache, reference_batch
 from meta_train.objectives import REFERENCE_OBJECTIVES
@@ -43,18 +40,10 @@ def check_inputs(config: MetaTrainConfig, cache: ProgramCache) -> None:
 
 
 def initial_meta_params(config: MetaTrainConfig):
-    """φ₀ from fold_in(seed, 2³¹ − 1): for sampler_kind "l2e" the SGHMC-like fit or the random init
-    (config.meta_init); for "kinetic" the μ-MLP with its output layer at 0 (μ ≡ 0: SGHMC) or all random."""
+    """φ₀ from fold_in(seed, 2³¹ − 1): the registry entry's `init_meta_params` of the sampler being meta-trained with
+    config.hidden and config.meta_init ("sghmc": the step equals its hand-designed counterpart; "random")."""
     k_meta = jax.random.fold_in(jax.random.PRNGKey(config.seed), -1 % 2**31)
-    if config.sampler_kind == "meta_sgmcmc":  # "sghmc": Q ≡ 1, D ≡ C (SGHMC); "random": haiku-style heads
-        return init_meta_sgmcmc_params(k_meta, config.hidden, sghmc_like=config.meta_init == "sghmc")
-    if config.sampler_kind == "mass":  # "sghmc": output layer 0 (M ≡ 1, C_i ≡ C: SGHMC)
-        return init_mass_params(k_meta, config.hidden, zero_output=config.meta_init == "sghmc")
-    if config.sampler_kind == "kinetic":
-        return init_mu_params(k_meta, config.hidden, zero_output=config.meta_init == "sghmc")
-    if config.meta_init == "sghmc":
-        return sghmc_like_meta_params(k_meta, config.hidden)
-    return init_meta_params(k_meta, config.hidden)
+    return config.learned_sampler.init_meta_params(k_meta, config.hidden, config.meta_init)
 
 
 class _Loop:

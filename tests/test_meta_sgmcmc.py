@@ -47,7 +47,7 @@ TEN, HUNDRED = gaussian_target("gaussian-10d", np.ones(10)), gaussian_target("ga
 
 def random_draw(i: int, jitter: float = JITTER):
     key = jax.random.PRNGKey(100 + i)
-    params = init_meta_params(key, (10,), sghmc_like=True)
+    params = init_meta_params(key, (10,), start="sghmc")
     leaves, treedef = jax.tree.flatten(params)
     keys = jax.random.split(jax.random.fold_in(key, 1), len(leaves))
     return jax.tree.unflatten(treedef, [x + jitter * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys)])
@@ -96,7 +96,7 @@ def test_curl_correction_is_the_derivative_through_theta():
 
 def test_sghmc_like_meta_params_are_sghmc():
     post = l2e.Posterior(lambda q, b: 0.5 * jnp.sum((q["x"] - b) ** 2) / 3.0, lambda q: -0.5 * jnp.sum(q["x"] ** 2), 30)
-    phi = init_meta_params(jax.random.PRNGKey(0), (10,), sghmc_like=True)
+    phi = init_meta_params(jax.random.PRNGKey(0), (10,), start="sghmc")
     ms = meta_sgmcmc(post, phi, MetaSGMCMCConfig(learning_rate=0.05, friction=0.3))
     sg = l2e.sghmc(post, 0.05, 0.3)
     s1 = ms.init({"x": jnp.ones(4)})

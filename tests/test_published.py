@@ -37,7 +37,7 @@ def test_published_checkpoint_loads_and_steps(name, kind, size):
 
 
 def test_meta_sgmcmc_checkpoint_round_trips(tmp_path):
-    phi = init_meta_params(jax.random.PRNGKey(3), sghmc_like=False)
+    phi = init_meta_params(jax.random.PRNGKey(3), start="random")
     config = MetaSGMCMCConfig(learning_rate=0.05, friction=2.0, d_max=100.0)
     meta = {"iteration": 1, "sampler_kind": "meta_sgmcmc", "sampler": dataclasses.asdict(config)}
     save_checkpoint(tmp_path / "checkpoints", 1, {"count": jnp.zeros(())}, phi, meta)

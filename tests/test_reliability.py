@@ -8,6 +8,7 @@ sends SIGKILL to the process itself) and resumed after each kill — 7 launches.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -181,13 +182,18 @@ def test_nan_gradients_get_the_penalty_and_meta_params_stay_finite(tmp_path, mon
     unchanged."""
     import meta_train.es as es
 
-    real = es.build_kernel
+    real = es.sampler_module
 
-    def nan_kernel(posterior, sampler):
-        bad = l2e.Posterior(lambda p, b: posterior.nll(p, b) * jnp.nan, posterior.log_prior, posterior.data_size)
-        return real(bad, sampler)
+    def nan_module(config):
+        entry = real(config)
 
-    monkeypatch.setattr(es, "build_kernel", nan_kernel)  # every run compiles its own programs
+        def nan_kernel(posterior, sampler):
+            bad = l2e.Posterior(lambda p, b: posterior.nll(p, b) * jnp.nan, posterior.log_prior, posterior.data_size)
+            return entry.build_kernel(bad, sampler)
+
+        return dataclasses.replace(entry, build_kernel=nan_kernel)
+
+    monkeypatch.setattr(es, "sampler_module", nan_module)  # every run compiles its own programs
     cfg = apply_overrides(TINY, ["num_outer=2"])
     summary = meta_train(cfg, tmp_path / "nan", progress=False)
     rows = _check_divergence_run(tmp_path / "nan", summary, expect_divergent=True)

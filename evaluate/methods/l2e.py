@@ -1,14 +1,14 @@
 """L2E: the learned sampler of a meta-training checkpoint, one chain of G updates with the SGHMC sample schedule;
 the checkpoint's sampler configuration with its learning_rate replaced by each grid value.  The checkpoint's kind
-(l2e.checkpoint.KINDS: the paper-form step, Kinetic-L2E, Mass-L2E) picks the kernel; a kind that freezes
-constants before sampling (Mass-L2E's freeze_step) freezes them at the first update of the sampling window.  The
+(the learned-sampler registry, l2e.learned.REGISTRY) picks the kernel and its sampling-window rule (e.g. Mass-L2E's
+freeze_step) is applied at the first update of the sampling window.  The
 temperature is the checkpoint's T (with the released code's noise mode "reference", N(0, 2·C·τ) without the ε
 factor, the record adds the SGHMC-equivalent τ/ε at the chosen lr).
 
-The shipped learned samplers (l2e.checkpoint.SHIPPED) are methods of their own, one entry each in
-SHIPPED_LEARNED below (`METHOD_TABLE`, registered in evaluate.methods.registry as "l2e:<name>"): the same runner on
-that shipped checkpoint, one chain of G updates with the SGHMC sample schedule, its lr tuned over a grid
-(`settings.<name>.lrs`):
+The shipped learned samplers with a method of their own (the `shipped` rows of the learned-sampler registry whose
+`method` is set) are methods of their own, one entry each of SHIPPED_LEARNED below (`METHOD_TABLE`, registered in
+evaluate.methods.registry by its "l2e:*" line): the same runner on that shipped checkpoint, one chain of G updates
+with the SGHMC sample schedule, its lr tuned over its kind's grid (`settings.<name>.lrs`; LearnedSampler.lrs):
 - l2e_mass — Mass-L2E (l2e.mass), the "mass" checkpoint: SGHMC whose diagonal mass and per-coordinate friction a
   meta-trained MLP sets from burn-in gradient statistics, frozen at the first update of the sampling window
   (correct by construction); lr grid like L2E's.
@@ -30,6 +30,7 @@ import dataclasses
 import math
 
 import l2e
+from l2e import learned
 from evaluate.budget import single_chain_schedule
 from evaluate.methods.base import Method, check_grid, lr_grid
 from evaluate.methods.driver import lr_args, run_single_chain
@@ -39,13 +40,8 @@ __all__ = ["L2ESettings", "METHOD", "METHOD_TABLE", "SHIPPED_LEARNED", "learned_
 
 
 def sampler_module(sampler):
-    """The sampler module (init, build_kernel) of a learned sampler's config (l2e.checkpoint.KINDS)."""
-    from l2e.checkpoint import KINDS
-
-    for kind in KINDS.values():
-        if isinstance(sampler, kind.config):
-            return kind.module
-    raise TypeError(f"not a learned sampler configuration: {type(sampler).__name__}")
+    """The registry entry (l2e.types.LearnedSampler: init, build_kernel) of a learned sampler's config."""
+    return learned.kind_of_config(sampler)
 
 
 def _kernel(task, sampler):
@@ -77,9 +73,9 @@ def run_l2e(ctx, key, hp: dict):
     """One L2E chain; hp: learning_rate, "meta_params" and "sampler" (the checkpoint's L2EConfig)."""
     meta_params, sampler = hp["meta_params"], hp["sampler"]
     schedule = single_chain_schedule(ctx.cfg)
-    if hasattr(sampler, "freeze_step"):  # constants frozen from the first update of the sampling window on
-        sampler = dataclasses.replace(sampler, freeze_step=max(1, schedule.num_steps - schedule.num_samples
-                                                               * schedule.thinning))
+    # the kind's sampling-window rule (what freezes when) at the first update of the sampling window
+    sampler = sampler_module(sampler).sampling_config(sampler, schedule.num_steps - schedule.num_samples
+                                                      * schedule.thinning)
     static = dataclasses.replace(sampler, learning_rate=1.0)  # lr is a traced call argument; the rest is static
     args = {**lr_args(hp), "meta": meta_params}
     return run_single_chain(ctx, key, l2e_record(ctx, hp, sampler), schedule, ("l2e", static),
@@ -114,15 +110,16 @@ def learned_method(name: str, settings_class: str, sampler: bool | str, lrs: tup
 METHOD = learned_method("l2e", "L2ESettings", True, (0.25, 0.5, 1.0))
 L2ESettings = METHOD.settings
 
-SHIPPED_LEARNED = (  # method, settings class, shipped checkpoint (l2e.checkpoint.SHIPPED), default lr grid
-    ("l2e_mass", "L2EMassSettings", "mass", (0.01, 0.03, 0.1)),
-    ("l2e_kinetic", "L2EKineticSettings", "kinetic", (0.01, 0.03, 0.1)),
-    ("meta_sgmcmc", "MetaSGMCMCSettings", "meta-sgmcmc", (0.01, 0.03, 0.1)),
-    ("precond_l2e", "PrecondL2ESettings", "precond-l2e", (0.01, 0.03, 0.1)),
-    ("small_l2e", "SmallL2ESettings", "small-l2e", (0.25, 0.5, 1.0)),
-)
-"""The shipped learned samplers evaluated as methods of their own (described in the module docstring); adding one
-is a row here and the line "l2e:<method>" in evaluate.methods.registry.METHOD_MODULES."""
+def settings_class_name(method: str) -> str:
+    """The settings class of a learned method: "l2e_mass" -> "L2EMassSettings", "meta_sgmcmc" -> "MetaSGMCMCSettings"."""
+    words = {"l2e": "L2E", "sgmcmc": "SGMCMC"}
+    return "".join(words.get(w, w.capitalize()) for w in method.split("_")) + "Settings"
+
+
+SHIPPED_LEARNED = tuple((s.method, settings_class_name(s.method), s.name, entry.lrs)
+                        for entry in learned.REGISTRY.values() for s in entry.shipped if s.method)
+"""(method, settings class, shipped checkpoint, default lr grid) of every shipped learned sampler with a method of its
+own, from the learned-sampler registry (l2e.learned) in its order: a new row there is a new method here."""
 
 METHOD_TABLE: dict[str, Method] = {row[0]: learned_method(*row) for row in SHIPPED_LEARNED}
 """The methods of SHIPPED_LEARNED by name (registry entries "l2e:<name>")."""

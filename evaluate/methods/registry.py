@@ -4,7 +4,7 @@ Adding a baseline: write evaluate/methods/<name>.py defining `METHOD = Method("<
 module name to METHOD_MODULES below.  It is then a valid `methods=` entry, its settings are the group
 `settings.<name>` of EvalConfig (`--set settings.<name>.<field>=…`), and the `full` preset runs it.  A module
 that builds several methods from one table (evaluate.methods.l2e: the shipped learned samplers) exposes them as
-`METHOD_TABLE` (name → Method); the METHOD_MODULES entry "<module>:<name>" registers one of them.
+`METHOD_TABLE` (name → Method); the METHOD_MODULES entry "<module>:<name>" registers one of them, "<module>:*" all.
 """
 from __future__ import annotations
 
@@ -20,11 +20,7 @@ __all__ = ["METHODS", "METHOD_MODULES", "MethodSettings", "REGISTRY", "get_metho
 METHOD_MODULES = (  # one line per method, in the order methods run and are reported
     "l2e",
     "l2e_released",
-    "l2e:l2e_mass",
-    "l2e:l2e_kinetic",
-    "l2e:meta_sgmcmc",
-    "l2e:precond_l2e",
-    "l2e:small_l2e",
+    "l2e:*",  # every shipped learned sampler with a method of its own (l2e.learned's shipped rows)
     "sghmc",
     "sghmc_tempered",
     "csghmc",
@@ -49,12 +45,13 @@ def _load(modules) -> dict[str, Method]:
     for entry in modules:
         module, _, name = entry.partition(":")  # "<module>": its METHOD; "<module>:<name>": METHOD_TABLE[name]
         loaded = importlib.import_module(f"evaluate.methods.{module}")
-        method = loaded.METHOD_TABLE[name] if name else loaded.METHOD
-        if method.name in methods:
-            raise ValueError(f"method {method.name!r} registered twice")
-        if method.name in _TEMPERATURE and method.temperature == 1.0:
-            method = dataclasses.replace(method, temperature=_TEMPERATURE[method.name])
-        methods[method.name] = method
+        table = getattr(loaded, "METHOD_TABLE", {})
+        for method in (list(table.values()) if name == "*" else [table[name]] if name else [loaded.METHOD]):
+            if method.name in methods:
+                raise ValueError(f"method {method.name!r} registered twice")
+            if method.name in _TEMPERATURE and method.temperature == 1.0:
+                method = dataclasses.replace(method, temperature=_TEMPERATURE[method.name])
+            methods[method.name] = method
     return methods
 
 

@@ -1,0 +1,87 @@
+"""The learned-sampler registry: one table, name -> `l2e.types.LearnedSampler`.
+
+Every learned sampler is one module of this package that declares `LEARNED = LearnedSampler(...)` (its config
+dataclass, `init` / `build_kernel` / factory, meta-parameter initialisation with the "equals SGHMC" start, the
+meta-model's features and output width, the sampling-window rule, its evaluation lr grid and shipped checkpoints).
+Checkpoints (l2e.checkpoint), meta-training (its config groups, φ₀, the estimators' kernels), the evaluation
+(learned methods, checkpoint selection, the sampler card) and the benches read this table and nothing else.
+
+Adding a learned sampler: write `l2e/<name>.py` with its `LEARNED`, and add the module to `MODULES` below (one line).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from l2e import kinetic, l2e as paper_form, mass, meta_sgmcmc
+from l2e.types import LearnedSampler, PyTree, Shipped
+
+__all__ = ["DEFAULT_SHIPPED", "MODULES", "REGISTRY", "check_meta_params", "check_stack", "get", "kind_of_config", "shipped"]
+
+MODULES = (  # one line per learned sampler, in the order tables (and the evaluation's methods) list them
+    mass,
+    kinetic,
+    meta_sgmcmc,
+    paper_form,
+)
+
+REGISTRY: dict[str, LearnedSampler] = {m.LEARNED.name: m.LEARNED for m in MODULES}
+"""name (the checkpoint's `sampler_kind`) -> LearnedSampler."""
+
+DEFAULT_SHIPPED = "mass"
+"""The shipped checkpoint `l2e.load_sampler()` loads when given no name (also reachable as "default")."""
+
+
+def get(name: str) -> LearnedSampler:
+    """REGISTRY[name]; ValueError naming the known kinds otherwise."""
+    if not isinstance(name, str) or name not in REGISTRY:
+        raise ValueError(f"unknown learned sampler {name!r} (known: {', '.join(REGISTRY)})")
+    return REGISTRY[name]
+
+
+def kind_of_config(config: Any) -> LearnedSampler:
+    """The registry entry whose config class `config` is an instance of; TypeError otherwise."""
+    for entry in REGISTRY.values():
+        if isinstance(config, entry.config):
+            return entry
+    raise TypeError(f"not a learned sampler configuration: {type(config).__name__}")
+
+
+def shipped() -> dict[str, tuple[LearnedSampler, Shipped]]:
+    """Every shipped checkpoint by name -> (its kind's entry, its Shipped row), in registry order."""
+    return {s.name: (entry, s) for entry in REGISTRY.values() for s in entry.shipped}
+
+
+def check_stack(tree: Any, where: str, inputs: int, outputs: int) -> PyTree:
+    """A restored Dense stack `inputs` → … → `outputs` as float32 numpy leaves; ValueError naming `where` otherwise."""
+    try:
+        layers = sorted(tree, key=lambda k: int(k.split("_")[-1]))
+        shapes = [(tuple(np.shape(tree[k]["kernel"])), tuple(np.shape(tree[k]["bias"]))) for k in layers]
+        fan_in = inputs
+        for (kin, kout), (b,) in shapes:
+            if kin != fan_in or b != kout:
+                raise ValueError(f"{where}: meta-model of another shape (layer {kin}x{kout}, expected input {fan_in})")
+            fan_in = kout
+    except (TypeError, KeyError, AttributeError) as e:
+        raise ValueError(f"{where}: not an L2E meta-model parameter tree") from e
+    except ValueError as e:
+        if str(e).startswith(f"{where}: meta-model"):
+            raise
+        raise ValueError(f"{where}: not an L2E meta-model parameter tree") from None
+    if fan_in != outputs:
+        raise ValueError(f"{where}: meta-model has {fan_in} outputs, expected {outputs}")
+    return {k: {name: np.asarray(v, np.float32) for name, v in tree[k].items()} for k in layers}
+
+
+def check_meta_params(entry: LearnedSampler, tree: Any, where: str) -> PyTree:
+    """A restored meta-parameter tree validated against `entry`'s meta-model (one Dense stack features → … →
+    outputs, or one per head), as float32 numpy leaves. ValueError (one line naming `where`) otherwise."""
+    heads = entry.heads
+    if heads is None:
+        return check_stack(tree, where, entry.inputs, entry.outputs)
+    names = sorted(tree) if isinstance(tree, dict) else None
+    if names != sorted(heads):
+        raise ValueError(f"{where}: not a {entry.title} meta-parameter tree (expected heads "
+                         f"{', '.join(sorted(heads))}; got {', '.join(map(str, names)) if names else 'none'})")
+    return {h: check_stack(tree[h], f"{where} (head {h!r})", n, entry.outputs) for h, n in heads.items()}
