@@ -6,27 +6,28 @@ meta-model's features and output width, the sampling-window rule, its evaluation
 Checkpoints (l2e.checkpoint), meta-training (its config groups, φ₀, the estimators' kernels), the evaluation
 (learned methods, checkpoint selection, the sampler card) and the benches read this table and nothing else.
 
-Adding a learned sampler: write `l2e/<name>.py` with its `LEARNED`, and add the module to `MODULES` below (one line).
+Adding a learned sampler: write `l2e/<name>.py` with its `LEARNED`, and add "<name>" to `MODULES` below (one line).
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import numpy as np
 
-from l2e import kinetic, l2e as paper_form, mass, meta_sgmcmc
 from l2e.types import LearnedSampler, PyTree, Shipped
 
 __all__ = ["DEFAULT_SHIPPED", "MODULES", "REGISTRY", "check_meta_params", "check_stack", "get", "kind_of_config", "shipped"]
 
-MODULES = (  # one line per learned sampler, in the order tables (and the evaluation's methods) list them
-    mass,
-    kinetic,
-    meta_sgmcmc,
-    paper_form,
+MODULES = (  # one line per learned sampler (its module l2e.<name>), in the order tables and evaluation methods list them
+    "mass",
+    "kinetic",
+    "meta_sgmcmc",
+    "l2e",
 )
 
-REGISTRY: dict[str, LearnedSampler] = {m.LEARNED.name: m.LEARNED for m in MODULES}
+REGISTRY: dict[str, LearnedSampler] = {
+    m.LEARNED.name: m.LEARNED for m in (importlib.import_module(f"l2e.{name}") for name in MODULES)}
 """name (the checkpoint's `sampler_kind`) -> LearnedSampler."""
 
 DEFAULT_SHIPPED = "mass"
