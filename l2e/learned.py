@@ -24,6 +24,7 @@ MODULES = (  # one line per learned sampler (its module l2e.<name>), in the orde
     "kinetic",
     "meta_sgmcmc",
     "l2e",
+    "step_scale",
 )
 
 REGISTRY: dict[str, LearnedSampler] = {
