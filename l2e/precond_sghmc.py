@@ -1,0 +1,226 @@
+"""Preconditioned SGHMC: a diagonal mass adapted during burn-in and frozen for the sampling window.
+
+Burn-in (updates t < freeze_step) is SGHMC with M = I; statistics are gathered over the adaptation window, the last
+`adapt_fraction` of the burn-in. At update freeze_step the inverse mass M⁻¹ (a diagonal, normalised to geometric
+mean 1, so lr keeps SGHMC's units) is set and the momentum rescaled r ← r·sqrt(M) (r ~ N(0, T) becomes
+r ~ N(0, M·T), the window's law). The window is SGHMC with that constant mass:
+
+    r' = r − ε·∇Ũ(θ) − ε·C·M⁻¹r + N(0, 2·C·ε·T),     θ' = θ + ε·M⁻¹r',     ε = sqrt(lr/N),
+
+whose stationary law is exp(−U(θ)/T − ½rᵀM⁻¹r/T) for every constant M: correct by construction. Two rules:
+
+- "rmsprop" (Izmailov et al., 2021; pSGLD's preconditioner frozen): V = exponential average (decay RMS_DECAY) of the
+  squared per-datum gradient ḡ² over the adaptation window, M⁻¹ ∝ 1 / (RMS_EPS + sqrt V).
+- "fisher" (Seyboldt, Carlson & Carpenter, 2026, as nutpie adapts its diagonal): M⁻¹ ∝ σ², σ_i = (Var θ_i /
+  Var ∇_iU)^{1/4}, the variances over the adaptation window's states and potential gradients (Welford). The
+  minibatch gradient's noise variance is subtracted from Var ∇_iU: during the adaptation window the minibatch is cut
+  into two halves (every leaf's leading axis; an even batch size) and ∇Ũ = (∇Ũ₁ + ∇Ũ₂)/2 — the full minibatch's
+  gradient, at the same cost — while (∇Ũ₁ − ∇Ũ₂)²/4 estimates that gradient's noise variance per coordinate
+  (for i.i.d. examples Var(ḡ_B) = σ²/B and Var(ḡ_{B/2} − ḡ'_{B/2}) = 4σ²/B); its mean over the window is
+  subtracted, floored at FLOOR × Var ∇_iU. `noise_halves=False` skips the split (for minibatches without a batch
+  axis, e.g. one noise vector).
+
+log M⁻¹ is clipped to ±LOG_CLIP before the normalisation. Cost per update: SGHMC's plus a few elementwise ops (the
+adaptation statistics only inside the adaptation window).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from l2e.checks import check_positive
+from l2e.diffusions import physical_step_size, sghmc_noise_std
+from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_vdot
+
+__all__ = ["PRECONDITIONERS", "PrecondSGHMCInfo", "PrecondSGHMCState", "build_kernel", "init", "precond_sghmc"]
+
+PRECONDITIONERS = ("rmsprop", "fisher")
+RMS_DECAY, RMS_EPS = 0.99, 1e-8
+FLOOR = 1e-2
+LOG_CLIP = 10.0
+
+
+class PrecondSGHMCState(NamedTuple):
+    """position, momentum: θ, r; step: updates done (int32 scalar); inv_mass: M⁻¹ per coordinate (1 before the
+    freeze); count: states in the adaptation window so far (f32 scalar); mean_x, m2_x, mean_g, m2_g: Welford mean and
+    sum of squared deviations of θ and ∇Ũ ("fisher"); sq: exponential average of ḡ² ("rmsprop"); noise: running mean
+    of the minibatch-noise variance estimate of ∇Ũ ("fisher")."""
+
+    position: PyTree
+    momentum: PyTree
+    step: jax.Array
+    inv_mass: PyTree
+    count: jax.Array
+    mean_x: PyTree
+    m2_x: PyTree
+    mean_g: PyTree
+    m2_g: PyTree
+    sq: PyTree
+    noise: PyTree
+
+
+class PrecondSGHMCInfo(NamedTuple):
+    """loss: mean minibatch NLL at the pre-update θ (f32 scalar); is_finite: loss and kinetic finite (bool scalar);
+    kinetic: Σ r'·M⁻¹r' at the new momentum (= Σ r'·∇_rK; ≈ d·T at equilibrium)."""
+
+    loss: jax.Array
+    is_finite: jax.Array
+    kinetic: jax.Array
+
+
+def init(position: PyTree) -> PrecondSGHMCState:
+    """The state before the first update: r₀ = 0, M⁻¹ = 1, empty statistics.
+
+    Args:
+      position: θ₀, a pytree of float32 arrays.
+    Returns:
+      PrecondSGHMCState.
+    """
+    zeros = jax.tree.map(jnp.zeros_like, position)
+    ones = jax.tree.map(jnp.ones_like, position)
+    return PrecondSGHMCState(position, zeros, jnp.zeros((), jnp.int32), ones, jnp.zeros((), jnp.float32),
+                             zeros, zeros, zeros, zeros, zeros, zeros)
+
+
+def _halves(minibatch):
+    """The two halves of a minibatch along every leaf's leading axis."""
+    first = jax.tree.map(lambda x: x[: x.shape[0] // 2], minibatch)
+    second = jax.tree.map(lambda x: x[x.shape[0] // 2:], minibatch)
+    return first, second
+
+
+def _welford(count, mean, m2, x):
+    mean_new = jax.tree.map(lambda m, v: m + (v - m) / count, mean, x)
+    m2_new = jax.tree.map(lambda s, m, mn, v: s + (v - m) * (v - mn), m2, mean, mean_new, x)
+    return mean_new, m2_new
+
+
+def _normalised(log_inv_mass: PyTree) -> PyTree:
+    """exp(log M⁻¹ clipped to ±LOG_CLIP, minus its mean over all coordinates): geometric mean 1."""
+    clipped = jax.tree.map(lambda v: jnp.clip(v, -LOG_CLIP, LOG_CLIP), log_inv_mass)
+    leaves = jax.tree.leaves(clipped)
+    mean = sum(jnp.sum(v) for v in leaves) / sum(v.size for v in leaves)
+    return jax.tree.map(lambda v: jnp.exp(v - mean), clipped)
+
+
+def _inverse_mass(state: PrecondSGHMCState, preconditioner: str) -> PyTree:
+    if preconditioner == "rmsprop":
+        return _normalised(jax.tree.map(lambda v: -jnp.log(RMS_EPS + jnp.sqrt(v)), state.sq))
+    n = jnp.maximum(state.count - 1.0, 1.0)
+
+    def log_sigma_sq(m2x, m2g, noise):  # log σ² = ½·(log Var θ − log Var ∇U), noise subtracted with a floor
+        var_x, var_g = m2x / n + 1e-30, m2g / n
+        var_g = jnp.maximum(var_g - noise, FLOOR * var_g) + 1e-30
+        return 0.5 * (jnp.log(var_x) - jnp.log(var_g))
+
+    return _normalised(jax.tree.map(log_sigma_sq, state.m2_x, state.m2_g, state.noise))
+
+
+def build_kernel(posterior: Posterior, preconditioner: str = "fisher", freeze_step: int = 1000,
+                 adapt_fraction: float = 0.5, noise_halves: bool = True):
+    """kernel(key, state, minibatch, learning_rate, friction, temperature=1.0) -> (PrecondSGHMCState,
+    PrecondSGHMCInfo).
+
+    Args:
+      posterior: the target (l2e.Posterior).
+      preconditioner: "rmsprop" or "fisher" (module docstring).
+      freeze_step: the update at which M⁻¹ is set and frozen (the first update of the sampling window), ≥ 1.
+      adapt_fraction: the adaptation window is the last adapt_fraction of the burn-in, in (0, 1].
+      noise_halves: "fisher" only: estimate the minibatch-noise variance from two half-batches.
+    Returns:
+      The kernel; learning_rate = ε²·N (mean-loss units), friction = C, temperature = T are call arguments.
+    """
+    if preconditioner not in PRECONDITIONERS:
+        raise ValueError(f"preconditioner must be one of {PRECONDITIONERS}, got {preconditioner!r}")
+    if isinstance(freeze_step, bool) or not isinstance(freeze_step, int) or freeze_step < 1:
+        raise ValueError(f"freeze_step must be an integer ≥ 1, got {freeze_step!r}")
+    if not 0.0 < adapt_fraction <= 1.0:
+        raise ValueError(f"adapt_fraction must be in (0, 1], got {adapt_fraction}")
+    freeze = int(freeze_step)
+    adapt_start = freeze - max(1, int(round(adapt_fraction * freeze)))
+    split = preconditioner == "fisher" and noise_halves
+
+    def gradients(state, minibatch):
+        """(loss, ∇Ũ, noise variance estimate or None); the halves only inside the adaptation window."""
+        if not split:
+            loss, _, grad_u = posterior.value_and_potential_grad(state.position, minibatch)
+            return loss, grad_u, None
+
+        def halves(mb):
+            (l1, _, g1), (l2, _, g2) = (posterior.value_and_potential_grad(state.position, h) for h in _halves(mb))
+            return 0.5 * (l1 + l2), jax.tree.map(lambda a, b: 0.5 * (a + b), g1, g2), \
+                jax.tree.map(lambda a, b: 0.25 * jnp.square(a - b), g1, g2)
+
+        def whole(mb):
+            loss, _, grad_u = posterior.value_and_potential_grad(state.position, mb)
+            return loss, grad_u, jax.tree.map(jnp.zeros_like, grad_u)
+
+        inside = (state.step >= adapt_start) & (state.step < freeze)
+        return jax.lax.cond(inside, halves, whole, minibatch)
+
+    def adapt(state, grad_u, noise):
+        """The statistics with this update's θ and ∇Ũ added (inside the adaptation window only)."""
+        count = state.count + 1.0
+        new = state._replace(count=count)
+        if preconditioner == "rmsprop":
+            sq = jax.tree.map(lambda v, g: RMS_DECAY * v + (1 - RMS_DECAY) * jnp.square(g / posterior.data_size),
+                              state.sq, grad_u)
+            return new._replace(sq=sq)
+        mean_x, m2_x = _welford(count, state.mean_x, state.m2_x, state.position)
+        mean_g, m2_g = _welford(count, state.mean_g, state.m2_g, grad_u)
+        new = new._replace(mean_x=mean_x, m2_x=m2_x, mean_g=mean_g, m2_g=m2_g)
+        if noise is not None:
+            new = new._replace(noise=jax.tree.map(lambda m, v: m + (v - m) / count, state.noise, noise))
+        return new
+
+    def freeze_mass(state):
+        inv_mass = _inverse_mass(state, preconditioner)
+        mom = jax.tree.map(lambda r, m: r / jnp.sqrt(m), state.momentum, inv_mass)
+        return state._replace(inv_mass=inv_mass, momentum=mom)
+
+    def kernel(key: jax.Array, state: PrecondSGHMCState, minibatch, learning_rate, friction, temperature=1.0):
+        with jax.ensure_compile_time_eval():
+            eps = physical_step_size(learning_rate, posterior.data_size)
+            noise_std = sghmc_noise_std(eps, friction, temperature)
+        state = jax.lax.cond(state.step == freeze, freeze_mass, lambda s: s, state)
+        loss, grad_u, noise_var = gradients(state, minibatch)
+        inside = (state.step >= adapt_start) & (state.step < freeze)
+        state = jax.lax.cond(inside, lambda s: adapt(s, grad_u, noise_var), lambda s: s, state)
+        z = normal_like(key, state.position)
+        mom = jax.tree.map(lambda r, g, m, n: r - eps * g - eps * friction * m * r + noise_std * n,
+                           state.momentum, grad_u, state.inv_mass, z)
+        velocity = jax.tree.map(jnp.multiply, state.inv_mass, mom)
+        pos = jax.tree.map(lambda x, v: x + eps * v, state.position, velocity)
+        kinetic = tree_vdot(*settled((mom, velocity)))
+        new = state._replace(position=pos, momentum=mom, step=state.step + 1)
+        return new, PrecondSGHMCInfo(loss, all_finite(loss, kinetic), kinetic)
+
+    return kernel
+
+
+def precond_sghmc(posterior: Posterior, learning_rate: float, friction: float = 1.0, temperature: float = 1.0,
+                  preconditioner: str = "fisher", freeze_step: int = 1000, adapt_fraction: float = 0.5,
+                  noise_halves: bool = True) -> SamplingAlgorithm:
+    """Preconditioned SGHMC with a diagonal mass adapted in burn-in and frozen (module docstring).
+
+    Args:
+      posterior: the target (l2e.Posterior).
+      learning_rate: lr = ε²·N (mean-loss units, as l2e.sghmc).
+      friction: C.
+      temperature: T.
+      preconditioner: "rmsprop" or "fisher".
+      freeze_step: the first update of the sampling window (M⁻¹ frozen from there on).
+      adapt_fraction: the last fraction of the burn-in over which the statistics are gathered.
+      noise_halves: "fisher": subtract the minibatch-noise variance estimated from two half-batches.
+    Returns:
+      SamplingAlgorithm: init(position) -> PrecondSGHMCState; step(key, state, minibatch) -> (state, PrecondSGHMCInfo).
+    """
+    check_positive(learning_rate=learning_rate, friction=friction, temperature=temperature)
+    kernel = build_kernel(posterior, preconditioner, freeze_step, adapt_fraction, noise_halves)
+
+    def step(key: jax.Array, state: PrecondSGHMCState, minibatch):
+        return kernel(key, state, minibatch, learning_rate, friction, temperature)
+
+    return SamplingAlgorithm(init, step)
