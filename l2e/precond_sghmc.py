@@ -1,8 +1,9 @@
 """Preconditioned SGHMC: a diagonal mass adapted during burn-in and frozen for the sampling window.
 
 Burn-in (updates t < freeze_step) is SGHMC with M = I; statistics are gathered over the adaptation window, the last
-`adapt_fraction` of the burn-in. At update freeze_step the inverse mass M⁻¹ (a diagonal, normalised to geometric
-mean 1, so lr keeps SGHMC's units) is set and the momentum rescaled r ← r·sqrt(M) (r ~ N(0, T) becomes
+`adapt_fraction` of the burn-in. At update freeze_step the inverse mass M⁻¹ (a diagonal, normalised to largest value
+1: no coordinate moves further per update than under SGHMC at the same lr, so an lr that is stable for SGHMC stays
+stable, and the grid reaches larger lr to let the preconditioner pay off) is set and the momentum rescaled r ← r·sqrt(M) (r ~ N(0, T) becomes
 r ~ N(0, M·T), the window's law). The window is SGHMC with that constant mass:
 
     r' = r − ε·∇Ũ(θ) − ε·C·M⁻¹r + N(0, 2·C·ε·T),     θ' = θ + ε·M⁻¹r',     ε = sqrt(lr/N),
@@ -20,7 +21,9 @@ whose stationary law is exp(−U(θ)/T − ½rᵀM⁻¹r/T) for every constant M
   subtracted, floored at FLOOR × Var ∇_iU. `noise_halves=False` skips the split (for minibatches without a batch
   axis, e.g. one noise vector).
 
-log M⁻¹ is clipped to ±LOG_CLIP before the normalisation. Cost per update: SGHMC's plus a few elementwise ops (the
+log M⁻¹ is shrunk towards its mean over all coordinates with weight SHRINK/(n + SHRINK) for n adaptation states
+("fisher"; Stan's regularisation of its adapted diagonal, in log space so it has no units), shifted so its largest
+value is 0 and clipped below at −LOG_CLIP. Cost per update: SGHMC's plus a few elementwise ops (the
 adaptation statistics only inside the adaptation window).
 """
 from __future__ import annotations
@@ -40,6 +43,7 @@ PRECONDITIONERS = ("rmsprop", "fisher")
 RMS_DECAY, RMS_EPS = 0.99, 1e-8
 FLOOR = 1e-2
 LOG_CLIP = 10.0
+SHRINK = 5.0
 
 
 class PrecondSGHMCState(NamedTuple):
@@ -97,12 +101,11 @@ def _welford(count, mean, m2, x):
     return mean_new, m2_new
 
 
-def _normalised(log_inv_mass: PyTree) -> PyTree:
-    """exp(log M⁻¹ clipped to ±LOG_CLIP, minus its mean over all coordinates): geometric mean 1."""
-    clipped = jax.tree.map(lambda v: jnp.clip(v, -LOG_CLIP, LOG_CLIP), log_inv_mass)
-    leaves = jax.tree.leaves(clipped)
-    mean = sum(jnp.sum(v) for v in leaves) / sum(v.size for v in leaves)
-    return jax.tree.map(lambda v: jnp.exp(v - mean), clipped)
+def _normalised(log_inv_mass: PyTree, weight=1.0) -> PyTree:
+    """M⁻¹ = exp(clip(s − max s, −LOG_CLIP, 0)) with s = weight·log M⁻¹ (the shrinkage towards the mean, which the
+    shift to max s removes again): largest value 1, spread scaled by `weight` ∈ (0, 1]."""
+    top = jnp.max(jnp.stack([jnp.max(v) for v in jax.tree.leaves(log_inv_mass)]))
+    return jax.tree.map(lambda v: jnp.exp(jnp.clip(weight * (v - top), -LOG_CLIP, 0.0)), log_inv_mass)
 
 
 def _inverse_mass(state: PrecondSGHMCState, preconditioner: str) -> PyTree:
@@ -115,7 +118,8 @@ def _inverse_mass(state: PrecondSGHMCState, preconditioner: str) -> PyTree:
         var_g = jnp.maximum(var_g - noise, FLOOR * var_g) + 1e-30
         return 0.5 * (jnp.log(var_x) - jnp.log(var_g))
 
-    return _normalised(jax.tree.map(log_sigma_sq, state.m2_x, state.m2_g, state.noise))
+    return _normalised(jax.tree.map(log_sigma_sq, state.m2_x, state.m2_g, state.noise),
+                       state.count / (state.count + SHRINK))
 
 
 def build_kernel(posterior: Posterior, preconditioner: str = "fisher", freeze_step: int = 1000,

@@ -138,7 +138,7 @@ def _quadratic(d=6):
 
 
 def test_preconditioners_freeze_and_window_is_mass_sghmc():
-    """Before the freeze M⁻¹ = 1 (SGHMC); at it M⁻¹ is set once (geometric mean 1) and never changes after; the window
+    """Before the freeze M⁻¹ = 1 (SGHMC); at it M⁻¹ is set once (largest value 1) and never changes after; the window
     update is θ' − θ = ε·M⁻¹r'."""
     post = _quadratic()
     for rule in P.PRECONDITIONERS:
@@ -152,7 +152,7 @@ def test_preconditioners_freeze_and_window_is_mass_sghmc():
                 np.testing.assert_array_equal(new.inv_mass, np.ones(6))
             elif t == 40:
                 frozen = np.asarray(new.inv_mass)
-                assert abs(np.mean(np.log(frozen))) < 1e-5 and np.ptp(np.log(frozen)) > 0.1, (rule, frozen)
+                assert abs(np.max(np.log(frozen))) < 1e-6 and np.ptp(np.log(frozen)) > 0.1, (rule, frozen)
             else:
                 np.testing.assert_array_equal(new.inv_mass, frozen)
             if t >= 40:  # float32, |Δθ| ≤ 0.1: a few roundings of relative 6e-8 each

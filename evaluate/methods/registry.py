@@ -27,6 +27,10 @@ METHOD_MODULES = (  # one line per method, in the order methods run and are repo
     "psgld",
     "fsghmc",
     "sgnht",
+    "baoab",
+    "precond_sghmc:*",  # precond_rmsprop, precond_fisher
+    "adaptive_sghmc",
+    "warm_sghmc",
     "deep_ensemble",  # before the full-batch methods, which start from its members
     "noisy_de",
     "mile",

@@ -1,0 +1,51 @@
+"""Scale-adapted SGHMC (l2e.adaptive_sghmc; Springenberg et al. 2016): one chain of G updates at its published
+defaults (ε = 1e-2, momentum decay 0.05) — no grid — whose preconditioner and noise adapt during the burn-in (the
+updates before the sampling window) and are frozen for the window; the SGHMC sample schedule."""
+from __future__ import annotations
+
+import dataclasses
+
+import l2e.adaptive_sghmc
+from evaluate.budget import single_chain_schedule
+from evaluate.methods.base import Method, check_positive
+from evaluate.methods.driver import run_single_chain
+
+__all__ = ["AdaptiveSGHMCSettings", "METHOD", "run_adaptive_sghmc"]
+
+DEFAULTS = l2e.adaptive_sghmc.DEFAULTS
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptiveSGHMCSettings:
+    """step_size: ε per update; mdecay: momentum decay per update (both the published defaults; not tuned)."""
+
+    step_size: float = DEFAULTS["step_size"]
+    mdecay: float = DEFAULTS["mdecay"]
+
+    def __post_init__(self):
+        check_positive(self, "settings.adaptive_sghmc", "step_size", "mdecay")
+
+
+def _kernel(task, burn_in: int, step_size: float, mdecay: float):
+    step = l2e.adaptive_sghmc.build_kernel(task.posterior, burn_in)
+
+    def kernel(key, state, batch, args):
+        return step(key, state, batch, step_size, mdecay)
+
+    return kernel
+
+
+def run_adaptive_sghmc(ctx, key, hp: dict):
+    """One scale-adapted SGHMC chain at the settings' (published) constants; the burn-in is the schedule's."""
+    schedule = single_chain_schedule(ctx.cfg)
+    burn_in = max(1, schedule.num_steps - schedule.num_samples * schedule.thinning)
+    s = ctx.settings
+    hp = {**hp, "step_size": s.step_size, "mdecay": s.mdecay, "burn_in": burn_in,
+          "thinning": ctx.cfg.sample_thinning, "temperature": 1.0}
+    static = (burn_in, float(s.step_size), float(s.mdecay))
+    return run_single_chain(ctx, key, hp, schedule, ("adaptive_sghmc",) + static,
+                            lambda: _kernel(ctx.task, *static), l2e.adaptive_sghmc.init, {})
+
+
+METHOD = Method("adaptive_sghmc", AdaptiveSGHMCSettings, run_adaptive_sghmc,
+                schedule=lambda cfg, s: single_chain_schedule(cfg))
