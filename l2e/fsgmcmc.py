@@ -1,4 +1,5 @@
-"""Functional SGLD / SGHMC (Wu, Xuan & Lu, 2025) — ordinary SGLD/SGHMC on a GP-prior potential (BASELINES §5).
+"""The functional prior of fSGLD / fSGHMC (Wu, Xuan & Lu, 2025): the GP-prior potential, its kernels and the
+jitter escalation; the samplers are `l2e.fsgld` and `l2e.fsghmc` (docs/samplers.md § Functional SGLD / SGHMC).
 
 Ũ(θ) = N·mean_{i∈B} nll_i(θ) + ½ Σ_c (f_c − m_c)ᵀ K_c⁻¹ (f_c − m_c)  [+ optional −log p_w(θ), a flagged deviation]
 
@@ -7,7 +8,7 @@ m_c = m(X_M)[:, c] and K_c = k(X_M, X_M) (+ jitter).  ∇ of the prior term is J
 forward pass on X_M, the kernel (O(M²·dim)), one Cholesky (O(M³), X_M changes every step) and one VJP — no
 Jacobian or NTK is formed.  The log-det term is constant and dropped; the prior term is not scaled by N/|B|.
 
-Jitter (BASELINES §5): K + j·mean(diag K)·I with j = jitter·10^k (default jitter 1e-6), k the first of
+Jitter: K + j·mean(diag K)·I with j = jitter·10^k (default jitter 1e-6), k the first of
 0 … JITTER_TRIES − 1 whose Cholesky factor is finite — an in-graph `while_loop` (`escalating_cholesky`) in the
 default float dtype for points redrawn every update; in float64 once (`fixed_measurement`) for fixed points.
 Every step reports the jitter used and whether the factor was finite (`chol_ok`, AND-accumulated in the state;
@@ -18,17 +19,16 @@ Both are `SamplingAlgorithm`s; the step key also draws the measurement points.
 """
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 
 from l2e.checks import check_positive
-from l2e.diffusions import (
-    langevin, langevin_noise_std, physical_step_size, position_update, sghmc_momentum, sghmc_noise_std,
-)
-from l2e.types import PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_sum, tree_vdot
+from l2e.types import PyTree
+
+__all__ = ["JITTER_TRIES", "FunctionalPosterior", "Measurement", "PriorInfo", "escalating_cholesky",
+           "fixed_measurement", "functional_posterior", "per_class_kernel", "rbf_kernel"]
 
 
 # ----------------------------------------------------------------------------------------------- kernels
@@ -219,138 +219,3 @@ def functional_posterior(
     fixed = None if fixed_points is None else fixed_measurement(kernel, fixed_points, jitter)
     return FunctionalPosterior(apply_fn, likelihood_nll, measurement_sampler, kernel, data_size, prior_mean,
                                jitter, weight_log_prior, fixed)
-
-
-# --------------------------------------------------------------------------------------------- samplers
-
-
-class FSGLDState(NamedTuple):
-    position: PyTree
-    step: jax.Array  # int32
-    chol_ok: jax.Array  # bool: every Cholesky so far was finite
-    jitter: jax.Array  # the largest relative jitter used so far
-
-
-class FSGHMCState(NamedTuple):
-    position: PyTree
-    momentum: PyTree
-    step: jax.Array
-    chol_ok: jax.Array
-    jitter: jax.Array
-
-
-class FSGLDInfo(NamedTuple):
-    """loss: mean minibatch NLL at the pre-update θ; is_finite: loss and Σθ' finite; chol_ok: this step's
-    Cholesky factor was finite; prior_energy: ½ Σ_c rᵀK⁻¹r at this step (nats); jitter: its relative jitter."""
-
-    loss: jax.Array
-    is_finite: jax.Array
-    chol_ok: jax.Array
-    prior_energy: jax.Array
-    jitter: jax.Array
-
-
-class FSGHMCInfo(NamedTuple):
-    """As FSGLDInfo, but loss and prior energy at the *post-update* θ_{t+1} (where fSGHMC takes its gradient);
-    is_finite from the loss and kinetic; kinetic: Σ r_{t+1}² at the new momentum."""
-
-    loss: jax.Array
-    is_finite: jax.Array
-    kinetic: jax.Array
-    chol_ok: jax.Array
-    prior_energy: jax.Array
-    jitter: jax.Array
-
-
-def init_fsgld(position: PyTree) -> FSGLDState:
-    return FSGLDState(position, jnp.zeros((), jnp.int32), jnp.ones((), bool), jnp.zeros((), jnp.float32))
-
-
-def init_fsghmc(position: PyTree) -> FSGHMCState:
-    zeros = jax.tree.map(jnp.zeros_like, position)
-    return FSGHMCState(position, zeros, jnp.zeros((), jnp.int32), jnp.ones((), bool), jnp.zeros((), jnp.float32))
-
-
-def build_fsgld_kernel(posterior: FunctionalPosterior):
-    """kernel(key, state, minibatch, learning_rate, temperature=1.0) -> (FSGLDState, FSGLDInfo);
-    θ ← θ − ε∇Ũ + sqrt(2εT)ξ, ε = lr/N. The key also draws the measurement points."""
-
-    def kernel(key: jax.Array, state: FSGLDState, minibatch, learning_rate, temperature=1.0):
-        eps = learning_rate / posterior.data_size
-        k_m, k_n = jax.random.split(key)
-        loss, grad_u, prior = posterior.value_and_potential_grad(state.position, minibatch, k_m)
-        noise = normal_like(k_n, state.position)
-        scale = langevin_noise_std(eps, temperature)
-        pos = jax.tree.map(functools.partial(langevin, step_size=eps, noise_std=scale), state.position, grad_u,
-                           noise)
-        info = FSGLDInfo(loss, all_finite(loss, tree_sum(settled(pos))), prior.chol_ok, prior.prior_energy,
-                         prior.jitter)
-        jit = jnp.maximum(state.jitter, prior.jitter.astype(state.jitter.dtype))
-        return FSGLDState(pos, state.step + 1, state.chol_ok & prior.chol_ok, jit), info
-
-    return kernel
-
-
-def build_fsghmc_kernel(posterior: FunctionalPosterior, resample_momentum_every: Optional[int] = None):
-    """kernel(key, state, minibatch, learning_rate, friction, temperature=1.0) -> (FSGHMCState, FSGHMCInfo).
-
-    BASELINES §5's order (position first, the gradient at the new position, friction on the old momentum):
-        θ_{t+1} = θ_t + ε·r_t,   r_{t+1} = r_t − ε∇Ũ(θ_{t+1}) − εC·r_t + N(0, 2CεT)
-    (blackjax's `sgmcmc.diffusions.sghmc` with alpha = C, beta = 0).  The measurement points and minibatch of step
-    t enter ∇Ũ(θ_{t+1}).  `resample_momentum_every` = m (static): draw r_t ~ N(0, T·I) before every m-th update;
-    None = persistent momentum."""
-
-    def kernel(key: jax.Array, state: FSGHMCState, minibatch, learning_rate, friction, temperature=1.0):
-        with jax.ensure_compile_time_eval():
-            eps = physical_step_size(learning_rate, posterior.data_size)
-            noise_std = sghmc_noise_std(eps, friction, temperature)
-        k_m, k_n, k_r = jax.random.split(key, 3)
-        mom = state.momentum
-        if resample_momentum_every is not None:
-            fresh = jax.tree.map(lambda z: jnp.sqrt(temperature) * z, normal_like(k_r, mom))
-            redraw = jnp.mod(state.step, resample_momentum_every) == 0
-            mom = jax.tree.map(lambda a, b: jnp.where(redraw, a, b), fresh, mom)
-        pos = jax.tree.map(functools.partial(position_update, step_size=eps), state.position, mom)
-        loss, grad_u, prior = posterior.value_and_potential_grad(pos, minibatch, k_m)
-        noise = normal_like(k_n, pos)
-        kick = functools.partial(sghmc_momentum, step_size=eps, friction=friction, noise_std=noise_std)
-        mom = jax.tree.map(kick, mom, grad_u, noise)
-        kinetic = tree_vdot(settled(mom), settled(mom))
-        info = FSGHMCInfo(loss, all_finite(loss, kinetic), kinetic, prior.chol_ok, prior.prior_energy, prior.jitter)
-        jit = jnp.maximum(state.jitter, prior.jitter.astype(state.jitter.dtype))
-        return FSGHMCState(pos, mom, state.step + 1, state.chol_ok & prior.chol_ok, jit), info
-
-    return kernel
-
-
-def fsgld(posterior: FunctionalPosterior, learning_rate: float, temperature: float = 1.0) -> SamplingAlgorithm:
-    """fSGLD: θ ← θ − ε∇Ũ + sqrt(2εT)ξ, ε = lr/N (mean-loss units, as `l2e.sgld`)."""
-    check_positive(learning_rate=learning_rate, temperature=temperature)
-    kernel = build_fsgld_kernel(posterior)
-
-    def step(key: jax.Array, state: FSGLDState, minibatch):
-        return kernel(key, state, minibatch, learning_rate, temperature)
-
-    return SamplingAlgorithm(init_fsgld, step)
-
-
-def fsghmc(
-    posterior: FunctionalPosterior,
-    learning_rate: float,
-    friction: float = 0.1,
-    temperature: float = 1.0,
-    resample_momentum_every: Optional[int] = None,
-) -> SamplingAlgorithm:
-    """fSGHMC on Ũ (ε = sqrt(lr/N), mass I, persistent momentum starting at 0), position first as BASELINES §5:
-    θ ← θ + ε·r,  r ← r − ε∇Ũ(θ_new) − εC·r + N(0, 2CεT)  (`l2e.sghmc` updates the momentum first).
-    `resample_momentum_every` = m: draw r ~ N(0, T·I) before every m-th update (Algorithm 2 per a third-party
-    reading); None (default) = persistent momentum."""
-    check_positive(learning_rate=learning_rate, friction=friction, temperature=temperature)
-    if resample_momentum_every is not None:
-        check_positive(resample_momentum_every=resample_momentum_every)
-    kernel = build_fsghmc_kernel(posterior, resample_momentum_every)
-
-    def step(key: jax.Array, state: FSGHMCState, minibatch):
-        return kernel(key, state, minibatch, learning_rate, friction, temperature)
-
-    return SamplingAlgorithm(init_fsghmc, step)

@@ -1,6 +1,7 @@
-"""MCLMC (Robnik et al.) and the MILE recipe (Sommer et al., ICLR 2025) — full-batch (BASELINES §6).
+"""MCLMC (Robnik et al.) and the MILE recipe (Sommer et al., ICLR 2025) — full-batch (docs/samplers.md § MCLMC
+and the MILE recipe).
 
-A `FullBatchAlgorithm`: MCLMC needs the *full-batch* unnormalised log posterior ℓ(θ) = log p(θ | D) (not a
+`l2e.mclmc` (`init`, `build_kernel`, the factory `mclmc`) is a `FullBatchAlgorithm`: MCLMC needs the *full-batch* unnormalised log posterior ℓ(θ) = log p(θ | D) (not a
 mean minibatch NLL), `init(position, key)` needs a key (random unit velocity), and `step(key, state) ->
 (state, info)` takes no minibatch.  Each step is blackjax's `isokinetic_mclachlan` with
 Maruyama partial refreshes (2 gradient evaluations per step); blackjax reverts a step whose position, logdensity
@@ -31,13 +32,33 @@ from l2e.types import FullBatchAlgorithm, PyTree
 
 
 def init(position: PyTree, logdensity_fn: Callable, key: jax.Array):
-    """blackjax IntegratorState at `position` with a random unit velocity drawn from `key`."""
+    """The MCLMC state at `position` with a random unit velocity.
+
+    Args:
+      position: θ, a pytree of float arrays (d coordinates in all).
+      logdensity_fn: params -> scalar ℓ(θ) = log p(θ | D) up to a constant (full batch).
+      key: PRNG key of the initial velocity (uniform on the unit sphere).
+    Returns:
+      blackjax IntegratorState (position, momentum: unit velocity shaped like θ, logdensity: scalar,
+      logdensity_grad: pytree like θ).
+    """
     return bj_mclmc.init(position, logdensity_fn, key)
 
 
 def build_kernel(logdensity_fn: Callable):
-    """kernel(key, state, L, step_size) -> (IntegratorState, MCLMCInfo): one unadjusted MCLMC step
-    (isokinetic McLachlan, Maruyama partial refresh, no preconditioning) at decoherence length L, step ε."""
+    """One unadjusted MCLMC step (blackjax): half a Maruyama partial velocity refresh, the isokinetic McLachlan step
+    (2 gradient evaluations), the other half refresh; each half is u ← normalise(u + ν·z), ν = sqrt((e^{ε/L} − 1)/d),
+    z ~ N(0, I) from the key (none for L = ∞). No preconditioning. A step whose position, velocity, log density or
+    energy change is not finite is reverted to the previous position with a fresh random velocity (`info.nonans`
+    False).
+
+    Args:
+      logdensity_fn: params -> scalar ℓ(θ) (full batch).
+    Returns:
+      kernel(key, state, L, step_size) -> (IntegratorState, blackjax MCLMCInfo): L the decoherence length and
+      step_size ε, both in θ units (the velocity has unit norm), scalars, traceable; MCLMCInfo has logdensity,
+      energy_change ΔE (nats) and kinetic_change.
+    """
     kernel = bj_mclmc.build_kernel(integrator=integrators.isokinetic_mclachlan)
 
     def step(key: jax.Array, state, L, step_size):
@@ -46,8 +67,17 @@ def build_kernel(logdensity_fn: Callable):
     return step
 
 
-def mclmc_sampler(logdensity_fn: Callable, L: float, step_size: float) -> FullBatchAlgorithm:
-    """Unadjusted MCLMC at fixed (L, ε), no preconditioning; `logdensity_fn`: params -> scalar ℓ(θ) (full batch)."""
+def mclmc(logdensity_fn: Callable, L: float, step_size: float) -> FullBatchAlgorithm:
+    """Unadjusted MCLMC at fixed (L, ε), no preconditioning.
+
+    Args:
+      logdensity_fn: params -> scalar ℓ(θ) = log p(θ | D) up to a constant (full batch).
+      L: decoherence length (θ units).
+      step_size: ε (θ units).
+    Returns:
+      FullBatchAlgorithm: init(position, key) -> IntegratorState (random unit velocity from the key),
+      step(key, state) -> (IntegratorState, blackjax MCLMCInfo).
+    """
     kernel = build_kernel(logdensity_fn)
 
     def init_fn(position: PyTree, key: jax.Array):

@@ -22,7 +22,7 @@ import numpy as np
 from l2e.devices import member_device
 from l2e.types import FullBatchAlgorithm, PyTree
 
-__all__ = ["NUTSInfo", "nuts", "nuts_chains"]
+__all__ = ["NUTSInfo", "build_kernel", "init", "nuts", "nuts_chains"]
 
 
 class NUTSInfo(NamedTuple):
@@ -44,18 +44,62 @@ class NUTSInfo(NamedTuple):
     seconds: np.ndarray
 
 
+def init(position: PyTree, logdensity_fn: Callable[[PyTree], jax.Array], key: jax.Array | None = None):
+    """blackjax's NUTS state at `position` (deterministic: the key is accepted for the full-batch interface and unused).
+
+    Args:
+      position: θ, a pytree of float arrays.
+      logdensity_fn: params -> scalar log p(θ | D) up to a constant (full batch).
+      key: unused (NUTS draws its momentum in every step).
+    Returns:
+      blackjax HMCState (position, logdensity: scalar, logdensity_grad: pytree like θ).
+    """
+    del key
+    return blackjax.nuts.init(position, logdensity_fn)
+
+
+def build_kernel(logdensity_fn: Callable[[PyTree], jax.Array], max_num_doublings: int = 10):
+    """One NUTS transition of blackjax (multinomial, iterative; velocity Verlet; divergence threshold 1000).
+
+    Args:
+      logdensity_fn: params -> scalar log p(θ | D) up to a constant (full batch).
+      max_num_doublings: at most 2^max_num_doublings leapfrog steps per transition (static).
+    Returns:
+      kernel(key, state, step_size, inverse_mass_matrix) -> (HMCState, blackjax NUTSInfo): step_size ε (θ units
+      per unit momentum) and inverse_mass_matrix (diagonal (d,) or dense (d, d)) are call arguments; the key
+      draws the momentum and the trajectory's directions.
+    """
+    kernel = blackjax.mcmc.nuts.build_kernel()
+
+    def step(key: jax.Array, state, step_size, inverse_mass_matrix):
+        metric = blackjax.mcmc.metrics.default_metric(inverse_mass_matrix)
+        return kernel(key, state, logdensity_fn, step_size, metric, max_num_doublings)
+
+    return step
+
+
 def nuts(logdensity_fn: Callable[[PyTree], jax.Array], step_size, inverse_mass_matrix,
          max_num_doublings: int = 10) -> FullBatchAlgorithm:
-    """blackjax NUTS at a fixed step size and inverse mass matrix (diagonal (d,) or dense (d, d)) as a
-    FullBatchAlgorithm: init(position, key) (the key is unused), step(key, state) -> (HMCState, NUTSInfo of
-    blackjax)."""
-    alg = blackjax.nuts(logdensity_fn, step_size, inverse_mass_matrix, max_num_doublings=max_num_doublings)
+    """blackjax NUTS at a fixed step size and inverse mass matrix as a FullBatchAlgorithm.
 
-    def init(position: PyTree, key: jax.Array | None = None):
-        del key
-        return alg.init(position)
+    Args:
+      logdensity_fn: params -> scalar log p(θ | D) up to a constant (full batch).
+      step_size: ε > 0 (scalar).
+      inverse_mass_matrix: diagonal (d,) or dense (d, d).
+      max_num_doublings: at most 2^max_num_doublings leapfrog steps per transition.
+    Returns:
+      FullBatchAlgorithm: init(position, key) -> HMCState (the key is unused), step(key, state) -> (HMCState,
+      blackjax NUTSInfo).
+    """
+    kernel = build_kernel(logdensity_fn, max_num_doublings)
 
-    return FullBatchAlgorithm(init, alg.step)
+    def init_fn(position: PyTree, key: jax.Array | None = None):
+        return init(position, logdensity_fn, key)
+
+    def step(key: jax.Array, state):
+        return kernel(key, state, step_size, inverse_mass_matrix)
+
+    return FullBatchAlgorithm(init_fn, step)
 
 
 def _programs(logdensity_fn, num_warmup: int, thinning: int, target_acceptance_rate: float,
@@ -99,7 +143,7 @@ def _run_one(programs, logdensity_fn, position, key, dev, num_warmup: int, num_s
         state, params, warm_grads = warm(k_warm, position)
         step_size, imm = params["step_size"], params["inverse_mass_matrix"]
     else:
-        state = blackjax.nuts.init(position, logdensity_fn)
+        state = init(position, logdensity_fn)
         step_size = jax.device_put(jnp.asarray(1e-3), dev)
         imm = jnp.ones_like(jax.flatten_util.ravel_pytree(position)[0])
         warm_grads = jnp.zeros((), jnp.int32)
