@@ -7,7 +7,11 @@ the deepest): chain c runs on local device c mod n, one after another on one dev
 (the same program per chain, so the same numbers whatever the device count).  Samples are kept every `thinning`
 transitions, in a Python loop over a jitted block of `thinning` transitions, so memory holds only the kept draws.
 
-NUTS-BDE (Sommer et al., 2024): the initial positions are deep-ensemble members (BASELINES §6).
+NUTS-BDE (Sommer et al., 2024): the initial positions are deep-ensemble members (docs/samplers.md § NUTS;
+references: docs/evaluation.md § Reference posteriors from NUTS).
+
+`l2e.nuts` is this module: `init`, `build_kernel` and the factory `nuts` (one chain at fixed parameters, a
+`FullBatchAlgorithm`), and `nuts_chains` (adapted chains).
 """
 from __future__ import annotations
 
@@ -161,13 +165,22 @@ def _run_one(programs, logdensity_fn, position, key, dev, num_warmup: int, num_s
 def nuts_chains(logdensity_fn: Callable[[PyTree], jax.Array], init_positions: PyTree, key: jax.Array,
                 num_warmup: int, num_samples: int, thinning: int = 1, target_acceptance_rate: float = 0.8,
                 max_num_doublings: int = 10, progress: Callable | None = None) -> tuple[PyTree, NUTSInfo]:
-    """Run one NUTS chain per leading index of `init_positions`.
+    """Run one NUTS chain per leading index of `init_positions` (module doc).
 
-    logdensity_fn: params -> scalar log p(θ | D) up to a constant (full batch);
-    init_positions: a params pytree with a leading chain axis (C, ...);
-    num_warmup: window-adaptation transitions; num_samples draws kept, `thinning` transitions apart.
-    progress: optional callable(chain, draw) called after each kept draw (e.g. to advance a progress bar).
-    Returns (samples with leading axes (C, num_samples), NUTSInfo).
+    Args:
+      logdensity_fn: params -> scalar log p(θ | D) up to a constant (full batch).
+      init_positions: a params pytree with a leading chain axis (C, ...).
+      key: PRNG key (chain c uses fold_in(key, c)).
+      num_warmup: window-adaptation transitions (≥ 0; 0: ε = 1e-3, unit mass).
+      num_samples: draws kept per chain (≥ 1).
+      thinning: transitions between kept draws (≥ 1).
+      target_acceptance_rate: the dual-averaging target.
+      max_num_doublings: at most 2^max_num_doublings leapfrog steps per transition.
+      progress: optional callable(chain, draw) called after each kept draw (e.g. to advance a progress bar).
+    Returns:
+      (samples: the params pytree with leading axes (C, num_samples), NUTSInfo).
+    Raises:
+      ValueError: a negative warm-up or a non-positive num_samples / thinning.
     """
     if num_warmup < 0 or num_samples < 1 or thinning < 1:
         raise ValueError(f"need num_warmup ≥ 0, num_samples ≥ 1, thinning ≥ 1; got {num_warmup}, "

@@ -105,8 +105,9 @@ class SMILEInfo(NamedTuple):
     loss: f32, mean minibatch NLL at the step's last evaluation (the integrated position, before a possible reset;
     SMILE evaluates nothing at the pre-update position on this minibatch), nats per example; is_finite: bool, loss,
     ΔE and Σθ'² finite; energy_change: f32, ΔE = kinetic change of the three velocity updates + (ℓ_stored − ℓ_new)
-    (nats; the tuner's input); step_size: f32, the ε this step used (θ units; pSMILE moves coordinate i by ε·u_i/s_i); reset: bool, the guardrail
-    reverted this step.  No `kinetic`: T_kin is not defined for an isokinetic velocity (module doc).
+    (nats; the tuner's input); step_size: f32, the ε this step used (θ units; pSMILE moves coordinate i by
+    ε·u_i/s_i); reset: bool, the guardrail reverted this step.  No `kinetic`: T_kin is not defined for an
+    isokinetic velocity (module doc).
     """
 
     loss: jax.Array
