@@ -136,7 +136,8 @@ def test_features_order_shape_and_normalisation():
          for n, s in shapes.items()}
     f = l2e.meta_model.features(g, x, r, m)
     assert f.shape == (17, 9)
-    assert l2e.meta_model.FEATURE_NAMES[:3] == ("grad", "position", "momentum") and len(l2e.meta_model.FEATURE_NAMES) == 9
+    names = l2e.meta_model.FEATURE_NAMES
+    assert names[:3] == ("grad", "position", "momentum") and len(names) == 9
 
     def norm(v):
         v = np.asarray(v).ravel()
