@@ -66,7 +66,7 @@ def run_variant(params, target, steps: int, seed: int, chains: int = 4) -> dict:
     xs = xs[:, cfg.burn_in // THIN:]  # (chains, draws, d) after the freeze
     sd = np.sqrt(target.var)
     mean, var = xs.mean(axis=(0, 1)), xs.var(axis=(0, 1))
-    ess = sum(np.asarray(l2e.ess_geyer(jnp.asarray(xs[c])), np.float64) for c in range(chains))  # (d,)
+    ess = sum(np.asarray(l2e.mclmc.ess_geyer(jnp.asarray(xs[c])), np.float64) for c in range(chains))  # (d,)
     per_1k = ess / (chains * (steps - cfg.burn_in)) * 1000.0
     ratio = var / target.var
     return {"mean_error": float(np.mean(np.abs(mean - target.mean) / sd)), "var_ratio": float(np.median(ratio)),

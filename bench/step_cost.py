@@ -112,8 +112,9 @@ def make_problem(fam: Family, seed: int = 0):
     def measurement_points(key, batch):  # 40 random inputs per update (evaluate's classification rule)
         return batch[0][jax.random.choice(key, batch[0].shape[0], (40,), replace=False)]
 
-    fpost = l2e.functional_posterior(logits, nll, measurement_points, l2e.rbf_kernel(float(np.sqrt(x[0].size))),
-                                     fam.data_size, weight_log_prior=log_prior)
+    fpost = l2e.fsghmc.functional_posterior(logits, nll, measurement_points,
+                                            l2e.fsghmc.rbf_kernel(float(np.sqrt(x[0].size))), fam.data_size,
+                                            weight_log_prior=log_prior)
     return post, fpost, theta, (x, y)
 
 

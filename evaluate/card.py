@@ -136,7 +136,7 @@ def _hand_designed() -> dict[str, SamplerBuilder]:
         cycles, ratio = 4, 0.5
         alg = l2e.cyclical_sghmc(post, eps**2 * post.data_size, steps, cycles, ratio, momentum_decay=c * eps)
         weight = lambda s: jnp.asarray(  # noqa: E731  (statistics over sampling phases only)
-            l2e.cyclical_schedule(s.step - 1, 1.0, steps, cycles, ratio)[1], jnp.float32)
+            l2e.cyclical_sghmc.cyclical_schedule(s.step - 1, 1.0, steps, cycles, ratio)[1], jnp.float32)
         return alg, weight
 
     out = {"sgld": sgld, "psgld": psgld, "sghmc": sghmc, "csghmc": csghmc}

@@ -4,7 +4,7 @@ Shapes: single-chain draws (n, ...) with the sample axis first; multi-chain draw
 Per-coordinate statistics are returned with the trailing shape (...).
 
 One ESS and one R̂ estimator of each kind the spec defines:
-  * `ess_single_chain`: METRICS' single-chain Geyer ESS, our own `l2e.ess_geyer` (its docstring says why
+  * `ess_single_chain`: METRICS' single-chain Geyer ESS, our own `l2e.mclmc.ess_geyer` (its docstring says why
     no library's);
   * `ess_bulk`: rank-normalised split ESS (Vehtari et al. 2021), `blackjax.diagnostics.ess_bulk`;
   * R̂: `blackjax.diagnostics.potential_scale_reduction` (Gelman–Rubin, the spec's formula), applied to the
@@ -24,7 +24,7 @@ import numpy as np
 from scipy.special import ndtri
 from scipy.stats import rankdata
 
-from l2e import ess_geyer
+from l2e.mclmc import ess_geyer
 
 __all__ = ["chainwise_rhat", "ess_bulk", "ess_single_chain", "rank_normalize",
            "rhat_fraction_per_leaf", "split_rhat", "time_per_step"]
@@ -46,7 +46,7 @@ def ess_single_chain(x) -> np.ndarray:
     (FFT autocovariance), Geyer's initial positive and monotone sequence τ̂ = −1 + 2 Σ_{k≤k*} P_k, capped at
     ESS ≤ n·log10(n); constant coordinates give n.  Returns shape (...).
 
-    The project's one implementation is `l2e.ess_geyer` (jax; MILE's phase III runs it in-graph); here it runs
+    The project's one implementation is `l2e.mclmc.ess_geyer` (jax; MILE's phase III runs it in-graph); here it runs
     in 64-bit jax on float64 draws.  Not blackjax's `effective_sample_size` or ArviZ's `ess(method="identity")`:
     with one chain those use Stan's multi-chain ρ̂_t = 1 − (W − γ̂_t)/var⁺ = γ̂_t/γ̂_0 − 1/(n − 1) and add the
     next even-lag term to τ̂, which on the 10-draw chains evaluate reports changes the ESS by up to ~60 %

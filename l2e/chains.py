@@ -33,7 +33,13 @@ BatchFn = Callable[[jax.Array, Any, int], Any]
 class ChainSchedule:
     """num_steps updates; num_samples states kept, `thinning` updates apart, the last after the final update.
 
-    chunk: updates per compiled call (Python-unrolled); it must divide the sample steps.
+    Attributes:
+      num_steps: updates in all.
+      num_samples: states kept.
+      thinning: updates between kept states.
+      batch_size: minibatch size B.
+      chunk: updates per compiled call (Python-unrolled); the largest length ≤ chunk that divides the sample steps
+        is used (`chunk_length`).
     """
 
     num_steps: int
@@ -53,21 +59,25 @@ class ChainSchedule:
 
     @property
     def sample_steps(self) -> tuple[int, ...]:
-        """Numbers of updates done when each sample is taken (1-based counts)."""
+        """The numbers of updates done when each sample is taken (1-based counts), ascending; the last is num_steps."""
         k = self.num_samples
         return tuple(self.num_steps - (k - 1 - i) * self.thinning for i in range(k))
 
     @property
     def chunk_length(self) -> int:
-        """The largest length ≤ chunk that divides every sample step."""
+        """The largest length ≤ chunk that divides every sample step (and num_steps)."""
         g = math.gcd(*self.sample_steps) if self.num_samples > 1 else self.num_steps
         g = math.gcd(g, self.num_steps)
         return max(d for d in range(1, min(self.chunk, g) + 1) if g % d == 0)
 
 
 class ChainResult(NamedTuple):
-    """state: the final state; samples: `position_fn(state)` at the sample steps, leaves stacked on a new
-    axis of size num_samples; info: every step's Info, leaves stacked on a new axis of size num_steps."""
+    """The outcome of `run_chain`.
+
+    state: the final state (on device); samples: `position_fn(state)` at the sample steps, leaves stacked on a new
+    leading axis of size num_samples (device arrays); info: every step's Info, leaves stacked on a new axis of size
+    num_steps (numpy, host; axis `info_axis` of run_chain).
+    """
 
     state: Any
     samples: PyTree
@@ -82,8 +92,21 @@ def _split_output(out):
 
 
 def make_chunk(kernel: Kernel, sample_batch: BatchFn, batch_size: int, length: int):
-    """chunk(state, key, start, data, args) -> (state, infos): `length` unrolled updates starting at update
-    index `start`; infos: the updates' Info leaves stacked on a new axis 0 of size `length`."""
+    """A chunk of `length` updates unrolled in Python, to be jitted (module doc: why not `lax.scan`).
+
+    Update t uses fold_in(key, t), split into the minibatch key and the kernel's key.
+
+    Args:
+      kernel: kernel(key, state, minibatch, args) -> (state, info).
+      sample_batch: sample_batch(key, data, batch_size) -> minibatch.
+      batch_size: B.
+      length: updates per chunk.
+    Returns:
+      chunk(state, key, start, data, args) -> (state, infos): `length` updates starting at update index `start`
+      (int32 scalar); infos: the updates' Info leaves stacked on a new axis 0 of size `length`.
+    Raises:
+      TypeError (when traced): the kernel returns a bare state instead of (state, info).
+    """
 
     def chunk(state, key, start, data, args):
         infos = []
@@ -108,11 +131,23 @@ def run_chain(
     progress: Callable[[int], None] | None = None,
     info_axis: int = 0,
 ) -> ChainResult:
-    """Run `schedule.num_steps` updates with a compiled `chunk_fn` (from `make_chunk`, jitted, of length
-    `schedule.chunk_length`). Returns ChainResult(final state, samples, info): samples are the leaves of
-    `position_fn(state)` at the sample steps, stacked on a new leading axis 0 of size num_samples; info
-    holds every step's Info, concatenated over chunks on `info_axis` (0 for a single chain; 1 for a chunk
-    vmapped over a leading population axis).
+    """Run `schedule.num_steps` updates with a compiled `chunk_fn`, keeping the thinned samples.
+
+    Args:
+      chunk_fn: from `make_chunk`, jitted, of length `schedule.chunk_length`.
+      state: the initial state.
+      key: the chain's PRNG key (update t uses fold_in(key, t)).
+      data: the training data, passed to the chunk's sample_batch.
+      args: the kernel's extra argument (hyperparameters, meta-parameters; None if none).
+      schedule: the ChainSchedule.
+      position_fn: state -> what to keep at a sample step (default: the position).
+      progress: optional callable(updates just done), called after each chunk.
+      info_axis: the axis the Infos are concatenated on: 0 for a single chain; 1 for a chunk vmapped over a
+        leading population axis.
+    Returns:
+      ChainResult(final state, samples, info): samples are the leaves of `position_fn(state)` at the sample steps,
+      stacked on a new leading axis 0 of size num_samples; info holds every step's Info (numpy), num_steps long on
+      `info_axis`.
     """
     length = schedule.chunk_length
     wanted = set(schedule.sample_steps)

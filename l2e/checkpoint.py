@@ -59,8 +59,18 @@ Kinetic-L2E; "meta-sgmcmc", "precond-l2e" and "small-l2e" the published rows (ch
 
 
 def check_meta_params(meta_params: Any, where: str, inputs: int = NUM_FEATURES, outputs: int = 2) -> PyTree:
-    """Validate a restored meta-parameter tree: Dense layers `inputs` → … → `outputs` with consistent shapes
-    (defaults: the paper-form L2E's 9 → … → 2), as float32 numpy leaves; CheckpointError otherwise."""
+    """Validate a restored meta-parameter tree: Dense layers `inputs` → … → `outputs` with consistent shapes.
+
+    Args:
+      meta_params: the restored tree.
+      where: the name in the error message (e.g. the step directory).
+      inputs: the expected input width (default: the paper-form L2E's 9).
+      outputs: the expected output width (default 2).
+    Returns:
+      the tree with float32 numpy leaves.
+    Raises:
+      CheckpointError: another structure or shape.
+    """
     try:
         return learned.check_stack(meta_params, where, inputs, outputs)
     except ValueError as e:
@@ -68,12 +78,31 @@ def check_meta_params(meta_params: Any, where: str, inputs: int = NUM_FEATURES, 
 
 
 def check_head_tree(meta_params: Any, where: str) -> PyTree:
-    """Validate a restored Meta-SGMCMC meta-parameter tree {head: Dense stack}; CheckpointError otherwise."""
+    """Validate a restored Meta-SGMCMC meta-parameter tree {head: Dense stack}.
+
+    Args:
+      meta_params: the restored tree.
+      where: the name in the error message.
+    Returns:
+      the tree with float32 numpy leaves.
+    Raises:
+      CheckpointError: another structure or shape.
+    """
     return check_kind_params(learned.get("meta_sgmcmc"), meta_params, where)
 
 
 def check_kind_params(entry: LearnedSampler, meta_params: Any, where: str) -> PyTree:
-    """`l2e.learned.check_meta_params` of a kind's meta-model, its ValueError as a CheckpointError."""
+    """`l2e.learned.check_meta_params` of a kind's meta-model, its ValueError as a CheckpointError.
+
+    Args:
+      entry: the kind's registry entry.
+      meta_params: the restored tree.
+      where: the name in the error message.
+    Returns:
+      the tree with float32 numpy leaves.
+    Raises:
+      CheckpointError: not that kind's meta-model.
+    """
     try:
         return learned.check_meta_params(entry, meta_params, where)
     except ValueError as e:
@@ -85,7 +114,15 @@ class CheckpointError(ValueError):
 
 
 def shipped_checkpoint(name: str = "default") -> Path:
-    """Path of the shipped checkpoint `name` (a key of SHIPPED)."""
+    """The directory of a shipped checkpoint.
+
+    Args:
+      name: a key of SHIPPED.
+    Returns:
+      its absolute path under the `checkpoints` package.
+    Raises:
+      CheckpointError: an unknown name.
+    """
     import checkpoints
 
     if name not in SHIPPED:
@@ -94,8 +131,14 @@ def shipped_checkpoint(name: str = "default") -> Path:
 
 
 def resolve_checkpoint(name_or_path: str | Path | None) -> Path:
-    """The directory a name or path refers to: None → shipped "default"; a key of SHIPPED (a plain string
-    without a path separator) → that shipped checkpoint; anything else → the path itself."""
+    """The directory a name or path refers to.
+
+    Args:
+      name_or_path: None → shipped "default"; a key of SHIPPED (a plain string) → that shipped checkpoint;
+        anything else → the path itself.
+    Returns:
+      a Path (not checked to exist).
+    """
     if name_or_path is None:
         return shipped_checkpoint()
     if isinstance(name_or_path, str) and name_or_path in SHIPPED:
@@ -104,7 +147,15 @@ def resolve_checkpoint(name_or_path: str | Path | None) -> Path:
 
 
 def resolve_step_dir(path: str | Path) -> Path:
-    """The checkpoint step directory named by `path` (run dir, checkpoints dir, or step dir)."""
+    """The checkpoint step directory named by `path`.
+
+    Args:
+      path: a meta-training run directory, its checkpoints directory (the latest step is taken) or a step directory.
+    Returns:
+      the step directory.
+    Raises:
+      CheckpointError: missing path, no complete step, or an incomplete latest step.
+    """
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"checkpoint not found: {path}")
@@ -122,8 +173,17 @@ def resolve_step_dir(path: str | Path) -> Path:
 
 
 def check_complete(step_dir: Path, items: tuple[str, ...] = ITEMS) -> None:
-    """CheckpointError if the committed step directory lacks an item: steps are committed whole (renamed from
-    staging), so a missing item is damage, never a step to skip silently in favour of an older one."""
+    """Check that a committed step directory holds its items: steps are committed whole (renamed from staging), so
+    a missing item is damage, never a step to skip silently in favour of an older one.
+
+    Args:
+      step_dir: the step directory.
+      items: the item directories it must hold.
+    Returns:
+      None.
+    Raises:
+      CheckpointError: an item is missing.
+    """
     missing = [item for item in items if not (step_dir / item).is_dir()]
     if missing:
         raise CheckpointError(f"checkpoint step {step_dir} is incomplete (no {', '.join(missing)}); delete or "
@@ -131,7 +191,15 @@ def check_complete(step_dir: Path, items: tuple[str, ...] = ITEMS) -> None:
 
 
 def read_meta(step_dir: Path) -> dict:
-    """The JSON metadata of a checkpoint step (orbax JsonSave writes it to `meta/metadata`)."""
+    """The JSON metadata of a checkpoint step (orbax JsonSave writes it to `meta/metadata`).
+
+    Args:
+      step_dir: the step directory.
+    Returns:
+      the metadata dict.
+    Raises:
+      CheckpointError: missing, unreadable or not a JSON object.
+    """
     f = step_dir / "meta" / "metadata"
     if not f.is_file():
         raise CheckpointError(f"checkpoint metadata missing: {f}")
@@ -170,7 +238,16 @@ def _quiet_native_stderr(settle_seconds: float = 0.3):
 
 
 def sampler_kind(meta: dict, where: str = "checkpoint") -> str:
-    """The learned sampler kind a checkpoint's metadata records ("l2e" when it records none: older runs)."""
+    """The learned sampler kind a checkpoint's metadata records ("l2e" when it records none: older runs).
+
+    Args:
+      meta: the checkpoint's metadata.
+      where: the name in the error message.
+    Returns:
+      a key of `l2e.learned.REGISTRY`.
+    Raises:
+      CheckpointError: an unknown kind.
+    """
     kind = meta.get("sampler_kind", "l2e")
     if not isinstance(kind, str) or kind not in learned.REGISTRY:
         raise CheckpointError(f"{where}: unknown sampler kind {kind!r} (known: {', '.join(learned.REGISTRY)})")
@@ -178,8 +255,17 @@ def sampler_kind(meta: dict, where: str = "checkpoint") -> str:
 
 
 def load_meta_params(name_or_path: str | Path | None = None) -> tuple[PyTree, Any, dict]:
-    """(meta_params, sampler config, metadata) from a checkpoint: a shipped name, a path, or None (the shipped
-    "default"). The config is the checkpoint kind's (`l2e.learned.REGISTRY[kind].config`)."""
+    """A checkpoint's meta-parameters, sampler configuration and metadata, without building the sampler.
+
+    Args:
+      name_or_path: a shipped name (SHIPPED), a run / checkpoints / step directory, or None (the shipped
+        "default").
+    Returns:
+      (meta_params: float32 numpy flax params of the kind's meta-model, config: an instance of the kind's config
+      dataclass (`l2e.learned.REGISTRY[kind].config`), metadata: the JSON dict).
+    Raises:
+      CheckpointError: missing, incomplete, corrupt, of an unknown kind or of another meta-model shape.
+    """
     import orbax.checkpoint as ocp
 
     step_dir = resolve_step_dir(resolve_checkpoint(name_or_path))
@@ -205,11 +291,19 @@ def load_meta_params(name_or_path: str | Path | None = None) -> tuple[PyTree, An
 
 
 def load_sampler(name_or_path: str | Path | None = None, *, posterior: Posterior, **overrides) -> SamplingAlgorithm:
-    """A ready learned sampler for `posterior` from a checkpoint: a shipped name ("default" = "mass", "paper-form",
-    "kinetic", "meta-sgmcmc", "precond-l2e", "small-l2e"), a run / checkpoints / step directory, or None (the shipped
-    "default"). The sampler is the checkpoint's kind (`l2e.learned.REGISTRY[kind].factory`).
+    """A ready learned sampler for `posterior` from a checkpoint, of the checkpoint's kind
+    (`l2e.learned.REGISTRY[kind].factory`).
 
-    `overrides` replace fields of the checkpoint's sampler config (e.g. learning_rate=2.0, temperature=1.0).
+    Args:
+      name_or_path: a shipped name ("default" = "mass", "paper-form", "kinetic", "meta-sgmcmc", "precond-l2e",
+        "small-l2e"), a run / checkpoints / step directory, or None (the shipped "default").
+      posterior: the model (`l2e.Posterior`), keyword-only.
+      **overrides: fields of the checkpoint's sampler config to replace (e.g. learning_rate=2.0 in ε²·N units,
+        temperature=1.0, Mass-L2E's freeze_step=500).
+    Returns:
+      SamplingAlgorithm: init(position), step(key, state, minibatch) -> (state, info).
+    Raises:
+      CheckpointError: as `load_meta_params`; ValueError: an unknown override.
     """
     params, config, meta = load_meta_params(name_or_path)
     try:
@@ -233,7 +327,13 @@ def _tree_checkpointer():
 
 
 def committed_steps(root: str | Path) -> list[int]:
-    """Steps of the committed (digit-named, all items present) checkpoints under `root`, ascending."""
+    """The committed (digit-named, all items present) checkpoint steps under `root`.
+
+    Args:
+      root: a checkpoint root.
+    Returns:
+      the steps, ascending ([] when `root` does not exist).
+    """
     root = Path(root)
     if not root.is_dir():
         return []
@@ -242,7 +342,13 @@ def committed_steps(root: str | Path) -> list[int]:
 
 
 def clean_staging(root: str | Path) -> None:
-    """Remove staging / half-deleted directories left by a killed writer (never a committed step)."""
+    """Remove staging / half-deleted directories left by a killed writer (never a committed step).
+
+    Args:
+      root: a checkpoint root.
+    Returns:
+      None.
+    """
     root = Path(root)
     if root.is_dir():
         for p in root.iterdir():
@@ -265,12 +371,21 @@ def _stage(stage: Path, state: PyTree, meta_params: PyTree, metadata: dict,
 
 def save_checkpoint(root: str | Path, step: int, state: PyTree, meta_params: PyTree, metadata: dict,
                     keep: int = KEEP_CHECKPOINTS, after_item: Callable[[str], None] | None = None) -> Path:
-    """Commit checkpoint `step` under `root` atomically; returns its directory `<root>/<step>`.
+    """Commit checkpoint `step` under `root` atomically.
 
-    state: the optimiser state (any pytree; restored leaf by leaf into a template of the same structure);
-    meta_params: the meta-model's params; metadata: JSON-serialisable dict (iteration, sampler, config).
-    Keeps the newest `keep` committed steps (0: every step; older ones are renamed away before deletion, so a kill during
-    pruning leaves no partial step). after_item(name) is called once an item is staged (fault injection).
+    Args:
+      root: the checkpoint root (created if missing).
+      step: the step number (the directory name).
+      state: the optimiser state (any pytree; restored leaf by leaf into a template of the same structure).
+      meta_params: the meta-model's params.
+      metadata: JSON-serialisable dict (sampler_kind, sampler, iteration, config).
+      keep: the newest committed steps to keep (0: every step; older ones are renamed away before deletion, so a
+        kill during pruning leaves no partial step).
+      after_item: called with an item's name once it is staged (fault injection).
+    Returns:
+      the step directory `<root>/<step>`.
+    Raises:
+      OSError: an item could not be written (nothing is committed).
     """
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -298,10 +413,17 @@ def save_checkpoint(root: str | Path, step: int, state: PyTree, meta_params: PyT
 
 
 def restore_checkpoint(root: str | Path, template_state: PyTree) -> tuple[int, PyTree]:
-    """(step, state) of the latest committed checkpoint under `root`, or (0, template_state) if none.
+    """The latest committed checkpoint's optimiser state under `root`.
 
-    The state's leaves are restored into `template_state`'s structure and dtypes; a damaged checkpoint or one
-    whose leaves have other shapes raises CheckpointError."""
+    Args:
+      root: the checkpoint root.
+      template_state: a pytree of the state's structure, shapes and dtypes.
+    Returns:
+      (step, state), the state's leaves restored into `template_state`'s structure and dtypes; (0, template_state)
+      when there is no checkpoint.
+    Raises:
+      CheckpointError: a damaged checkpoint or one whose leaves have other shapes.
+    """
     import orbax.checkpoint as ocp
 
     root = Path(root)

@@ -25,15 +25,22 @@ from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, normal_l
 
 
 class CyclicalState(NamedTuple):
+    """position: θ (pytree); velocity: v (pytree like θ, parameter units per update); step: int32 scalar, updates
+    done (k)."""
+
     position: PyTree
-    velocity: PyTree  # v, parameter units per update
+    velocity: PyTree
     step: jax.Array
 
 
 class CyclicalInfo(NamedTuple):
-    """loss: mean minibatch NLL at the pre-update θ; is_finite: loss and kinetic finite;
-    kinetic: Σ r'² with the physical momentum r' = v'/ε, ε = sqrt(lr_k/N) (≈ d·T at equilibrium while
-    sampling); learning_rate: lr_k of this update; sampling: whether noise was on."""
+    """Per-step diagnostics of cyclical SGHMC (scalars).
+
+    loss: f32, mean minibatch NLL at the pre-update θ (nats per example); is_finite: bool, loss and kinetic
+    finite; kinetic: f32, Σ r'² with the physical momentum r' = v'/ε, ε = sqrt(lr_k/N) (nats; ≈ d·T at equilibrium
+    while sampling; meaningless in exploration, where no noise is added); learning_rate: f32, lr_k of this update
+    (mean-loss units); sampling: bool, whether noise was on.
+    """
 
     loss: jax.Array
     is_finite: jax.Array
@@ -43,11 +50,29 @@ class CyclicalInfo(NamedTuple):
 
 
 def cycle_length(num_steps: int, num_cycles: int) -> int:
+    """The cycle length L = ⌈K/M⌉.
+
+    Args:
+      num_steps: K, the total number of updates.
+      num_cycles: M.
+    Returns:
+      L, updates per cycle (a Python int).
+    """
     return math.ceil(num_steps / num_cycles)
 
 
 def cyclical_schedule(step, learning_rate: float, num_steps: int, num_cycles: int, exploration_ratio: float):
-    """(lr_k, sampling) at update index `step` (0-based): cosine step size and whether noise is on."""
+    """The cosine schedule at update `step`: lr_k = lr₀/2·(cos(π·(k mod L)/L) + 1) and whether noise is on.
+
+    Args:
+      step: k, the 0-based update index (int or int32 scalar, traceable).
+      learning_rate: lr₀ (mean-loss units).
+      num_steps: K, the total number of updates.
+      num_cycles: M.
+      exploration_ratio: β ∈ [0, 1): the fraction of each cycle without noise.
+    Returns:
+      (lr_k, a float scalar in mean-loss units; sampling, a bool scalar: (k mod L)/L ≥ β).
+    """
     length = cycle_length(num_steps, num_cycles)
     phase = jnp.mod(step, length) / length
     lr = 0.5 * learning_rate * (jnp.cos(jnp.pi * phase) + 1.0)
@@ -55,19 +80,44 @@ def cyclical_schedule(step, learning_rate: float, num_steps: int, num_cycles: in
 
 
 def is_sampling_step(step: int, num_steps: int, num_cycles: int, exploration_ratio: float) -> bool:
-    """Whether update `step` (0-based) falls in a sampling phase (for choosing which samples to keep)."""
+    """Whether update `step` falls in a sampling phase (for choosing which samples to keep), in Python.
+
+    Args:
+      step: k, the 0-based update index.
+      num_steps: K, the total number of updates.
+      num_cycles: M.
+      exploration_ratio: β ∈ [0, 1).
+    Returns:
+      (k mod L)/L ≥ β, a Python bool.
+    """
     length = cycle_length(num_steps, num_cycles)
     return (step % length) / length >= exploration_ratio
 
 
 def init(position: PyTree) -> CyclicalState:
+    """The cyclical SGHMC state at `position`.
+
+    Args:
+      position: θ, a pytree of float arrays.
+    Returns:
+      CyclicalState with velocity 0 and step 0.
+    """
     return CyclicalState(position, jax.tree.map(jnp.zeros_like, position), jnp.zeros((), jnp.int32))
 
 
 def build_kernel(posterior: Posterior, num_steps: int, num_cycles: int = 4, exploration_ratio: float = 0.8):
-    """kernel(key, state, minibatch, learning_rate, momentum_decay=0.1, temperature=1.0)
-    -> (CyclicalState, CyclicalInfo). The schedule (num_steps K, num_cycles M, exploration_ratio β) is
-    static; `learning_rate` = lr0, `momentum_decay` = a (= 1 − momentum)."""
+    """The cyclical SGHMC kernel (module doc); the key draws the noise (multiplied by 0 while exploring).
+
+    Args:
+      posterior: the model (`l2e.Posterior`).
+      num_steps: K, the total number of updates (static).
+      num_cycles: M (static).
+      exploration_ratio: β ∈ [0, 1), the fraction of each cycle without noise (static).
+    Returns:
+      kernel(key, state, minibatch, learning_rate, momentum_decay=0.1, temperature=1.0) -> (CyclicalState,
+      CyclicalInfo): learning_rate = lr₀ (mean-loss units), momentum_decay a (= 1 − momentum), temperature T;
+      scalars, traceable.
+    """
     check_positive(num_steps=num_steps, num_cycles=num_cycles)
     check_in_range("exploration_ratio", exploration_ratio, 0.0, 1.0, include_high=False)
     n = posterior.data_size
@@ -98,7 +148,20 @@ def cyclical_sghmc(
     momentum_decay: float = 0.1,
     temperature: float = 1.0,
 ) -> SamplingAlgorithm:
-    """Cyclical SGHMC; `momentum_decay` is a (= 1 − momentum)."""
+    """Cyclical SGHMC (module doc).
+
+    Args:
+      posterior: the model (`l2e.Posterior`).
+      learning_rate: lr₀ > 0, the cycle's initial learning rate (mean-loss units).
+      num_steps: K, the total number of updates.
+      num_cycles: M.
+      exploration_ratio: β ∈ [0, 1), the fraction of each cycle without noise.
+      momentum_decay: a > 0 (= 1 − momentum; a = 1: cyclical SGLD).
+      temperature: T (1: the posterior).
+    Returns:
+      SamplingAlgorithm: init(position) -> CyclicalState, step(key, state, minibatch) -> (CyclicalState,
+      CyclicalInfo).
+    """
     check_positive(learning_rate=learning_rate, momentum_decay=momentum_decay)
     kernel = build_kernel(posterior, num_steps, num_cycles, exploration_ratio)
 

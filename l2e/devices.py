@@ -19,8 +19,13 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 
 def member_device(index: int):
-    """The local device of chain / ensemble member / population member `index`: round robin over
-    `jax.local_devices()`."""
+    """The local device of chain / ensemble member / population member `index`: round robin.
+
+    Args:
+      index: the member's index (≥ 0).
+    Returns:
+      `jax.local_devices()[index mod n]`.
+    """
     devices = jax.local_devices()
     return devices[index % len(devices)]
 
@@ -34,11 +39,21 @@ class DeviceDataCache:
     """
 
     def __init__(self, max_entries: int = 16):
+        """Args:
+          max_entries: the most recently used entries kept.
+        """
         self.max_entries = max_entries
         self._entries: collections.OrderedDict[tuple, tuple] = collections.OrderedDict()
 
     def put(self, data: Any, device) -> Any:
-        """`data` (a pytree of arrays) on `device`, from the cache when present."""
+        """`data` on `device`, from the cache when present.
+
+        Args:
+          data: a pytree of arrays.
+          device: a jax device.
+        Returns:
+          the pytree on `device`.
+        """
         leaves = jax.tree.leaves(data)
         key = (tuple(id(x) for x in leaves), device)
         if key in self._entries:
@@ -59,7 +74,15 @@ def population_mesh(population: int) -> Mesh:
 
     Multi-host: the mesh takes the same number of devices from every process (so every process holds a
     share of the population and a replica of the fitness); the population must be a multiple of the number
-    of processes. Meshes over the same devices compare equal, so jit caches keyed on them are shared."""
+    of processes. Meshes over the same devices compare equal, so jit caches keyed on them are shared.
+
+    Args:
+      population: the population size.
+    Returns:
+      a 1-D jax Mesh with axis "pop".
+    Raises:
+      ValueError: multi-host with a population that is not a multiple of the number of processes.
+    """
     devices = jax.devices()
     if os.environ.get("L2E_NO_SHARDING", "").lower() in ("1", "true", "yes") and jax.process_count() == 1:
         devices = devices[:1]
@@ -87,12 +110,26 @@ def _put(tree, sharding: NamedSharding):
 
 
 def shard_population(tree, mesh: Mesh):
-    """Shard axis 0 of every leaf over mesh axis "pop"."""
+    """Shard axis 0 of every leaf over mesh axis "pop".
+
+    Args:
+      tree: a pytree of arrays with the population on axis 0 (a multiple of the mesh size).
+      mesh: from `population_mesh`.
+    Returns:
+      the sharded pytree.
+    """
     return _put(tree, NamedSharding(mesh, PartitionSpec("pop")))
 
 
 def replicate(tree, mesh: Mesh):
-    """Replicate every leaf on all devices of `mesh`."""
+    """Replicate every leaf on all devices of `mesh`.
+
+    Args:
+      tree: a pytree of arrays.
+      mesh: a Mesh.
+    Returns:
+      the replicated pytree.
+    """
     return _put(tree, NamedSharding(mesh, PartitionSpec()))
 
 
@@ -101,6 +138,14 @@ def per_member(fn, mesh: Mesh, member_args: tuple[bool, ...], out_replicated: bo
     axis 0 (sharded over "pop"), the others are shared (replicated). Each device runs `fn` vmapped over its
     local members; on a one-device mesh, plain jit(vmap) (shard_map over one device is slower on XLA:CPU).
     out_replicated: the outputs are gathered onto every device of the mesh (so every host can read them).
+
+    Args:
+      fn: the single-member function.
+      mesh: from `population_mesh`.
+      member_args: per positional argument, whether it carries the population on axis 0.
+      out_replicated: gather the outputs onto every device.
+    Returns:
+      the jitted population function (outputs with the population on axis 0).
     """
     pop, rep = PartitionSpec("pop"), PartitionSpec()
     local = jax.vmap(fn, in_axes=tuple(0 if b else None for b in member_args))

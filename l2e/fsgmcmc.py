@@ -1,4 +1,5 @@
-"""Functional SGLD / SGHMC (Wu, Xuan & Lu, 2025) — ordinary SGLD/SGHMC on a GP-prior potential (BASELINES §5).
+"""The functional prior of fSGLD / fSGHMC (Wu, Xuan & Lu, 2025): the GP-prior potential, its kernels and the
+jitter escalation; the samplers are `l2e.fsgld` and `l2e.fsghmc` (docs/samplers.md § Functional SGLD / SGHMC).
 
 Ũ(θ) = N·mean_{i∈B} nll_i(θ) + ½ Σ_c (f_c − m_c)ᵀ K_c⁻¹ (f_c − m_c)  [+ optional −log p_w(θ), a flagged deviation]
 
@@ -7,7 +8,7 @@ m_c = m(X_M)[:, c] and K_c = k(X_M, X_M) (+ jitter).  ∇ of the prior term is J
 forward pass on X_M, the kernel (O(M²·dim)), one Cholesky (O(M³), X_M changes every step) and one VJP — no
 Jacobian or NTK is formed.  The log-det term is constant and dropped; the prior term is not scaled by N/|B|.
 
-Jitter (BASELINES §5): K + j·mean(diag K)·I with j = jitter·10^k (default jitter 1e-6), k the first of
+Jitter: K + j·mean(diag K)·I with j = jitter·10^k (default jitter 1e-6), k the first of
 0 … JITTER_TRIES − 1 whose Cholesky factor is finite — an in-graph `while_loop` (`escalating_cholesky`) in the
 default float dtype for points redrawn every update; in float64 once (`fixed_measurement`) for fixed points.
 Every step reports the jitter used and whether the factor was finite (`chol_ok`, AND-accumulated in the state;
@@ -18,24 +19,30 @@ Both are `SamplingAlgorithm`s; the step key also draws the measurement points.
 """
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 
 from l2e.checks import check_positive
-from l2e.diffusions import (
-    langevin, langevin_noise_std, physical_step_size, position_update, sghmc_momentum, sghmc_noise_std,
-)
-from l2e.types import PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_sum, tree_vdot
+from l2e.types import PyTree
+
+__all__ = ["JITTER_TRIES", "FunctionalPosterior", "Measurement", "PriorInfo", "escalating_cholesky",
+           "fixed_measurement", "functional_posterior", "per_class_kernel", "rbf_kernel"]
 
 
 # ----------------------------------------------------------------------------------------------- kernels
 
 
 def rbf_kernel(lengthscale: float = 1.0, variance: float = 1.0) -> Callable[[jax.Array, jax.Array], jax.Array]:
-    """k(x, x') = variance·exp(−|x − x'|²/(2·lengthscale²)).  Returned fn: (M, D), (M', D) -> (M, M')."""
+    """The RBF kernel k(x, x') = variance·exp(−|x − x'|²/(2·lengthscale²)).
+
+    Args:
+      lengthscale: in input units.
+      variance: in output units squared.
+    Returns:
+      k(X (M, ...), X' (M', ...)) -> (M, M'); inputs are flattened per row.
+    """
 
     def k(x1, x2):
         x1 = x1.reshape(x1.shape[0], -1)
@@ -47,7 +54,13 @@ def rbf_kernel(lengthscale: float = 1.0, variance: float = 1.0) -> Callable[[jax
 
 
 def per_class_kernel(kernels) -> Callable[[jax.Array, jax.Array], jax.Array]:
-    """Stack one kernel per class/logit: returned fn gives (C, M, M') — one independent GP per output."""
+    """One independent GP per output: stack one kernel per class/logit.
+
+    Args:
+      kernels: C kernels, each (X, X') -> (M, M').
+    Returns:
+      k(X, X') -> (C, M, M').
+    """
 
     def k(x1, x2):
         return jnp.stack([kc(x1, x2) for kc in kernels])
@@ -63,14 +76,22 @@ JITTER_TRIES = 7
 
 
 class PriorInfo(NamedTuple):
-    chol_ok: jax.Array  # bool scalar: the Cholesky factor(s) of K_MM were finite (after escalation)
-    prior_energy: jax.Array  # ½ Σ_c rᵀK⁻¹r at this step (nats)
-    jitter: jax.Array  # the relative jitter used (× mean diag K)
+    """The prior term's diagnostics of one evaluation (scalars): chol_ok: bool, the Cholesky factor(s) of K_MM were
+    finite (after escalation); prior_energy: f32, ½ Σ_c rᵀK⁻¹r (nats); jitter: f32, the relative jitter used
+    (× mean diag K)."""
+
+    chol_ok: jax.Array
+    prior_energy: jax.Array
+    jitter: jax.Array
 
 
 class Measurement(NamedTuple):
-    """The measurement points of one update and the factor of their kernel matrix: `chol` (lower Cholesky of
-    K + jitter, points redrawn every update) or `precision` ((K + jitter)⁻¹, fixed points precomputed once)."""
+    """The measurement points of one update and the factor of their kernel matrix.
+
+    x_m: X_M (M, ...); chol: lower Cholesky of K + jitter, (M, M) or (C, M, M), for points redrawn every update
+    (None otherwise); precision: (K + jitter)⁻¹, same shapes, for fixed points precomputed once (None otherwise);
+    ok: bool scalar, the factor is finite; jitter: f32 scalar, the relative jitter used.
+    """
 
     x_m: jax.Array
     chol: Optional[jax.Array]
@@ -81,7 +102,16 @@ class Measurement(NamedTuple):
 
 def escalating_cholesky(kmat: jax.Array, jitter: float, tries: int = JITTER_TRIES):
     """(L, relative jitter used, ok) for K + j·mean(diag K)·I, j = jitter·10^k for the first k < tries with a finite
-    factor (in-graph `while_loop`, K's dtype); (…, M, M) batches share one j.  ok False: no try gave a finite one."""
+    factor (in-graph `while_loop`, K's dtype); (…, M, M) batches share one j.
+
+    Args:
+      kmat: K, (M, M) or (…, M, M).
+      jitter: the initial relative jitter j.
+      tries: the number of jitters tried.
+    Returns:
+      (L: lower Cholesky factor, K's shape; the relative jitter used, a scalar; ok: bool scalar, False when no try
+      gave a finite factor).
+    """
     scale = jnp.mean(jnp.diagonal(kmat, axis1=-2, axis2=-1), axis=-1)
     eye = jnp.eye(kmat.shape[-1], dtype=kmat.dtype)
 
@@ -102,7 +132,16 @@ def escalating_cholesky(kmat: jax.Array, jitter: float, tries: int = JITTER_TRIE
 
 def fixed_measurement(kernel: Callable, x_m, jitter: float, tries: int = JITTER_TRIES) -> Measurement:
     """The Measurement of points that never change: (K + j·mean(diag K)·I)⁻¹ computed once in float64 (numpy; the
-    kernel evaluated under jax x64) with the same escalation as `escalating_cholesky`, stored in float32."""
+    kernel evaluated under jax x64) with the same escalation as `escalating_cholesky`, stored in float32.
+
+    Args:
+      kernel: (X, X') -> (M, M) or (C, M, M).
+      x_m: the fixed points X_M (M, ...).
+      jitter: the initial relative jitter j.
+      tries: the number of jitters tried.
+    Returns:
+      Measurement with `precision` set (NaN and ok False when no try gave a finite factor).
+    """
     import numpy as np
     import scipy.linalg
 
@@ -149,18 +188,38 @@ class FunctionalPosterior(NamedTuple):
     fixed: Optional[Measurement] = None
 
     def measure(self, key: jax.Array, minibatch: Any) -> Measurement:
-        """The measurement points of one update (from `key`) and the factor of their kernel matrix."""
+        """The measurement points of one update and the factor of their kernel matrix.
+
+        Args:
+          key: PRNG key of the points (unused for fixed points).
+          minibatch: passed to `measurement_sampler`.
+        Returns:
+          a Measurement.
+        """
         if self.fixed is not None:
             return self.fixed
         return self.measure_at(self.measurement_sampler(key, minibatch))
 
     def measure_at(self, x_m: jax.Array) -> Measurement:
-        """The Measurement of given points (Cholesky with escalation)."""
+        """The Measurement of given points (Cholesky with escalation).
+
+        Args:
+          x_m: X_M (M, ...).
+        Returns:
+          a Measurement with `chol` set.
+        """
         chol, jit, ok = escalating_cholesky(jax.lax.stop_gradient(self.kernel(x_m, x_m)), self.jitter)
         return Measurement(x_m, chol, None, ok, jit)
 
     def prior_energy(self, params: PyTree, meas: Measurement) -> tuple[jax.Array, PriorInfo]:
-        """½ Σ_c (f_c − m_c)ᵀ K_c⁻¹ (f_c − m_c) at the points of `meas`; returns (energy, PriorInfo)."""
+        """The prior energy ½ Σ_c (f_c − m_c)ᵀ K_c⁻¹ (f_c − m_c) at the points of `meas`.
+
+        Args:
+          params: θ (pytree).
+          meas: a Measurement.
+        Returns:
+          (energy: scalar, nats; PriorInfo).
+        """
         x_m = meas.x_m
         f = self.apply_fn(params, x_m)
         r = f if self.prior_mean is None else f - self.prior_mean(x_m)
@@ -175,7 +234,15 @@ class FunctionalPosterior(NamedTuple):
         return energy, PriorInfo(meas.ok, jax.lax.stop_gradient(energy), meas.jitter)
 
     def potential(self, params: PyTree, minibatch: Any, x_m: jax.Array) -> tuple[jax.Array, PriorInfo]:
-        """Ũ(θ) = N·nll + prior energy (− log p_w) at fixed x_m; returns (Ũ, PriorInfo)."""
+        """Ũ(θ) = N·nll + prior energy (− log p_w) at fixed points.
+
+        Args:
+          params: θ (pytree).
+          minibatch: passed to `nll`.
+          x_m: X_M (M, ...).
+        Returns:
+          (Ũ: scalar, nats; PriorInfo).
+        """
         u, (_, info) = self._potential_and_loss(params, minibatch, self.measure_at(x_m))
         return u, info
 
@@ -189,15 +256,31 @@ class FunctionalPosterior(NamedTuple):
         return u, (loss, info)
 
     def value_and_potential_grad(self, params: PyTree, minibatch: Any, key: jax.Array):
-        """(loss, ∇Ũ, PriorInfo) with X_M drawn from `key`: loss = mean minibatch NLL (scalar),
-        ∇Ũ = N·ḡ + J_Mᵀ K⁻¹(f_M − m_M) [− ∇log p_w]."""
+        """The loss and the potential gradient with X_M drawn from `key`.
+
+        Args:
+          params: θ (pytree).
+          minibatch: passed to `nll` and `measurement_sampler`.
+          key: PRNG key of the measurement points.
+        Returns:
+          (loss: mean minibatch NLL, scalar, nats per example; ∇Ũ = N·ḡ + J_Mᵀ K⁻¹(f_M − m_M) [− ∇log p_w], a
+          pytree like θ; PriorInfo).
+        """
         meas = self.measure(key, minibatch)
         (_, (loss, info)), grad_u = jax.value_and_grad(self._potential_and_loss, has_aux=True)(
             params, minibatch, meas)
         return loss, grad_u, info
 
     def potential_grad(self, params: PyTree, minibatch: Any, key: jax.Array) -> tuple[PyTree, PriorInfo]:
-        """(∇Ũ, PriorInfo): `value_and_potential_grad` without the loss."""
+        """`value_and_potential_grad` without the loss.
+
+        Args:
+          params: θ (pytree).
+          minibatch: passed to `nll` and `measurement_sampler`.
+          key: PRNG key of the measurement points.
+        Returns:
+          (∇Ũ, a pytree like θ; PriorInfo).
+        """
         _, grad_u, info = self.value_and_potential_grad(params, minibatch, key)
         return grad_u, info
 
@@ -213,144 +296,23 @@ def functional_posterior(
     weight_log_prior: Optional[Callable] = None,
     fixed_points: Optional[jax.Array] = None,
 ) -> FunctionalPosterior:
-    """Build a `FunctionalPosterior` (see its docstring for the argument contracts); `fixed_points` X_M: use these
-    points at every update, their kernel matrix inverted once (`fixed_measurement`), instead of the sampler."""
+    """Build a `FunctionalPosterior` (see its docstring for the argument contracts).
+
+    Args:
+      apply_fn: (params, X (M, ...)) -> f (M,) or (M, C).
+      likelihood_nll: (params, minibatch) -> the mean minibatch NLL (scalar).
+      measurement_sampler: (key, minibatch) -> X_M (M, ...).
+      kernel: (X, X') -> (M, M') or (C, M, M').
+      data_size: N > 0.
+      prior_mean: X_M -> f's shape (None: 0).
+      jitter: the initial relative jitter (× mean diag K).
+      weight_log_prior: optional params -> log p_w(θ) (a flagged deviation).
+      fixed_points: X_M to use at every update, their kernel matrix inverted once (`fixed_measurement`), instead
+        of the sampler.
+    Returns:
+      a FunctionalPosterior.
+    """
     check_positive(data_size=data_size, jitter=jitter)
     fixed = None if fixed_points is None else fixed_measurement(kernel, fixed_points, jitter)
     return FunctionalPosterior(apply_fn, likelihood_nll, measurement_sampler, kernel, data_size, prior_mean,
                                jitter, weight_log_prior, fixed)
-
-
-# --------------------------------------------------------------------------------------------- samplers
-
-
-class FSGLDState(NamedTuple):
-    position: PyTree
-    step: jax.Array  # int32
-    chol_ok: jax.Array  # bool: every Cholesky so far was finite
-    jitter: jax.Array  # the largest relative jitter used so far
-
-
-class FSGHMCState(NamedTuple):
-    position: PyTree
-    momentum: PyTree
-    step: jax.Array
-    chol_ok: jax.Array
-    jitter: jax.Array
-
-
-class FSGLDInfo(NamedTuple):
-    """loss: mean minibatch NLL at the pre-update θ; is_finite: loss and Σθ' finite; chol_ok: this step's
-    Cholesky factor was finite; prior_energy: ½ Σ_c rᵀK⁻¹r at this step (nats); jitter: its relative jitter."""
-
-    loss: jax.Array
-    is_finite: jax.Array
-    chol_ok: jax.Array
-    prior_energy: jax.Array
-    jitter: jax.Array
-
-
-class FSGHMCInfo(NamedTuple):
-    """As FSGLDInfo, but loss and prior energy at the *post-update* θ_{t+1} (where fSGHMC takes its gradient);
-    is_finite from the loss and kinetic; kinetic: Σ r_{t+1}² at the new momentum."""
-
-    loss: jax.Array
-    is_finite: jax.Array
-    kinetic: jax.Array
-    chol_ok: jax.Array
-    prior_energy: jax.Array
-    jitter: jax.Array
-
-
-def init_fsgld(position: PyTree) -> FSGLDState:
-    return FSGLDState(position, jnp.zeros((), jnp.int32), jnp.ones((), bool), jnp.zeros((), jnp.float32))
-
-
-def init_fsghmc(position: PyTree) -> FSGHMCState:
-    zeros = jax.tree.map(jnp.zeros_like, position)
-    return FSGHMCState(position, zeros, jnp.zeros((), jnp.int32), jnp.ones((), bool), jnp.zeros((), jnp.float32))
-
-
-def build_fsgld_kernel(posterior: FunctionalPosterior):
-    """kernel(key, state, minibatch, learning_rate, temperature=1.0) -> (FSGLDState, FSGLDInfo);
-    θ ← θ − ε∇Ũ + sqrt(2εT)ξ, ε = lr/N. The key also draws the measurement points."""
-
-    def kernel(key: jax.Array, state: FSGLDState, minibatch, learning_rate, temperature=1.0):
-        eps = learning_rate / posterior.data_size
-        k_m, k_n = jax.random.split(key)
-        loss, grad_u, prior = posterior.value_and_potential_grad(state.position, minibatch, k_m)
-        noise = normal_like(k_n, state.position)
-        scale = langevin_noise_std(eps, temperature)
-        pos = jax.tree.map(functools.partial(langevin, step_size=eps, noise_std=scale), state.position, grad_u,
-                           noise)
-        info = FSGLDInfo(loss, all_finite(loss, tree_sum(settled(pos))), prior.chol_ok, prior.prior_energy,
-                         prior.jitter)
-        jit = jnp.maximum(state.jitter, prior.jitter.astype(state.jitter.dtype))
-        return FSGLDState(pos, state.step + 1, state.chol_ok & prior.chol_ok, jit), info
-
-    return kernel
-
-
-def build_fsghmc_kernel(posterior: FunctionalPosterior, resample_momentum_every: Optional[int] = None):
-    """kernel(key, state, minibatch, learning_rate, friction, temperature=1.0) -> (FSGHMCState, FSGHMCInfo).
-
-    BASELINES §5's order (position first, the gradient at the new position, friction on the old momentum):
-        θ_{t+1} = θ_t + ε·r_t,   r_{t+1} = r_t − ε∇Ũ(θ_{t+1}) − εC·r_t + N(0, 2CεT)
-    (blackjax's `sgmcmc.diffusions.sghmc` with alpha = C, beta = 0).  The measurement points and minibatch of step
-    t enter ∇Ũ(θ_{t+1}).  `resample_momentum_every` = m (static): draw r_t ~ N(0, T·I) before every m-th update;
-    None = persistent momentum."""
-
-    def kernel(key: jax.Array, state: FSGHMCState, minibatch, learning_rate, friction, temperature=1.0):
-        with jax.ensure_compile_time_eval():
-            eps = physical_step_size(learning_rate, posterior.data_size)
-            noise_std = sghmc_noise_std(eps, friction, temperature)
-        k_m, k_n, k_r = jax.random.split(key, 3)
-        mom = state.momentum
-        if resample_momentum_every is not None:
-            fresh = jax.tree.map(lambda z: jnp.sqrt(temperature) * z, normal_like(k_r, mom))
-            redraw = jnp.mod(state.step, resample_momentum_every) == 0
-            mom = jax.tree.map(lambda a, b: jnp.where(redraw, a, b), fresh, mom)
-        pos = jax.tree.map(functools.partial(position_update, step_size=eps), state.position, mom)
-        loss, grad_u, prior = posterior.value_and_potential_grad(pos, minibatch, k_m)
-        noise = normal_like(k_n, pos)
-        kick = functools.partial(sghmc_momentum, step_size=eps, friction=friction, noise_std=noise_std)
-        mom = jax.tree.map(kick, mom, grad_u, noise)
-        kinetic = tree_vdot(settled(mom), settled(mom))
-        info = FSGHMCInfo(loss, all_finite(loss, kinetic), kinetic, prior.chol_ok, prior.prior_energy, prior.jitter)
-        jit = jnp.maximum(state.jitter, prior.jitter.astype(state.jitter.dtype))
-        return FSGHMCState(pos, mom, state.step + 1, state.chol_ok & prior.chol_ok, jit), info
-
-    return kernel
-
-
-def fsgld(posterior: FunctionalPosterior, learning_rate: float, temperature: float = 1.0) -> SamplingAlgorithm:
-    """fSGLD: θ ← θ − ε∇Ũ + sqrt(2εT)ξ, ε = lr/N (mean-loss units, as `l2e.sgld`)."""
-    check_positive(learning_rate=learning_rate, temperature=temperature)
-    kernel = build_fsgld_kernel(posterior)
-
-    def step(key: jax.Array, state: FSGLDState, minibatch):
-        return kernel(key, state, minibatch, learning_rate, temperature)
-
-    return SamplingAlgorithm(init_fsgld, step)
-
-
-def fsghmc(
-    posterior: FunctionalPosterior,
-    learning_rate: float,
-    friction: float = 0.1,
-    temperature: float = 1.0,
-    resample_momentum_every: Optional[int] = None,
-) -> SamplingAlgorithm:
-    """fSGHMC on Ũ (ε = sqrt(lr/N), mass I, persistent momentum starting at 0), position first as BASELINES §5:
-    θ ← θ + ε·r,  r ← r − ε∇Ũ(θ_new) − εC·r + N(0, 2CεT)  (`l2e.sghmc` updates the momentum first).
-    `resample_momentum_every` = m: draw r ~ N(0, T·I) before every m-th update (Algorithm 2 per a third-party
-    reading); None (default) = persistent momentum."""
-    check_positive(learning_rate=learning_rate, friction=friction, temperature=temperature)
-    if resample_momentum_every is not None:
-        check_positive(resample_momentum_every=resample_momentum_every)
-    kernel = build_fsghmc_kernel(posterior, resample_momentum_every)
-
-    def step(key: jax.Array, state: FSGHMCState, minibatch):
-        return kernel(key, state, minibatch, learning_rate, friction, temperature)
-
-    return SamplingAlgorithm(init_fsghmc, step)

@@ -91,7 +91,17 @@ def apply_overrides(config: Any, overrides: list[str], prefix: str = "") -> Any:
     """`config` (a frozen dataclass, nested ones for groups) with each "a.b=value" applied in order.
 
     prefix: prepended to every key (e.g. "grid." to address one group). Unknown keys, groups set as a whole,
-    unparsable values and values the dataclass's own checks refuse raise ConfigError."""
+    unparsable values and values the dataclass's own checks refuse raise ConfigError.
+
+    Args:
+      config: a frozen dataclass.
+      overrides: ["a.b=value", …].
+      prefix: prepended to every key.
+    Returns:
+      the new dataclass.
+    Raises:
+      ConfigError: see above.
+    """
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override must look like key=value, got {item!r}")
@@ -108,7 +118,16 @@ negative seeds would silently alias others (2**32 gives the key of 0), and ≥ 2
 
 def read_json(path: str | Path, where: str, error: type[Exception] = ConfigError, shown: str | None = None) -> Any:
     """json.loads of the file at `path`; a missing, unreadable or invalid file raises one `error` line
-    "{where}: {shown} not found / cannot read … / is not valid JSON (…)" (shown: default the path)."""
+    "{where}: {shown} not found / cannot read … / is not valid JSON (…)" (shown: default the path).
+
+    Args:
+      path: the file.
+      where: the message's prefix.
+      error: the exception type raised.
+      shown: how the file is named in the message (default: the path).
+    Returns:
+      the parsed JSON value.
+    """
     path = Path(path)
     shown = str(path) if shown is None else shown
     try:
@@ -122,7 +141,16 @@ def read_json(path: str | Path, where: str, error: type[Exception] = ConfigError
 
 
 def check_seed(seed: Any, name: str = "seed") -> None:
-    """ConfigError unless `seed` is an int in [0, SEED_RANGE)."""
+    """Check that `seed` is an int in [0, SEED_RANGE).
+
+    Args:
+      seed: the value.
+      name: the name in the error message.
+    Returns:
+      None.
+    Raises:
+      ConfigError: otherwise.
+    """
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_RANGE:
         raise ConfigError(f"{name} must be an integer in [0, 2**32), got {seed!r}")
 
@@ -144,7 +172,15 @@ def dataclass_from_dict(cls: type, data: dict, where: str = "") -> Any:
     """Rebuild dataclass `cls` from `dataclasses.asdict` / JSON output: nested dataclass fields recursively,
     lists back to tuples (one level of nesting); keys `data` lacks keep their defaults. A value of the wrong
     JSON type (a string where a number belongs, a list where an object belongs, a non-finite float) or one the
-    dataclass's own checks refuse raises ConfigError naming the key (prefixed by `where`)."""
+    dataclass's own checks refuse raises ConfigError naming the key (prefixed by `where`).
+
+    Args:
+      cls: the dataclass.
+      data: the dict.
+      where: the key prefix in error messages.
+    Returns:
+      an instance of `cls`.
+    """
     if not isinstance(data, dict):
         raise ConfigError(f"{where.rstrip('.') or cls.__name__}: expected a JSON object, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
@@ -170,7 +206,13 @@ def dataclass_from_dict(cls: type, data: dict, where: str = "") -> Any:
 
 
 def one_line(error: BaseException) -> str:
-    """The first line of an exception's message (its type name when the message is empty)."""
+    """The first line of an exception's message (its type name when the message is empty).
+
+    Args:
+      error: an exception.
+    Returns:
+      a one-line string.
+    """
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
 
@@ -182,7 +224,11 @@ class Terminated(KeyboardInterrupt):
 def handle_sigterm() -> None:
     """Make SIGTERM raise `Terminated` in the main thread, so the CLIs end it with their one-line message and
     cleanup (the default action kills the process silently), and SIGINT raise KeyboardInterrupt even when the
-    parent started us with SIGINT ignored (a non-interactive shell's `cmd &` does: `kill -INT` was then a no-op)."""
+    parent started us with SIGINT ignored (a non-interactive shell's `cmd &` does: `kill -INT` was then a no-op).
+
+    Returns:
+      None (installs the handlers; main thread only).
+    """
     def raise_terminated(signum, frame):
         raise Terminated("terminated (SIGTERM)")
 
@@ -193,7 +239,13 @@ def handle_sigterm() -> None:
 def exit_cli(code: int) -> None:
     """End a CLI with `code`. A failing run leaves through os._exit after flushing, skipping interpreter teardown:
     orbax / tensorstore background threads that outlive a failed restore otherwise print an asyncio traceback
-    after the one `error:` line (measured: a truncated checkpoint file)."""
+    after the one `error:` line (measured: a truncated checkpoint file).
+
+    Args:
+      code: the exit status.
+    Returns:
+      never.
+    """
     if code:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -206,6 +258,13 @@ class OneLineErrorParser(argparse.ArgumentParser):
     (argparse's own error output is a multi-line usage dump)."""
 
     def error(self, message):
+        """Print `error: <message>` to stderr and exit with status 2.
+
+        Args:
+          message: argparse's message.
+        Returns:
+          never (SystemExit).
+        """
         print(f"error: {message}", file=sys.stderr)
         sys.exit(2)
 
@@ -214,7 +273,13 @@ class OneLineErrorParser(argparse.ArgumentParser):
 
 
 def fsync_dir(path: str | Path) -> None:
-    """fsync directory `path` (makes renames and new entries in it durable); best effort."""
+    """fsync directory `path` (makes renames and new entries in it durable); best effort.
+
+    Args:
+      path: a directory.
+    Returns:
+      None (errors are ignored).
+    """
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -230,7 +295,14 @@ def fsync_dir(path: str | Path) -> None:
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """Write `data` to `path` atomically: a fsynced temporary file in the same directory renamed over `path`
     (readers see the old file or the new one, never part of one). Creates the parent directories. The file
-    gets the ordinary mode (0666 less the umask)."""
+    gets the ordinary mode (0666 less the umask).
+
+    Args:
+      path: the destination.
+      data: the bytes.
+    Returns:
+      `path` as a Path.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
@@ -248,13 +320,28 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
 
 
 def atomic_write_text(path: str | Path, text: str) -> Path:
-    """`atomic_write_bytes` of `text` encoded as UTF-8."""
+    """`atomic_write_bytes` of `text` encoded as UTF-8.
+
+    Args:
+      path: the destination.
+      text: the text.
+    Returns:
+      `path` as a Path.
+    """
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def atomic_write_json(path: str | Path, obj: Any, **dumps_kwargs) -> Path:
     """`atomic_write_bytes` of `json.dumps(obj, **dumps_kwargs)` (default indent=2, sort_keys=True; no
-    trailing newline)."""
+    trailing newline).
+
+    Args:
+      path: the destination.
+      obj: a JSON-serialisable value.
+      **dumps_kwargs: passed to json.dumps.
+    Returns:
+      `path` as a Path.
+    """
     dumps_kwargs = {"indent": 2, "sort_keys": True, **dumps_kwargs}
     return atomic_write_text(path, json.dumps(obj, **dumps_kwargs))
 
@@ -281,7 +368,13 @@ def _exchange(a: Path, b: Path) -> bool:
 
 def staging_dir(out: str | Path) -> Path:
     """A new empty directory beside `out` (same filesystem, hidden name `.<name>.staging-<id>`) in which a set
-    of files is prepared before `publish_dir` swaps it in."""
+    of files is prepared before `publish_dir` swaps it in.
+
+    Args:
+      out: the directory the set will become.
+    Returns:
+      the staging directory.
+    """
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = out.parent / f".{out.name}.staging-{uuid.uuid4().hex[:12]}"
@@ -293,7 +386,15 @@ def publish_dir(stage: str | Path, out: str | Path, replaced: tuple[str, ...]) -
     """Make the fully written directory `stage` the directory `out`, atomically as a set: readers see either
     the old set or the new one. Entries of the old `out` that `stage` lacks and whose names are not in
     `replaced` (files of the old set that the new set does not have) are carried over; the rest of the old
-    directory is deleted. Where the filesystem cannot exchange two directories, the swap is two renames."""
+    directory is deleted. Where the filesystem cannot exchange two directories, the swap is two renames.
+
+    Args:
+      stage: the fully written staging directory.
+      out: the published directory.
+      replaced: names of old entries the new set replaces (dropped even when the new set lacks them).
+    Returns:
+      `out` as a Path.
+    """
     stage, out = Path(stage), Path(out)
     for p in (stage, *stage.rglob("*")):
         if p.is_dir():
@@ -328,12 +429,20 @@ class DirectoryLock:
     leaving the `with` block, or when the process dies (even by SIGKILL). The directory must exist."""
 
     def __init__(self, directory: str | Path):
+        """Args:
+          directory: the directory to lock (must exist; not opened until `acquire`).
+        """
         self.directory = Path(directory)
         self._fd: int | None = None
 
     def acquire(self) -> "DirectoryLock":
-        """Take the lock without waiting; LockHeldError if another process holds it (OSError if the
-        directory cannot be opened)."""
+        """Take the lock without waiting.
+
+        Returns:
+          self.
+        Raises:
+          LockHeldError: another process holds it; OSError: the directory cannot be opened.
+        """
         fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -344,6 +453,11 @@ class DirectoryLock:
         return self
 
     def release(self) -> None:
+        """Release the lock if held (a no-op otherwise).
+
+        Returns:
+          None.
+        """
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
@@ -351,6 +465,7 @@ class DirectoryLock:
 
     @property
     def held(self) -> bool:
+        """Whether this object holds the lock."""
         return self._fd is not None
 
     def __enter__(self) -> "DirectoryLock":

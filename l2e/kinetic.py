@@ -1,17 +1,19 @@
-"""Kinetic-L2E (L2E paper App. D; spec L2E.md §4, SAMPLING.md §1–§2): SGHMC with a learned kinetic energy
+"""Kinetic-L2E (L2E paper App. D; docs/sampling.md § Kinetic-L2E): SGHMC with a learned kinetic energy
 
     K(θ, r) = ½‖r − μ_φ(θ)‖²,   μ_φ(θ) = mu_scale · MLP_φ(θ-only features)   (l2e.meta_model.apply_mu)
 
 so β = ∇_rK = r − μ(θ) and α = ∇_θK = −J_μ(θ)ᵀ(r − μ(θ)), one `jax.vjp` of μ per step. The SGHMC recipe with this
-K (Ma et al., 2015: D = diag(0, C), Q = [[0, −I], [I, 0]]), in L2E's symplectic-Euler order (L2E.md §4):
+K (Ma et al., 2015: D = diag(0, C), Q = [[0, −I], [I, 0]]; docs/sampling.md § The complete recipe), in L2E's
+symplectic-Euler order (docs/l2e.md § The step as the paper specifies it):
 
     r' = r − ε·∇Ũ(θ) − ε·C·β(θ, r) − ε·α(θ, r) + N(0, 2CεT)
     θ' = θ + ε·(r' − μ(θ))
 
 with ε = sqrt(lr/N). For the continuous dynamics exp(−(U + K)/T) is stationary; its θ-marginal is exp(−U/T) for
 every μ (Z_K(θ) = ∫exp(−K/T)dr does not depend on θ) and r | θ ~ N(μ(θ), T·I). The features of μ are functions of
-θ alone (never the minibatch gradient or its averages), so K is one scalar function of (θ, r): SAMPLING.md §1's
-conditions 1–3 hold. μ ≡ 0 (`l2e.meta_model.init_mu_params(zero_output=True)`) is SGHMC (tests/test_kinetic.py).
+θ alone (never the minibatch gradient or its averages), so K is one scalar function of (θ, r): the three conditions
+of docs/sampling.md § The complete recipe hold. μ ≡ 0 (`l2e.meta_model.init_mu_params(zero_output=True)`) is
+SGHMC (tests/test_kinetic.py).
 
 Algebra worth knowing (not a test): in p = r − μ(θ) the continuous dynamics are dθ = p dt,
 dp = −∇U dt − C·p dt + (J_μᵀ − J_μ)·p dt + noise, i.e. SGHMC plus a curl from the antisymmetric part of J_μ. A
@@ -55,14 +57,21 @@ class KineticConfig:
 
 
 class KineticState(NamedTuple):
+    """position: θ (pytree); momentum: r (pytree like θ; θ moves by ε·(r − μ(θ))); step: int32 scalar, updates
+    done."""
+
     position: PyTree
     momentum: PyTree
     step: jax.Array
 
 
 class KineticInfo(NamedTuple):
-    """loss: mean minibatch NLL at the pre-update θ; is_finite: loss and kinetic finite;
-    kinetic: Σ r'·∇_rK(θ, r') = Σ r'·(r' − μ(θ)) at the new momentum r' (≈ d·T at equilibrium)."""
+    """Per-step diagnostics of Kinetic-L2E (scalars).
+
+    loss: f32, mean minibatch NLL at the pre-update θ (nats per example); is_finite: bool, loss and kinetic finite;
+    kinetic: f32, Σ r'·∇_rK(θ, r') = Σ r'·(r' − μ(θ)) at the new momentum r' (nats; ≈ d·T at equilibrium, so its
+    mean ÷ d is T_kin).
+    """
 
     loss: jax.Array
     is_finite: jax.Array
@@ -74,7 +83,13 @@ MuFn = Callable[[PyTree, PyTree], PyTree]
 
 
 def mlp_mu_fn(mu_scale: float) -> MuFn:
-    """μ(θ) = mu_scale · the per-coordinate μ-MLP on θ-only features (l2e.meta_model.apply_mu)."""
+    """μ(θ) = mu_scale · the per-coordinate μ-MLP on θ-only features (l2e.meta_model.apply_mu).
+
+    Args:
+      mu_scale: the output multiplier.
+    Returns:
+      mu_fn(meta_params, position) -> μ(θ), a pytree shaped like `position` (momentum units).
+    """
 
     def mu_fn(meta_params, position):
         return jax.tree.map(lambda m: mu_scale * m, apply_mu(meta_params, position))
@@ -83,18 +98,42 @@ def mlp_mu_fn(mu_scale: float) -> MuFn:
 
 
 def init(position: PyTree) -> KineticState:
-    """Momentum r₀ = 0 (as SGHMC; then p₀ = r₀ − μ(θ₀) = −μ(θ₀))."""
+    """The Kinetic-L2E state at `position`: momentum r₀ = 0 (as SGHMC; then p₀ = r₀ − μ(θ₀) = −μ(θ₀)).
+
+    Args:
+      position: θ, a pytree of float arrays.
+    Returns:
+      KineticState (step 0).
+    """
     return KineticState(position, jax.tree.map(jnp.zeros_like, position), jnp.zeros((), jnp.int32))
 
 
 def energy(mu_fn: MuFn, meta_params: PyTree, position: PyTree, momentum: PyTree) -> jax.Array:
-    """K(θ, r) = ½‖r − μ(θ)‖² (scalar)."""
+    """K(θ, r) = ½‖r − μ(θ)‖².
+
+    Args:
+      mu_fn: μ (`MuFn`).
+      meta_params: φ of μ.
+      position: θ (pytree).
+      momentum: r (pytree like θ).
+    Returns:
+      K, a scalar (nats).
+    """
     mu = mu_fn(meta_params, position)
     return 0.5 * sum(jnp.sum(jnp.square(r - m)) for r, m in zip(jax.tree.leaves(momentum), jax.tree.leaves(mu)))
 
 
 def gradients(mu_fn: MuFn, meta_params: PyTree, position: PyTree, momentum: PyTree):
-    """(α, β, μ) = (∇_θK, ∇_rK, μ(θ)) at (θ, r): β = r − μ(θ), α = −J_μ(θ)ᵀβ (one vector–Jacobian product)."""
+    """(α, β, μ) = (∇_θK, ∇_rK, μ(θ)) at (θ, r): β = r − μ(θ), α = −J_μ(θ)ᵀβ (one vector–Jacobian product).
+
+    Args:
+      mu_fn: μ (`MuFn`).
+      meta_params: φ of μ.
+      position: θ (pytree).
+      momentum: r (pytree like θ).
+    Returns:
+      (α, β, μ), three pytrees shaped like θ.
+    """
     mu, vjp = jax.vjp(lambda x: mu_fn(meta_params, x), position)
     beta = jax.tree.map(jnp.subtract, momentum, mu)
     (jt_beta,) = vjp(beta)
@@ -104,16 +143,32 @@ def gradients(mu_fn: MuFn, meta_params: PyTree, position: PyTree, momentum: PyTr
 def kinetic_momentum(r: jax.Array, grad_u: jax.Array, alpha: jax.Array, beta: jax.Array, z: jax.Array, step_size,
                      friction, noise_std) -> jax.Array:
     """r − ε·∇Ũ − ε·C·β − ε·α + σ·z, per coordinate. With β = r and α = ±0 it is l2e.diffusions.sghmc_momentum
-    operation for operation (x − ε·(±0) = x exactly)."""
+    operation for operation (x − ε·(±0) = x exactly).
+
+    Args:
+      r, grad_u, alpha, beta, z: arrays of one shape: momentum, ∇Ũ, α = ∇_θK, β = ∇_rK, standard normal noise.
+      step_size: ε (physical).
+      friction: C.
+      noise_std: σ = sqrt(2CεT).
+    Returns:
+      the new momentum r', same shape.
+    """
     return r - step_size * grad_u - step_size * friction * beta - step_size * alpha + noise_std * z
 
 
 def build_kernel(posterior: Posterior, config: KineticConfig = KineticConfig(), mu_fn: MuFn | None = None):
-    """kernel(key, state, minibatch, meta_params, learning_rate=config.learning_rate, friction=config.friction,
-    temperature=config.temperature) -> (KineticState, KineticInfo).
+    """The Kinetic-L2E kernel (module doc); the key draws the momentum noise.
 
-    meta_params and the hyperparameters are call arguments (traced for ES and tuning grids); mu_fn defaults to
-    `mlp_mu_fn(config.mu_scale)`.
+    meta_params and the hyperparameters are call arguments (traced for ES and tuning grids).
+
+    Args:
+      posterior: the model (`l2e.Posterior`).
+      config: KineticConfig (mu_scale static; lr, friction, temperature the call defaults).
+      mu_fn: a custom μ (`MuFn`); None: `mlp_mu_fn(config.mu_scale)`.
+    Returns:
+      kernel(key, state, minibatch, meta_params, learning_rate=config.learning_rate, friction=config.friction,
+      temperature=config.temperature) -> (KineticState, KineticInfo): meta_params φ of μ; learning_rate = ε²·N
+      (mean-loss units), friction C, temperature T scalars.
     """
     mu_fn = mlp_mu_fn(config.mu_scale) if mu_fn is None else mu_fn
 
@@ -140,7 +195,19 @@ def build_kernel(posterior: Posterior, config: KineticConfig = KineticConfig(), 
 
 def kinetic(posterior: Posterior, meta_params: PyTree, config: KineticConfig = KineticConfig(),
             mu_fn: MuFn | None = None) -> SamplingAlgorithm:
-    """A ready Kinetic-L2E sampler: `init(position)`, `step(key, state, minibatch) -> (KineticState, KineticInfo)`."""
+    """A ready Kinetic-L2E sampler.
+
+    Args:
+      posterior: the model (`l2e.Posterior`).
+      meta_params: φ of the μ-MLP (3 → … → 1, flax params).
+      config: KineticConfig (lr = ε²·N, friction C, temperature T, mu_scale).
+      mu_fn: a custom μ; None: the μ-MLP.
+    Returns:
+      SamplingAlgorithm: init(position) -> KineticState, step(key, state, minibatch) -> (KineticState,
+      KineticInfo).
+    Raises:
+      ValueError: `meta_params` is not a 3 → … → 1 meta-model (with `mu_fn=None`).
+    """
     if mu_fn is None:
         check_mlp_shapes(meta_params, NUM_THETA_FEATURES, 1)
     kernel = build_kernel(posterior, config, mu_fn)

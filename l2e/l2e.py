@@ -1,4 +1,4 @@
-"""L2E: the learned SGHMC-style step (Kim et al., 2024, eq. 6), as decided in spec §9.
+"""L2E: the learned SGHMC-style step (Kim et al., 2024, eq. 6), as decided in docs/l2e.md § This project's choices.
 
 r' = r − ε[∇Ũ(θ) + α_φ(θ, r) + C·β_φ(θ, r)] + N(0, 2·C·ε·T)
 θ' = θ + ε·β_φ(θ, r')
@@ -56,16 +56,25 @@ class L2EConfig:
 
 
 class L2EState(NamedTuple):
+    """position: θ (pytree); momentum: r (pytree like θ, physical units); averages: running averages of the mean
+    minibatch NLL gradient ḡ, leaves shaped (6, *param_shape), one slice per decay in DECAYS; step: int32 scalar,
+    updates done."""
+
     position: PyTree
     momentum: PyTree
-    averages: PyTree  # leaves shaped (6, *param_shape), one slice per decay in DECAYS
+    averages: PyTree
     step: jax.Array
 
 
 class L2EInfo(NamedTuple):
-    """loss: mean minibatch NLL at the pre-update θ; is_finite: loss and kinetic finite;
-    kinetic: Σ r'·β(θ, r') at the new momentum r', with the (scaled) β the position update uses (the fused
-    step takes β as applied, (θ' − θ)/ε: see `_applied_kinetic`)."""
+    """Per-step diagnostics of the paper-form L2E step (scalars).
+
+    loss: f32, mean minibatch NLL at the pre-update θ (nats per example); is_finite: bool, loss and kinetic finite;
+    kinetic: f32, Σ r'·β(θ, r') at the new momentum r', with the (scaled) β the position update uses (the fused
+    step takes β as applied, (θ' − θ)/ε: see `_applied_kinetic`); β plays ∇_rK's role, so its mean ÷ d is the
+    step's T_kin (≈ d·T at equilibrium only for a correct sampler; docs/sampling.md § Why the paper-form step is
+    not a sampler).
+    """
 
     loss: jax.Array
     is_finite: jax.Array
@@ -77,7 +86,15 @@ MetaFn = Callable[[PyTree, PyTree, PyTree, PyTree, PyTree], tuple[PyTree, PyTree
 
 
 def mlp_meta_fn(alpha_scale: float, beta_scale: float) -> MetaFn:
-    """The paper's meta-model: per-coordinate MLP on normalised features, outputs scaled."""
+    """The paper's meta-model: per-coordinate MLP on normalised features, outputs scaled.
+
+    Args:
+      alpha_scale: α = alpha_scale·out₀.
+      beta_scale: β = beta_scale·out₁.
+    Returns:
+      meta_fn(meta_params, grad, position, momentum, averages) -> (α, β), pytrees shaped like `position`
+      (grad ḡ: per-datum gradient; averages: leaves (6, *shape)).
+    """
 
     def meta_fn(meta_params, grad, position, momentum, averages):
         out0, out1 = apply_per_coordinate(meta_params, features(grad, position, momentum, averages), position)
@@ -87,6 +104,13 @@ def mlp_meta_fn(alpha_scale: float, beta_scale: float) -> MetaFn:
 
 
 def init(position: PyTree) -> L2EState:
+    """The L2E state at `position`.
+
+    Args:
+      position: θ, a pytree of float arrays.
+    Returns:
+      L2EState with momentum 0, averages 0 (leaves (6, *shape)) and step 0.
+    """
     zeros = jax.tree.map(jnp.zeros_like, position)
     avgs = jax.tree.map(lambda x: jnp.zeros((len(DECAYS),) + x.shape, x.dtype), position)
     return L2EState(position, zeros, avgs, jnp.zeros((), jnp.int32))
@@ -103,13 +127,21 @@ def _coefficients(config: L2EConfig, learning_rate, friction, temperature, data_
 
 
 def build_kernel(posterior: Posterior, config: L2EConfig, meta_fn: MetaFn | None = None):
-    """kernel(key, state, minibatch, meta_params, learning_rate=config.learning_rate,
-    friction=config.friction, temperature=config.temperature) -> (L2EState, L2EInfo).
+    """The L2E kernel (module doc); the key draws the momentum noise.
 
     meta_params and the hyperparameters are call arguments (traced for ES and tuning grids); the noise
     mode and output scales are fixed by `config`. With `meta_fn=None` (the paper's MLP) the fused step
     `_fused_mlp_kernel` is used: the same mathematics as the generic two-`meta_fn` step, with the work the
     two passes share done once.
+
+    Args:
+      posterior: the model (`l2e.Posterior`).
+      config: L2EConfig (noise mode and output scales static; lr, friction, temperature the call defaults).
+      meta_fn: a custom meta-model (`MetaFn`, outputs already scaled); None: the paper's MLP, fused.
+    Returns:
+      kernel(key, state, minibatch, meta_params, learning_rate=config.learning_rate, friction=config.friction,
+      temperature=config.temperature) -> (L2EState, L2EInfo): meta_params φ (a flax params dict, 9 → … → 2 for
+      the MLP); learning_rate = ε²·N (mean-loss units), friction C, temperature T scalars.
     """
     if meta_fn is None:
         return _fused_mlp_kernel(posterior, config)
@@ -132,8 +164,16 @@ def build_kernel(posterior: Posterior, config: L2EConfig, meta_fn: MetaFn | None
 
 
 def mlp_from_preactivation(meta_params: PyTree, pre: jax.Array, r_hat: jax.Array, cols: slice) -> jax.Array:
-    """The meta-MLP's outputs `cols` from the first layer's pre-activation without the momentum term,
-    pre = F·W1[other features] + b1 (d, hidden), and the normalised momentum r̂ (d,): (d, len(cols))."""
+    """The meta-MLP's outputs `cols` from the first layer's pre-activation without the momentum term.
+
+    Args:
+      meta_params: φ, the paper-form MLP's flax params.
+      pre: F·W1[other features] + b1, (d, hidden).
+      r_hat: the normalised momentum feature, (d,).
+      cols: the output columns wanted (slice of 0 … 1).
+    Returns:
+      (d, len(cols)) unscaled outputs.
+    """
     (w1, _), *hidden, (w3, b3) = mlp_layers(meta_params)
     h = jax.nn.relu(pre + r_hat[:, None] * w1[FEATURE_NAMES.index("momentum")][None, :])
     for w, b in hidden:
@@ -249,8 +289,18 @@ def _fused_mlp_kernel(posterior: Posterior, config: L2EConfig):
 
 def l2e(posterior: Posterior, meta_params: PyTree, config: L2EConfig = L2EConfig(),
         meta_fn: MetaFn | None = None) -> SamplingAlgorithm:
-    """A ready L2E sampler: `init(position)`, `step(key, state, minibatch) -> (L2EState, L2EInfo)`.
-    ValueError if `meta_params` is not a 9 → … → 2 meta-model (with the paper's MLP, `meta_fn=None`)."""
+    """A ready L2E sampler.
+
+    Args:
+      posterior: the model (`l2e.Posterior`).
+      meta_params: φ, the meta-model's flax params (9 → … → 2 for the paper's MLP).
+      config: L2EConfig (lr = ε²·N, friction C, temperature T, output scales, noise mode).
+      meta_fn: a custom meta-model; None: the paper's MLP (fused step).
+    Returns:
+      SamplingAlgorithm: init(position) -> L2EState, step(key, state, minibatch) -> (L2EState, L2EInfo).
+    Raises:
+      ValueError: `meta_params` is not a 9 → … → 2 meta-model (with the paper's MLP, `meta_fn=None`).
+    """
     if meta_fn is None:
         check_mlp_shapes(meta_params)
     kernel = build_kernel(posterior, config, meta_fn)

@@ -36,14 +36,30 @@ DEFAULT_SHIPPED = "mass"
 
 
 def get(name: str) -> LearnedSampler:
-    """REGISTRY[name]; ValueError naming the known kinds otherwise."""
+    """A learned sampler's registry entry.
+
+    Args:
+      name: a key of REGISTRY.
+    Returns:
+      REGISTRY[name].
+    Raises:
+      ValueError: naming the known kinds.
+    """
     if not isinstance(name, str) or name not in REGISTRY:
         raise ValueError(f"unknown learned sampler {name!r} (known: {', '.join(REGISTRY)})")
     return REGISTRY[name]
 
 
 def kind_of_config(config: Any) -> LearnedSampler:
-    """The registry entry whose config class `config` is an instance of; TypeError otherwise."""
+    """The registry entry whose config class `config` is an instance of.
+
+    Args:
+      config: a learned sampler's configuration.
+    Returns:
+      its LearnedSampler.
+    Raises:
+      TypeError: not a learned sampler configuration.
+    """
     for entry in REGISTRY.values():
         if isinstance(config, entry.config):
             return entry
@@ -51,12 +67,27 @@ def kind_of_config(config: Any) -> LearnedSampler:
 
 
 def shipped() -> dict[str, tuple[LearnedSampler, Shipped]]:
-    """Every shipped checkpoint by name -> (its kind's entry, its Shipped row), in registry order."""
+    """Every shipped checkpoint, in registry order.
+
+    Returns:
+      {name: (its kind's LearnedSampler, its Shipped row)}.
+    """
     return {s.name: (entry, s) for entry in REGISTRY.values() for s in entry.shipped}
 
 
 def check_stack(tree: Any, where: str, inputs: int, outputs: int) -> PyTree:
-    """A restored Dense stack `inputs` → … → `outputs` as float32 numpy leaves; ValueError naming `where` otherwise."""
+    """Validate a restored Dense stack `inputs` → … → `outputs`.
+
+    Args:
+      tree: {"Dense_i": {"kernel", "bias"}}.
+      where: the name in the error message.
+      inputs: the expected input width.
+      outputs: the expected output width.
+    Returns:
+      the tree with float32 numpy leaves.
+    Raises:
+      ValueError: naming `where`.
+    """
     try:
         layers = sorted(tree, key=lambda k: int(k.split("_")[-1]))
         shapes = [(tuple(np.shape(tree[k]["kernel"])), tuple(np.shape(tree[k]["bias"]))) for k in layers]
@@ -77,8 +108,18 @@ def check_stack(tree: Any, where: str, inputs: int, outputs: int) -> PyTree:
 
 
 def check_meta_params(entry: LearnedSampler, tree: Any, where: str) -> PyTree:
-    """A restored meta-parameter tree validated against `entry`'s meta-model (one Dense stack features → … →
-    outputs, or one per head), as float32 numpy leaves. ValueError (one line naming `where`) otherwise."""
+    """Validate a restored meta-parameter tree against `entry`'s meta-model (one Dense stack features → … →
+    outputs, or one per head).
+
+    Args:
+      entry: the kind's LearnedSampler.
+      tree: the restored tree.
+      where: the name in the error message.
+    Returns:
+      the tree with float32 numpy leaves.
+    Raises:
+      ValueError: one line naming `where`.
+    """
     heads = entry.heads
     if heads is None:
         return check_stack(tree, where, entry.inputs, entry.outputs)

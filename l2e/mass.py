@@ -1,5 +1,6 @@
 """Mass-L2E: SGHMC with a learned diagonal mass matrix, set from burn-in gradient statistics and frozen before the
-sampling window (SAMPLING.md §1–§2; issue 13, "a preconditioner learned from burn-in statistics").
+sampling window (docs/sampling.md § Mass-L2E (the package default); issue 13, "a preconditioner learned from burn-in
+statistics").
 
 During the sampling window (steps t ≥ freeze_step) the kinetic energy is
 
@@ -76,8 +77,12 @@ class MassConfig:
 
 
 class MassState(NamedTuple):
-    """position, momentum: θ, r; step: updates done; mass, friction: M and C_i/C per coordinate (1 before the
-    freeze); avg_grad, avg_sq: burn-in averages of g = ∇Ũ/N and g² (frozen with the constants)."""
+    """State of Mass-L2E (pytrees shaped like θ unless a scalar is said).
+
+    position, momentum: θ, r (θ moves by ε·r/M); step: int32 scalar, updates done; mass, friction: M and C_i/C per
+    coordinate (dimensionless, 1 before the freeze); avg_grad, avg_sq: burn-in averages of the per-datum gradient
+    g = ∇Ũ/N and of g² (frozen with the constants).
+    """
 
     position: PyTree
     momentum: PyTree
@@ -89,8 +94,12 @@ class MassState(NamedTuple):
 
 
 class MassInfo(NamedTuple):
-    """loss: mean minibatch NLL at the pre-update θ; is_finite: loss and kinetic finite;
-    kinetic: Σ r'·∇_rK(r') = Σ r'²/M at the new momentum (≈ d·T at equilibrium)."""
+    """Per-step diagnostics of Mass-L2E (scalars).
+
+    loss: f32, mean minibatch NLL at the pre-update θ (nats per example); is_finite: bool, loss and kinetic finite;
+    kinetic: f32, Σ r'·∇_rK(r') = Σ r'²/M at the new momentum (nats; ≈ d·T at equilibrium, so its mean ÷ d is
+    T_kin; M = 1 before the freeze).
+    """
 
     loss: jax.Array
     is_finite: jax.Array
@@ -98,15 +107,28 @@ class MassInfo(NamedTuple):
 
 
 def init(position: PyTree) -> MassState:
-    """r₀ = 0, M = 1, C_i/C = 1, zero averages."""
+    """The Mass-L2E state at `position`: r₀ = 0, M = 1, C_i/C = 1, zero averages.
+
+    Args:
+      position: θ, a pytree of float arrays.
+    Returns:
+      MassState (step 0).
+    """
     zeros = jax.tree.map(jnp.zeros_like, position)
     ones = jax.tree.map(jnp.ones_like, position)
     return MassState(position, zeros, jnp.zeros((), jnp.int32), ones, ones, zeros, zeros)
 
 
 def init_mass_params(key: jax.Array, hidden: Sequence[int] = (16,), zero_output: bool = True) -> PyTree:
-    """Meta-parameters φ: NUM_MASS_FEATURES → hidden → 2 (haiku-default init). zero_output: the output layer is 0,
-    so M ≡ 1 and C_i ≡ C (SGHMC)."""
+    """Meta-parameters φ: NUM_MASS_FEATURES → hidden → 2 (haiku-default init).
+
+    Args:
+      key: PRNG key.
+      hidden: hidden layer widths.
+      zero_output: the output layer is 0, so M ≡ 1 and C_i ≡ C (SGHMC).
+    Returns:
+      φ, a flax params dict {"Dense_0": {"kernel": (4, h1), "bias": (h1,)}, …, "Dense_n": {… (h_n, 2), (2,)}}.
+    """
     params = MetaMLP(tuple(hidden), outputs=2).init(key, jnp.zeros((1, NUM_MASS_FEATURES)))["params"]
     if zero_output:
         last = mlp_layers_names(params)[-1]
@@ -117,7 +139,15 @@ def init_mass_params(key: jax.Array, hidden: Sequence[int] = (16,), zero_output:
 def rms_preconditioner_params(a: float = 1.0, b: float = 2.0) -> PyTree:
     """Hand-set meta-parameters: log M = a·(f0 + f1), log C_i/C = b·(f0 + f1) (the coordinate's log gradient RMS
     relative to the network's), through a 2-unit ReLU layer (relu(x) − relu(−x) = x); the ablation's hand-designed
-    preconditioner and the tests' meta-parameters far from SGHMC."""
+    preconditioner and the tests' meta-parameters far from SGHMC.
+
+    Args:
+      a: the log-mass slope.
+      b: the log-friction slope.
+    Returns:
+      φ, {"Dense_0": {"kernel": (4, 2), "bias": (2,)}, "Dense_1": {"kernel": (2, 2), "bias": (2,)}} (before the
+      LOG_BOUND squashing).
+    """
     k0 = np.zeros((NUM_MASS_FEATURES, 2), np.float32)
     k0[0] = [1, -1]
     k0[1] = [1, -1]
@@ -127,7 +157,15 @@ def rms_preconditioner_params(a: float = 1.0, b: float = 2.0) -> PyTree:
 
 
 def mass_features(position: PyTree, avg_grad: PyTree, avg_sq: PyTree) -> jax.Array:
-    """(d, NUM_MASS_FEATURES) float32 features of every coordinate (module docstring), leaves in tree order."""
+    """The burn-in features of every coordinate (module docstring), leaves in jax.tree order.
+
+    Args:
+      position: θ (pytree).
+      avg_grad: the burn-in average of g = ∇Ũ/N (pytree like θ).
+      avg_sq: the burn-in average of g² (pytree like θ).
+    Returns:
+      (d, NUM_MASS_FEATURES) float32 (logs, dimensionless).
+    """
     pos, mean_g, mean_sq = (jax.tree.leaves(t) for t in (position, avg_grad, avg_sq))
     log_rms = [0.5 * jnp.log(s.reshape(-1) + _TINY) for s in mean_sq]
     tensor_mean = [jnp.mean(lr) for lr in log_rms]
@@ -143,7 +181,16 @@ def mass_features(position: PyTree, avg_grad: PyTree, avg_sq: PyTree) -> jax.Arr
 
 
 def constants(meta_params: PyTree, position: PyTree, avg_grad: PyTree, avg_sq: PyTree) -> tuple[PyTree, PyTree]:
-    """(M, C_i/C) per coordinate, pytrees shaped like `position`, from the meta-model on `mass_features`."""
+    """(M, C_i/C) per coordinate from the meta-model on `mass_features`, each within e^±LOG_BOUND.
+
+    Args:
+      meta_params: φ (NUM_MASS_FEATURES → … → 2).
+      position: θ (pytree).
+      avg_grad: the burn-in average of g = ∇Ũ/N (pytree like θ).
+      avg_sq: the burn-in average of g² (pytree like θ).
+    Returns:
+      (M, C_i/C), two pytrees shaped like `position` (dimensionless).
+    """
     out = MetaMLP(hidden_sizes(meta_params), outputs=2).apply({"params": meta_params},
                                                               mass_features(position, avg_grad, avg_sq))
     out = LOG_BOUND * jnp.tanh(out / LOG_BOUND)
@@ -160,7 +207,14 @@ def constants(meta_params: PyTree, position: PyTree, avg_grad: PyTree, avg_sq: P
 
 
 def energy(mass_tree: PyTree, momentum: PyTree) -> jax.Array:
-    """K(r) = ½ Σ r²/M (scalar; the window's kinetic energy)."""
+    """K(r) = ½ Σ r²/M, the window's kinetic energy.
+
+    Args:
+      mass_tree: M (pytree like r).
+      momentum: r (pytree).
+    Returns:
+      K, a scalar (nats).
+    """
     return 0.5 * sum(jnp.sum(jnp.square(r) / m) for r, m in zip(jax.tree.leaves(momentum), jax.tree.leaves(mass_tree)))
 
 
@@ -179,11 +233,18 @@ def _update_stats(state: MassState, grad_u: PyTree, data_size: int) -> tuple[PyT
 
 
 def build_kernel(posterior: Posterior, config: MassConfig = MassConfig()):
-    """kernel(key, state, minibatch, meta_params, learning_rate=config.learning_rate, friction=config.friction,
-    temperature=config.temperature) -> (MassState, MassInfo).
+    """The Mass-L2E kernel (module doc); the key draws the momentum noise.
 
     meta_params and the hyperparameters are call arguments (traced for ES and tuning grids); freeze_step is
     static (config).
+
+    Args:
+      posterior: the model (`l2e.Posterior`).
+      config: MassConfig (freeze_step static; lr, friction, temperature the call defaults).
+    Returns:
+      kernel(key, state, minibatch, meta_params, learning_rate=config.learning_rate, friction=config.friction,
+      temperature=config.temperature) -> (MassState, MassInfo): meta_params φ (4 → … → 2); learning_rate = ε²·N
+      (mean-loss units), friction C, temperature T scalars.
     """
     freeze = int(config.freeze_step)
 
@@ -214,7 +275,17 @@ def build_kernel(posterior: Posterior, config: MassConfig = MassConfig()):
 
 
 def mass(posterior: Posterior, meta_params: PyTree, config: MassConfig = MassConfig()) -> SamplingAlgorithm:
-    """A ready Mass-L2E sampler: `init(position)`, `step(key, state, minibatch) -> (MassState, MassInfo)`."""
+    """A ready Mass-L2E sampler.
+
+    Args:
+      posterior: the model (`l2e.Posterior`).
+      meta_params: φ (NUM_MASS_FEATURES → … → 2, flax params).
+      config: MassConfig (lr = ε²·N, friction C, temperature T, freeze_step: pass the first update you keep).
+    Returns:
+      SamplingAlgorithm: init(position) -> MassState, step(key, state, minibatch) -> (MassState, MassInfo).
+    Raises:
+      ValueError: `meta_params` is not a 4 → … → 2 meta-model.
+    """
     check_mlp_shapes(meta_params, NUM_MASS_FEATURES, 2)
     kernel = build_kernel(posterior, config)
 
@@ -240,7 +311,14 @@ def init_meta_params(key: jax.Array, hidden: Sequence[int] = (16,), start: str =
 
 
 def freeze_at(config: MassConfig, start: int) -> MassConfig:
-    """The sampling-window rule: M and C_i freeze at update `start`, the first update of the sampling window."""
+    """The sampling-window rule: M and C_i freeze at update `start`, the first update of the sampling window.
+
+    Args:
+      config: a MassConfig.
+      start: the first update of the sampling window (≥ 1).
+    Returns:
+      `config` with freeze_step = start.
+    """
     return dataclasses.replace(config, freeze_step=int(start))
 
 

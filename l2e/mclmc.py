@@ -1,10 +1,11 @@
-"""MCLMC (Robnik et al.) and the MILE recipe (Sommer et al., ICLR 2025) — full-batch (BASELINES §6).
+"""MCLMC (Robnik et al.) and the MILE recipe (Sommer et al., ICLR 2025) — full-batch (docs/samplers.md § MCLMC
+and the MILE recipe).
 
-A `FullBatchAlgorithm`: MCLMC needs the *full-batch* unnormalised log posterior ℓ(θ) = log p(θ | D) (not a
-mean minibatch NLL), `init(position, key)` needs a key (random unit velocity), and `step(key, state) ->
-(state, info)` takes no minibatch.  Each step is blackjax's `isokinetic_mclachlan` with
-Maruyama partial refreshes (2 gradient evaluations per step); blackjax reverts a step whose position, logdensity
-or energy change is non-finite (`info.nonans` False).
+`l2e.mclmc` (`init`, `build_kernel`, the factory `mclmc`) is a `FullBatchAlgorithm`: MCLMC needs the *full-batch*
+unnormalised log posterior ℓ(θ) = log p(θ | D) (not a mean minibatch NLL), `init(position, key)` needs a key (random
+unit velocity), and `step(key, state) -> (state, info)` takes no minibatch.  Each step is blackjax's
+`isokinetic_mclachlan` with Maruyama partial refreshes (2 gradient evaluations per step); blackjax reverts a step
+whose position, logdensity or energy change is non-finite (`info.nonans` False).
 
 MILE = deep-ensemble warm start θ₀ and ε₀ (= the DE learning rate), L₀ = max(√d, 15), then
   phase I  (n₁ steps): adapt ε so that EEVPD = ΔE²/d tracks target(t) = a − (a − b)·min(t/(n₁ + n₂ + 1), 1)
@@ -31,13 +32,33 @@ from l2e.types import FullBatchAlgorithm, PyTree
 
 
 def init(position: PyTree, logdensity_fn: Callable, key: jax.Array):
-    """blackjax IntegratorState at `position` with a random unit velocity drawn from `key`."""
+    """The MCLMC state at `position` with a random unit velocity.
+
+    Args:
+      position: θ, a pytree of float arrays (d coordinates in all).
+      logdensity_fn: params -> scalar ℓ(θ) = log p(θ | D) up to a constant (full batch).
+      key: PRNG key of the initial velocity (uniform on the unit sphere).
+    Returns:
+      blackjax IntegratorState (position, momentum: unit velocity shaped like θ, logdensity: scalar,
+      logdensity_grad: pytree like θ).
+    """
     return bj_mclmc.init(position, logdensity_fn, key)
 
 
 def build_kernel(logdensity_fn: Callable):
-    """kernel(key, state, L, step_size) -> (IntegratorState, MCLMCInfo): one unadjusted MCLMC step
-    (isokinetic McLachlan, Maruyama partial refresh, no preconditioning) at decoherence length L, step ε."""
+    """One unadjusted MCLMC step (blackjax): half a Maruyama partial velocity refresh, the isokinetic McLachlan step
+    (2 gradient evaluations), the other half refresh; each half is u ← normalise(u + ν·z), ν = sqrt((e^{ε/L} − 1)/d),
+    z ~ N(0, I) from the key (none for L = ∞). No preconditioning. A step whose position, velocity, log density or
+    energy change is not finite is reverted to the previous position with a fresh random velocity (`info.nonans`
+    False).
+
+    Args:
+      logdensity_fn: params -> scalar ℓ(θ) (full batch).
+    Returns:
+      kernel(key, state, L, step_size) -> (IntegratorState, blackjax MCLMCInfo): L the decoherence length and
+      step_size ε, both in θ units (the velocity has unit norm), scalars, traceable; MCLMCInfo has logdensity,
+      energy_change ΔE (nats) and kinetic_change.
+    """
     kernel = bj_mclmc.build_kernel(integrator=integrators.isokinetic_mclachlan)
 
     def step(key: jax.Array, state, L, step_size):
@@ -46,8 +67,17 @@ def build_kernel(logdensity_fn: Callable):
     return step
 
 
-def mclmc_sampler(logdensity_fn: Callable, L: float, step_size: float) -> FullBatchAlgorithm:
-    """Unadjusted MCLMC at fixed (L, ε), no preconditioning; `logdensity_fn`: params -> scalar ℓ(θ) (full batch)."""
+def mclmc(logdensity_fn: Callable, L: float, step_size: float) -> FullBatchAlgorithm:
+    """Unadjusted MCLMC at fixed (L, ε), no preconditioning.
+
+    Args:
+      logdensity_fn: params -> scalar ℓ(θ) = log p(θ | D) up to a constant (full batch).
+      L: decoherence length (θ units).
+      step_size: ε (θ units).
+    Returns:
+      FullBatchAlgorithm: init(position, key) -> IntegratorState (random unit velocity from the key),
+      step(key, state) -> (IntegratorState, blackjax MCLMCInfo).
+    """
     kernel = build_kernel(logdensity_fn)
 
     def init_fn(position: PyTree, key: jax.Array):
@@ -89,15 +119,24 @@ def ess_geyer(x: jax.Array) -> jax.Array:
 
 
 class MILEInfo(NamedTuple):
-    L: jax.Array  # final decoherence length
-    step_size: jax.Array  # final ε
-    L_phase2: jax.Array  # L after phase II (from the position variance)
-    step_size_max: jax.Array  # ε_max after the warm-up (inf if the NaN guard never fired)
-    num_nan_warmup: jax.Array  # reverted (non-finite) steps in phases I–III
-    num_nan_sampling: jax.Array  # reverted steps in the sampling phase
-    eevpd_sampling: jax.Array  # mean ΔE²/d over the sampling phase
-    num_grad_evals: jax.Array  # 2 per step, warm-up + sampling
-    final_state: object  # blackjax IntegratorState after sampling
+    """What a MILE run reports (scalars unless said; θ units for lengths and step sizes).
+
+    L: the final decoherence length; step_size: the final ε; L_phase2: L after phase II (from the position
+    variance); step_size_max: ε_max after the warm-up (inf if the NaN guard never fired); num_nan_warmup: int32,
+    reverted (non-finite) steps in phases I–III; num_nan_sampling: int32, reverted steps in the sampling phase;
+    eevpd_sampling: mean ΔE²/d over the sampling phase (nats² per dimension); num_grad_evals: 2 per step, warm-up +
+    sampling; final_state: the blackjax IntegratorState after sampling.
+    """
+
+    L: jax.Array
+    step_size: jax.Array
+    L_phase2: jax.Array
+    step_size_max: jax.Array
+    num_nan_warmup: jax.Array
+    num_nan_sampling: jax.Array
+    eevpd_sampling: jax.Array
+    num_grad_evals: jax.Array
+    final_state: object
 
 
 class _Adaptation(NamedTuple):
@@ -208,10 +247,26 @@ def mile(
     max_ess_coords: int = 2000,
     max_ess_samples: int = 10_000,
 ) -> tuple[PyTree, MILEInfo]:
-    """MILE warm-up from (init_position, step_size0) then sampling.
+    """MILE warm-up from (init_position, step_size0) then sampling (module doc), one jittable function; vmap it
+    over chains.
 
-    Returns (samples, info): samples has the structure of init_position with a leading axis of num_samples.
-    num_steps = (n₁, n₂, n₃) are Python ints (static).  L0 defaults to max(√d, 15).
+    Args:
+      logdensity_fn: params -> scalar ℓ(θ) = log p(θ | D) up to a constant (full batch).
+      init_position: θ₀, a pytree (a deep-ensemble member in the recipe).
+      key: PRNG key of the whole run.
+      step_size0: ε₀ (θ units; the ensemble's learning rate in the recipe).
+      num_steps: (n₁, n₂, n₃), Python ints (static): the three warm-up phases.
+      num_samples: draws kept.
+      thinning: steps between kept draws.
+      L0: the initial decoherence length (None: max(√d, 15)).
+      target_eevpd: (a, b): the EEVPD target falls linearly from a to b over phases I + II.
+      num_effective_samples: N_eff of the decaying-average ε estimator.
+      trust_in_estimate: its outlier tolerance.
+      l_factor: L = l_factor·ε·mean_i(n₃/ESS_i) after phase III.
+      max_ess_coords: coordinates used for phase III's ESS.
+      max_ess_samples: draws used for phase III's ESS.
+    Returns:
+      (samples: the structure of init_position with a leading axis of num_samples; MILEInfo).
     """
     n1, n2, n3 = (int(s) for s in num_steps)
     d = ravel_pytree(init_position)[0].shape[0]

@@ -47,14 +47,33 @@ class MetaMLP(nn.Module):
 
 
 def init_meta_params(key: jax.Array, hidden: Sequence[int] = (32, 32)) -> PyTree:
-    """Fresh meta-parameters φ (a flax params dict)."""
+    """Fresh meta-parameters φ of the paper-form MLP (haiku-default init; the learned samplers' `init_meta_params`
+    add the "equals SGHMC" start).
+
+    Args:
+      key: PRNG key.
+      hidden: hidden layer widths.
+    Returns:
+      φ, a flax params dict {"Dense_0": {"kernel": (9, h1), "bias": (h1,)}, …, "Dense_n": {… (h_n, 2), (2,)}}.
+    """
     return MetaMLP(tuple(hidden)).init(key, jnp.zeros((1, NUM_FEATURES)))["params"]
 
 
 def check_mlp_shapes(meta_params: PyTree, inputs: int = NUM_FEATURES, outputs: int = 2,
                      where: str = "meta_params") -> None:
-    """ValueError unless `meta_params` is a Dense stack `inputs` → … → `outputs` with consistent shapes (where
-    parameters enter a kernel: JAX would otherwise clamp out-of-range feature indices and run silently)."""
+    """Check that `meta_params` is a Dense stack `inputs` → … → `outputs` with consistent shapes (where parameters
+    enter a kernel: JAX would otherwise clamp out-of-range feature indices and run silently).
+
+    Args:
+      meta_params: a flax params dict {"Dense_i": {"kernel", "bias"}}.
+      inputs: the expected input width.
+      outputs: the expected output width.
+      where: the name in the error message.
+    Returns:
+      None.
+    Raises:
+      ValueError: another structure or shape.
+    """
     try:
         layers = sorted(meta_params, key=lambda k: int(k.split("_")[-1]))
         shapes = [(tuple(np.shape(meta_params[k]["kernel"])), tuple(np.shape(meta_params[k]["bias"])))
@@ -72,20 +91,38 @@ def check_mlp_shapes(meta_params: PyTree, inputs: int = NUM_FEATURES, outputs: i
 
 
 def mlp_layers(meta_params: PyTree) -> list[tuple[jax.Array, jax.Array]]:
-    """[(kernel, bias), …] of a meta-parameter dict, input layer first."""
+    """The layers of a meta-parameter dict, input layer first.
+
+    Args:
+      meta_params: a flax params dict {"Dense_i": {"kernel", "bias"}}.
+    Returns:
+      [(kernel (n_in, n_out), bias (n_out,)), …].
+    """
     return [(meta_params[k]["kernel"], meta_params[k]["bias"])
             for k in sorted(meta_params, key=lambda k: int(k.split("_")[-1]))]
 
 
 def hidden_sizes(meta_params: PyTree) -> tuple[int, ...]:
-    """The hidden widths of a meta-parameter dict (for rebuilding the module from a checkpoint)."""
+    """The hidden widths of a meta-parameter dict (for rebuilding the module from a checkpoint).
+
+    Args:
+      meta_params: a flax params dict {"Dense_i": {"kernel", "bias"}}.
+    Returns:
+      (h1, …, h_n), a tuple of Python ints.
+    """
     layers = sorted(meta_params, key=lambda k: int(k.split("_")[-1]))
     return tuple(int(meta_params[k]["kernel"].shape[1]) for k in layers[:-1])
 
 
 def update_averages(averages: PyTree, grad: PyTree) -> PyTree:
-    """m_k ← d_k·m_k + (1 − d_k)·g for each decay (leaves of `averages` carry a leading axis of 6); no bias
-    correction."""
+    """m_k ← d_k·m_k + (1 − d_k)·g for each decay in DECAYS; no bias correction.
+
+    Args:
+      averages: pytree whose leaves are (6, *shape), one slice per decay.
+      grad: ḡ, the mean minibatch NLL gradient, a pytree of leaves (*shape).
+    Returns:
+      the updated averages, leaves (6, *shape).
+    """
     d = jnp.asarray(DECAYS)
 
     def upd(m, g):
@@ -96,20 +133,46 @@ def update_averages(averages: PyTree, grad: PyTree) -> PyTree:
 
 
 def leaf_features(g: jax.Array, x: jax.Array, r: jax.Array, m: jax.Array) -> jax.Array:
-    """Normalised features of one tensor: (size, 9), columns in FEATURE_NAMES order, each unit RMS over the tensor."""
+    """Normalised features of one tensor, each column unit RMS over the tensor.
+
+    Args:
+      g: ḡ of the tensor (*shape).
+      x: θ of the tensor (*shape).
+      r: the momentum of the tensor (*shape).
+      m: the averages of the tensor (6, *shape).
+    Returns:
+      (size, 9), columns in FEATURE_NAMES order (dimensionless).
+    """
     cols = jnp.concatenate([g.reshape(1, -1), x.reshape(1, -1), r.reshape(1, -1), m.reshape(len(DECAYS), -1)])
     rms = jnp.sqrt(NORM_EPS + jnp.mean(jnp.square(cols), axis=1, keepdims=True))
     return (cols / rms).T
 
 
 def features(grad: PyTree, position: PyTree, momentum: PyTree, averages: PyTree) -> jax.Array:
-    """All coordinates' normalised features stacked leaf after leaf (jax.tree order): (d, 9)."""
+    """All coordinates' normalised features stacked leaf after leaf (jax.tree order).
+
+    Args:
+      grad: ḡ (pytree).
+      position: θ (pytree like grad).
+      momentum: r (pytree like grad).
+      averages: the running averages (leaves (6, *shape)).
+    Returns:
+      (d, 9), columns in FEATURE_NAMES order.
+    """
     leaves = jax.tree.leaves(jax.tree.map(leaf_features, grad, position, momentum, averages))
     return jnp.concatenate(leaves, axis=0)
 
 
 def apply_per_coordinate(meta_params: PyTree, feats: jax.Array, like: PyTree) -> tuple[PyTree, PyTree]:
-    """Run the MLP on (d, 9) features and split its two outputs into pytrees shaped like `like`: (out0, out1)."""
+    """Run the MLP on per-coordinate features and split its two outputs into pytrees shaped like `like`.
+
+    Args:
+      meta_params: φ (9 → … → 2).
+      feats: (d, 9) features.
+      like: a pytree with d coordinates in all (its leaves' shapes and dtypes are used).
+    Returns:
+      (out0, out1), unscaled, each a pytree shaped like `like`.
+    """
     out = MetaMLP(hidden_sizes(meta_params)).apply({"params": meta_params}, feats)
     leaves, treedef = jax.tree.flatten(like)
     sizes = [x.size for x in leaves]
@@ -130,6 +193,14 @@ def sghmc_like_meta_params(key: jax.Array, hidden: Sequence[int] = (32, 32), ste
     With these, L2E moves θ along its (per-tensor normalised) momentum: an SGHMC-like start for
     meta-training, instead of a random MLP whose β points anywhere (often up the loss).  A short
     deterministic least-squares fit with Adam on N(0, I) feature vectors.
+
+    Args:
+      key: PRNG key (initial φ and the fit's feature vectors).
+      hidden: hidden layer widths.
+      steps: Adam steps (learning rate 1e-2).
+      num_points: feature vectors in the fit.
+    Returns:
+      φ, a flax params dict 9 → hidden → 2.
     """
     import optax
 
@@ -167,7 +238,13 @@ NUM_THETA_FEATURES = len(THETA_FEATURE_NAMES)
 
 
 def theta_leaf_features(x: jax.Array) -> jax.Array:
-    """The θ-only features of one tensor: (size, 3), columns in THETA_FEATURE_NAMES order."""
+    """The θ-only features of one tensor.
+
+    Args:
+      x: θ of the tensor (*shape).
+    Returns:
+      (size, 3), columns in THETA_FEATURE_NAMES order.
+    """
     flat = x.reshape(-1)
     ms = NORM_EPS + jnp.mean(jnp.square(flat))
     consts = jnp.stack([0.5 * jnp.log(ms), jnp.asarray(math.log(flat.size) / 10.0, flat.dtype)])
@@ -175,13 +252,26 @@ def theta_leaf_features(x: jax.Array) -> jax.Array:
 
 
 def theta_features(position: PyTree) -> jax.Array:
-    """Every coordinate's θ-only features, leaf after leaf in jax.tree order: (d, 3)."""
+    """Every coordinate's θ-only features, leaf after leaf in jax.tree order.
+
+    Args:
+      position: θ (pytree).
+    Returns:
+      (d, 3), columns in THETA_FEATURE_NAMES order.
+    """
     return jnp.concatenate([theta_leaf_features(x) for x in jax.tree.leaves(position)], axis=0)
 
 
 def init_mu_params(key: jax.Array, hidden: Sequence[int] = (32, 32), zero_output: bool = True) -> PyTree:
-    """Meta-parameters of the μ-MLP, 3 → hidden → 1 (haiku-default init). zero_output: the output layer's
-    kernel and bias are 0, so μ ≡ 0 exactly (Kinetic-L2E is then SGHMC)."""
+    """Meta-parameters of the μ-MLP, 3 → hidden → 1 (haiku-default init).
+
+    Args:
+      key: PRNG key.
+      hidden: hidden layer widths.
+      zero_output: the output layer's kernel and bias are 0, so μ ≡ 0 exactly (Kinetic-L2E is then SGHMC).
+    Returns:
+      φ, a flax params dict {"Dense_0": {"kernel": (3, h1), "bias": (h1,)}, …, "Dense_n": {… (h_n, 1), (1,)}}.
+    """
     params = MetaMLP(tuple(hidden), outputs=1).init(key, jnp.zeros((1, NUM_THETA_FEATURES)))["params"]
     if zero_output:
         last = mlp_layers_names(params)[-1]
@@ -190,12 +280,25 @@ def init_mu_params(key: jax.Array, hidden: Sequence[int] = (32, 32), zero_output
 
 
 def mlp_layers_names(meta_params: PyTree) -> list[str]:
-    """The Dense layer names of a meta-parameter dict, input layer first."""
+    """The Dense layer names of a meta-parameter dict, input layer first.
+
+    Args:
+      meta_params: a flax params dict {"Dense_i": …}.
+    Returns:
+      ["Dense_0", …, "Dense_n"], sorted by index.
+    """
     return sorted(meta_params, key=lambda k: int(k.split("_")[-1]))
 
 
 def apply_mu(meta_params: PyTree, position: PyTree) -> PyTree:
-    """The μ-MLP's output per coordinate of θ (unscaled), as a pytree shaped like `position`."""
+    """The μ-MLP's output per coordinate of θ (unscaled).
+
+    Args:
+      meta_params: φ of the μ-MLP (3 → … → 1).
+      position: θ (pytree).
+    Returns:
+      a pytree shaped like `position` (momentum units once scaled by mu_scale).
+    """
     out = MetaMLP(hidden_sizes(meta_params), outputs=1).apply({"params": meta_params}, theta_features(position))[:, 0]
     leaves, treedef = jax.tree.flatten(position)
     bounds = [0]

@@ -1,4 +1,5 @@
-"""Meta-SGMCMC (NNSGHMC; Gong, Li & Hernández-Lobato, ICLR 2019; spec META_SGMCMC.md §1–§3, SAMPLING.md §2).
+"""Meta-SGMCMC (NNSGHMC; Gong, Li & Hernández-Lobato, ICLR 2019; docs/samplers.md § Meta-SGMCMC and Precond-L2E,
+docs/sampling.md § Meta-SGMCMC and Precond-L2E).
 
 The complete recipe (Ma et al., 2015) on z = (θ, p), H = U(θ) + ½‖p‖², with per-coordinate learned curl Q_i (either
 sign) and diffusion D_i ≥ 0, and the correction Γ computed exactly, so exp(−H/T) is stationary whatever the heads
@@ -19,17 +20,18 @@ derivatives (no Hessian): ∂Q_i/∂θ_i = ∂Q/∂u · ∂u/∂θ_i with ∂u/�
 rule through C·Q² included). Inputs use fixed scales, not the L2E per-tensor normalisation: normalising p over a
 tensor makes Q_i depend on every p_j, and Γ would need the diagonal of a full Jacobian.
 
-Step (META_SGMCMC.md §3), ε = sqrt(lr/N), ξ ~ N(0, I):
+Step, ε = sqrt(lr/N), ξ ~ N(0, I):
 
     p⁺ = p − ε·Q(u, p)·∇Ũ − ε·D·p + ε·T·Γp + sqrt(2εDT)·ξ,   Q′ = Q(u, p⁺),   θ⁺ = θ + ε·Q′·p⁺ + ε·T·Γθ(p⁺)
 
-Γθ is taken from Q′ (the public code's training step mixes Q(u, p) and Q′; its Γp has the curl sign flipped:
-META_SGMCMC.md §5 — neither is copied). `gamma`: "exact" (default); "finite_difference" — central differences of the heads in their scalar inputs (step
-`fd_step`), an approximation; "none" — Γ dropped (a wrong sampler, the tests' control). The public code's test-time
-variant, secants against the previous step's head values with +1e-7 in the denominators, is not offered: Q has two
-inputs that both change between steps, so a one-input secant divides Q's total change by one input's change.
-Meta-training stop-gradients (§4): the heads' inputs (u, p, ĝ) and the ∇Ũ multiplicand are `stop_gradient`, so
-pathwise gradients reach φ through Q, D, Γ and the noise scale along the linear θ/p paths.
+Γθ is taken from Q′ (the public code's training step mixes Q(u, p) and Q′; its Γp has the curl sign flipped —
+neither is copied). `gamma`: "exact" (default); "finite_difference" — central differences of the heads in their
+scalar inputs (step `fd_step`), an approximation; "none" — Γ dropped (a wrong sampler, the tests' control). The
+public code's test-time variant, secants against the previous step's head values with +1e-7 in the denominators, is
+not offered: Q has two inputs that both change between steps, so a one-input secant divides Q's total change by one
+input's change. Meta-training stop-gradients (docs/samplers.md § Meta-SGMCMC and Precond-L2E): the heads' inputs
+(u, p, ĝ) and the ∇Ũ multiplicand are `stop_gradient`, so pathwise gradients reach φ through Q, D, Γ and the noise
+scale along the linear θ/p paths.
 
 Meta-parameters (`init_meta_params`): {"q": flax Dense tree 2 → hidden → 1, "d": 3 → hidden → 1}; hidden (10,) as
 the MNIST code (92 parameters). start="sghmc" sets both output kernels to 0, Q's output bias to 1 and D's to 0:
@@ -81,14 +83,20 @@ class MetaSGMCMCConfig:
 
 
 class MetaSGMCMCState(NamedTuple):
+    """position: θ (pytree); momentum: p (pytree like θ; θ moves by ε·Q·p); step: int32 scalar, updates done."""
+
     position: PyTree
     momentum: PyTree
     step: jax.Array
 
 
 class MetaSGMCMCInfo(NamedTuple):
-    """loss: mean minibatch NLL at the pre-update θ; is_finite: loss and kinetic finite;
-    kinetic: Σ p⁺·∇_pK = Σ p⁺² at the new momentum (K = ½‖p‖²; ≈ d·T at equilibrium)."""
+    """Per-step diagnostics of Meta-SGMCMC (scalars).
+
+    loss: f32, mean minibatch NLL at the pre-update θ (nats per example); is_finite: bool, loss and kinetic finite;
+    kinetic: f32, Σ p⁺·∇_pK = Σ p⁺² at the new momentum (K = ½‖p‖², nats; ≈ d·T at equilibrium, so its mean ÷ d is
+    T_kin).
+    """
 
     loss: jax.Array
     is_finite: jax.Array
@@ -119,7 +127,13 @@ def init_meta_params(key: jax.Array, hidden: Sequence[int] = (10,), start: str =
 
 
 def init(position: PyTree) -> MetaSGMCMCState:
-    """p₀ = 0 (as SGHMC)."""
+    """The Meta-SGMCMC state at `position`: p₀ = 0 (as SGHMC).
+
+    Args:
+      position: θ, a pytree of float arrays.
+    Returns:
+      MetaSGMCMCState (step 0).
+    """
     return MetaSGMCMCState(position, jax.tree.map(jnp.zeros_like, position), jnp.zeros((), jnp.int32))
 
 
@@ -150,8 +164,19 @@ class _Heads(NamedTuple):
 
 
 def heads(phi: PyTree, cfg: MetaSGMCMCConfig, friction, u: jax.Array, p: jax.Array, g: jax.Array) -> _Heads:
-    """Q, ∂Q/∂u, D, ∂D/∂p at (u broadcast (d,), p (d,), ĝ (d,)): one forward-mode pass per head input needed
-    (central differences of step cfg.fd_step when cfg.gamma == "finite_difference")."""
+    """Q, ∂Q/∂u, D, ∂D/∂p: one forward-mode pass per head input needed (central differences of step cfg.fd_step
+    when cfg.gamma == "finite_difference").
+
+    Args:
+      phi: the meta-parameters {"q": …, "d": …}.
+      cfg: MetaSGMCMCConfig (clamps, input scales, gamma mode).
+      friction: C.
+      u: −Ũ/N broadcast to (d,).
+      p: the momentum, (d,).
+      g: ĝ = ∇Ũ/N, (d,).
+    Returns:
+      _Heads(q, dq_du, d, dd_dp), each (d,).
+    """
     q_fn, d_fn = _q_fn(phi, cfg), _d_fn(phi, cfg, friction, u, g)
     if cfg.gamma == "finite_difference":
         h = cfg.fd_step
@@ -164,7 +189,16 @@ def heads(phi: PyTree, cfg: MetaSGMCMCConfig, friction, u: jax.Array, p: jax.Arr
 
 
 def q_and_dq_dp(phi: PyTree, cfg: MetaSGMCMCConfig, u: jax.Array, p: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(Q, ∂Q/∂p) at (u (d,), p (d,)) (central differences when cfg.gamma == "finite_difference")."""
+    """(Q, ∂Q/∂p) at (u, p) (central differences when cfg.gamma == "finite_difference").
+
+    Args:
+      phi: the meta-parameters {"q": …, "d": …}.
+      cfg: MetaSGMCMCConfig.
+      u: −Ũ/N broadcast to (d,).
+      p: the momentum, (d,).
+    Returns:
+      (Q, ∂Q/∂p), each (d,).
+    """
     if cfg.gamma == "finite_difference":
         q_fn, h = _q_fn(phi, cfg), cfg.fd_step
         return q_fn(u, p), (q_fn(u, p + h) - q_fn(u, p - h)) / (2 * h)
@@ -172,15 +206,34 @@ def q_and_dq_dp(phi: PyTree, cfg: MetaSGMCMCConfig, u: jax.Array, p: jax.Array) 
 
 
 def gamma_terms(phi: PyTree, cfg: MetaSGMCMCConfig, friction, u, p, g) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(Q, D, Γp) at (u, p, ĝ), exact: Γp = ∂Q/∂u·(−ĝ) + ∂D/∂p (without the factor T), each (d,)."""
+    """(Q, D, Γp) at (u, p, ĝ), exact: Γp = ∂Q/∂u·(−ĝ) + ∂D/∂p (without the factor T).
+
+    Args:
+      phi: the meta-parameters {"q": …, "d": …}.
+      cfg: MetaSGMCMCConfig.
+      friction: C.
+      u: −Ũ/N broadcast to (d,).
+      p: the momentum, (d,).
+      g: ĝ = ∇Ũ/N, (d,).
+    Returns:
+      (Q, D, Γp), each (d,).
+    """
     h = heads(phi, cfg, friction, u, p, g)
     return h.q, h.d, h.dq_du * (-g) + h.dd_dp
 
 
 def build_kernel(posterior: Posterior, config: MetaSGMCMCConfig = MetaSGMCMCConfig()):
-    """kernel(key, state, minibatch, meta_params, learning_rate=config.learning_rate, friction=config.friction,
-    temperature=config.temperature) -> (MetaSGMCMCState, MetaSGMCMCInfo); meta_params and the hyperparameters are
-    call arguments (traced for ES, backprop and tuning grids)."""
+    """The Meta-SGMCMC kernel (module doc); the key draws the momentum noise ξ.
+
+    Args:
+      posterior: the model (`l2e.Posterior`).
+      config: MetaSGMCMCConfig (clamps, scales, gamma mode static; lr, friction, temperature the call defaults).
+    Returns:
+      kernel(key, state, minibatch, meta_params, learning_rate=config.learning_rate, friction=config.friction,
+      temperature=config.temperature) -> (MetaSGMCMCState, MetaSGMCMCInfo): meta_params φ = {"q", "d"} and the
+      hyperparameters (learning_rate = ε²·N in mean-loss units, friction C, temperature T) are call arguments
+      (traced for ES, backprop and tuning grids).
+    """
     cfg, n = config, posterior.data_size
 
     def kernel(key, state: MetaSGMCMCState, minibatch, meta_params: PyTree, learning_rate=config.learning_rate,
@@ -212,7 +265,16 @@ def build_kernel(posterior: Posterior, config: MetaSGMCMCConfig = MetaSGMCMCConf
 
 def meta_sgmcmc(posterior: Posterior, meta_params: PyTree, config: MetaSGMCMCConfig = MetaSGMCMCConfig()
                 ) -> SamplingAlgorithm:
-    """A ready Meta-SGMCMC sampler: `init(position)`, `step(key, state, minibatch) -> (state, MetaSGMCMCInfo)`."""
+    """A ready Meta-SGMCMC sampler.
+
+    Args:
+      posterior: the model (`l2e.Posterior`).
+      meta_params: φ = {"q": 2 → … → 1, "d": 3 → … → 1} (flax params).
+      config: MetaSGMCMCConfig (lr = ε²·N, friction C, temperature T, clamps, scales, gamma mode).
+    Returns:
+      SamplingAlgorithm: init(position) -> MetaSGMCMCState, step(key, state, minibatch) -> (MetaSGMCMCState,
+      MetaSGMCMCInfo).
+    """
     kernel = build_kernel(posterior, config)
 
     def step(key, state, minibatch):

@@ -7,7 +7,11 @@ the deepest): chain c runs on local device c mod n, one after another on one dev
 (the same program per chain, so the same numbers whatever the device count).  Samples are kept every `thinning`
 transitions, in a Python loop over a jitted block of `thinning` transitions, so memory holds only the kept draws.
 
-NUTS-BDE (Sommer et al., 2024): the initial positions are deep-ensemble members (BASELINES §6).
+NUTS-BDE (Sommer et al., 2024): the initial positions are deep-ensemble members (docs/samplers.md § NUTS;
+references: docs/evaluation.md § Reference posteriors from NUTS).
+
+`l2e.nuts` is this module: `init`, `build_kernel` and the factory `nuts` (one chain at fixed parameters, a
+`FullBatchAlgorithm`), and `nuts_chains` (adapted chains).
 """
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ import numpy as np
 from l2e.devices import member_device
 from l2e.types import FullBatchAlgorithm, PyTree
 
-__all__ = ["NUTSInfo", "nuts", "nuts_chains"]
+__all__ = ["NUTSInfo", "build_kernel", "init", "nuts", "nuts_chains"]
 
 
 class NUTSInfo(NamedTuple):
@@ -44,18 +48,62 @@ class NUTSInfo(NamedTuple):
     seconds: np.ndarray
 
 
+def init(position: PyTree, logdensity_fn: Callable[[PyTree], jax.Array], key: jax.Array | None = None):
+    """blackjax's NUTS state at `position` (deterministic: the key is accepted for the full-batch interface and unused).
+
+    Args:
+      position: θ, a pytree of float arrays.
+      logdensity_fn: params -> scalar log p(θ | D) up to a constant (full batch).
+      key: unused (NUTS draws its momentum in every step).
+    Returns:
+      blackjax HMCState (position, logdensity: scalar, logdensity_grad: pytree like θ).
+    """
+    del key
+    return blackjax.nuts.init(position, logdensity_fn)
+
+
+def build_kernel(logdensity_fn: Callable[[PyTree], jax.Array], max_num_doublings: int = 10):
+    """One NUTS transition of blackjax (multinomial, iterative; velocity Verlet; divergence threshold 1000).
+
+    Args:
+      logdensity_fn: params -> scalar log p(θ | D) up to a constant (full batch).
+      max_num_doublings: at most 2^max_num_doublings leapfrog steps per transition (static).
+    Returns:
+      kernel(key, state, step_size, inverse_mass_matrix) -> (HMCState, blackjax NUTSInfo): step_size ε (θ units
+      per unit momentum) and inverse_mass_matrix (diagonal (d,) or dense (d, d)) are call arguments; the key
+      draws the momentum and the trajectory's directions.
+    """
+    kernel = blackjax.mcmc.nuts.build_kernel()
+
+    def step(key: jax.Array, state, step_size, inverse_mass_matrix):
+        metric = blackjax.mcmc.metrics.default_metric(inverse_mass_matrix)
+        return kernel(key, state, logdensity_fn, step_size, metric, max_num_doublings)
+
+    return step
+
+
 def nuts(logdensity_fn: Callable[[PyTree], jax.Array], step_size, inverse_mass_matrix,
          max_num_doublings: int = 10) -> FullBatchAlgorithm:
-    """blackjax NUTS at a fixed step size and inverse mass matrix (diagonal (d,) or dense (d, d)) as a
-    FullBatchAlgorithm: init(position, key) (the key is unused), step(key, state) -> (HMCState, NUTSInfo of
-    blackjax)."""
-    alg = blackjax.nuts(logdensity_fn, step_size, inverse_mass_matrix, max_num_doublings=max_num_doublings)
+    """blackjax NUTS at a fixed step size and inverse mass matrix as a FullBatchAlgorithm.
 
-    def init(position: PyTree, key: jax.Array | None = None):
-        del key
-        return alg.init(position)
+    Args:
+      logdensity_fn: params -> scalar log p(θ | D) up to a constant (full batch).
+      step_size: ε > 0 (scalar).
+      inverse_mass_matrix: diagonal (d,) or dense (d, d).
+      max_num_doublings: at most 2^max_num_doublings leapfrog steps per transition.
+    Returns:
+      FullBatchAlgorithm: init(position, key) -> HMCState (the key is unused), step(key, state) -> (HMCState,
+      blackjax NUTSInfo).
+    """
+    kernel = build_kernel(logdensity_fn, max_num_doublings)
 
-    return FullBatchAlgorithm(init, alg.step)
+    def init_fn(position: PyTree, key: jax.Array | None = None):
+        return init(position, logdensity_fn, key)
+
+    def step(key: jax.Array, state):
+        return kernel(key, state, step_size, inverse_mass_matrix)
+
+    return FullBatchAlgorithm(init_fn, step)
 
 
 def _programs(logdensity_fn, num_warmup: int, thinning: int, target_acceptance_rate: float,
@@ -99,7 +147,7 @@ def _run_one(programs, logdensity_fn, position, key, dev, num_warmup: int, num_s
         state, params, warm_grads = warm(k_warm, position)
         step_size, imm = params["step_size"], params["inverse_mass_matrix"]
     else:
-        state = blackjax.nuts.init(position, logdensity_fn)
+        state = init(position, logdensity_fn)
         step_size = jax.device_put(jnp.asarray(1e-3), dev)
         imm = jnp.ones_like(jax.flatten_util.ravel_pytree(position)[0])
         warm_grads = jnp.zeros((), jnp.int32)
@@ -117,13 +165,22 @@ def _run_one(programs, logdensity_fn, position, key, dev, num_warmup: int, num_s
 def nuts_chains(logdensity_fn: Callable[[PyTree], jax.Array], init_positions: PyTree, key: jax.Array,
                 num_warmup: int, num_samples: int, thinning: int = 1, target_acceptance_rate: float = 0.8,
                 max_num_doublings: int = 10, progress: Callable | None = None) -> tuple[PyTree, NUTSInfo]:
-    """Run one NUTS chain per leading index of `init_positions`.
+    """Run one NUTS chain per leading index of `init_positions` (module doc).
 
-    logdensity_fn: params -> scalar log p(θ | D) up to a constant (full batch);
-    init_positions: a params pytree with a leading chain axis (C, ...);
-    num_warmup: window-adaptation transitions; num_samples draws kept, `thinning` transitions apart.
-    progress: optional callable(chain, draw) called after each kept draw (e.g. to advance a progress bar).
-    Returns (samples with leading axes (C, num_samples), NUTSInfo).
+    Args:
+      logdensity_fn: params -> scalar log p(θ | D) up to a constant (full batch).
+      init_positions: a params pytree with a leading chain axis (C, ...).
+      key: PRNG key (chain c uses fold_in(key, c)).
+      num_warmup: window-adaptation transitions (≥ 0; 0: ε = 1e-3, unit mass).
+      num_samples: draws kept per chain (≥ 1).
+      thinning: transitions between kept draws (≥ 1).
+      target_acceptance_rate: the dual-averaging target.
+      max_num_doublings: at most 2^max_num_doublings leapfrog steps per transition.
+      progress: optional callable(chain, draw) called after each kept draw (e.g. to advance a progress bar).
+    Returns:
+      (samples: the params pytree with leading axes (C, num_samples), NUTSInfo).
+    Raises:
+      ValueError: a negative warm-up or a non-positive num_samples / thinning.
     """
     if num_warmup < 0 or num_samples < 1 or thinning < 1:
         raise ValueError(f"need num_warmup ≥ 0, num_samples ≥ 1, thinning ≥ 1; got {num_warmup}, "

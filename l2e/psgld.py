@@ -1,4 +1,4 @@
-"""Preconditioned SGLD (Li et al., 2016), RMSprop preconditioner, mean-loss units (BASELINES §4).
+"""Preconditioned SGLD (Li et al., 2016), RMSprop preconditioner, mean-loss units (docs/samplers.md § pSGLD).
 
 V ← ρ·V + (1 − ρ)·ḡ⊙ḡ,   G = 1 ⊘ (λ + √V),
 θ ← θ − lr·G⊙(ḡ − ∇log p(θ)/N) + sqrt(2·lr·T/N)·√G⊙ξ,
@@ -22,25 +22,46 @@ from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, normal_l
 
 
 class PSGLDState(NamedTuple):
+    """position: θ (pytree); square_avg: V, a pytree like θ in units of ḡ² (per-datum gradient squared);
+    step: int32 scalar, number of updates done."""
+
     position: PyTree
-    square_avg: PyTree  # V, same structure as position, units of ḡ² (per-datum gradient squared)
-    step: jax.Array  # int32 scalar, number of updates done
+    square_avg: PyTree
+    step: jax.Array
 
 
 class PSGLDInfo(NamedTuple):
-    """loss: mean minibatch NLL at the pre-update θ; is_finite: loss and Σθ' finite."""
+    """Per-step diagnostics of pSGLD (scalars).
+
+    loss: f32, mean minibatch NLL at the pre-update θ (nats per example); is_finite: bool, loss and Σθ' finite.
+    pSGLD has no momentum, hence no `kinetic`.
+    """
 
     loss: jax.Array
     is_finite: jax.Array
 
 
 def init(position: PyTree) -> PSGLDState:
+    """The pSGLD state at `position`.
+
+    Args:
+      position: θ, a pytree of float arrays.
+    Returns:
+      PSGLDState with V = 0 and step 0.
+    """
     return PSGLDState(position, jax.tree.map(jnp.zeros_like, position), jnp.zeros((), jnp.int32))
 
 
 def build_kernel(posterior: Posterior):
-    """kernel(key, state, minibatch, learning_rate, rho=0.99, lam=1e-5, temperature=1.0) -> (PSGLDState,
-    PSGLDInfo); `learning_rate` = ε_phys·N, `rho` = RMSprop decay ρ, `lam` = λ (stabiliser of G)."""
+    """The pSGLD kernel (module doc); the key draws the Langevin noise ξ.
+
+    Args:
+      posterior: the model (`l2e.Posterior`).
+    Returns:
+      kernel(key, state, minibatch, learning_rate, rho=0.99, lam=1e-5, temperature=1.0) -> (PSGLDState,
+      PSGLDInfo): learning_rate = ε_phys·N (mean-loss units), rho the RMSprop decay ρ, lam λ (stabiliser of G,
+      units of |ḡ|), temperature T; scalars, traceable.
+    """
     n = posterior.data_size
 
     def kernel(key: jax.Array, state: PSGLDState, minibatch, learning_rate, rho=0.99, lam=1e-5, temperature=1.0):
@@ -62,8 +83,17 @@ def build_kernel(posterior: Posterior):
 def psgld(
     posterior: Posterior, learning_rate: float, rho: float = 0.99, lam: float = 1e-5, temperature: float = 1.0
 ) -> SamplingAlgorithm:
-    """pSGLD; `learning_rate` = ε_phys·N (mean-loss units), `rho` = RMSprop decay ρ ∈ [0, 1],
-    `lam` = λ > 0 (stabiliser of G), `temperature` = T."""
+    """pSGLD (module doc).
+
+    Args:
+      posterior: the model (`l2e.Posterior`).
+      learning_rate: lr = ε_phys·N > 0 (mean-loss units).
+      rho: the RMSprop decay ρ ∈ [0, 1].
+      lam: λ > 0, the stabiliser of G (units of |ḡ|).
+      temperature: T > 0 (1: the posterior).
+    Returns:
+      SamplingAlgorithm: init(position) -> PSGLDState, step(key, state, minibatch) -> (PSGLDState, PSGLDInfo).
+    """
     check_positive(learning_rate=learning_rate, lam=lam, temperature=temperature)
     check_in_range("rho", rho, 0.0, 1.0)
     kernel = build_kernel(posterior)

@@ -1,4 +1,5 @@
-"""The L2E authors' released meta-parameters (`meta_params.pickle`, ../shared/data/l2e_released).
+"""The L2E authors' released meta-parameters (`meta_params.pickle`; docs/samplers.md § The authors' released L2E).
+The file is not part of the repository: `l2e.load_released(path)` takes its path.
 
 The file is a pickle of a haiku `FlatMapping` of jax Arrays: `mlp/~/linear_{0,1,2}`, each with `w` (in, out)
 and `b` (out,), float32, 9 → 32 → 32 → 2 (1,442 numbers).  A pickle can run arbitrary code, so it is read
@@ -30,7 +31,8 @@ from l2e.types import PyTree
 
 RELEASED_CONFIG = L2EConfig(learning_rate=0.5, friction=0.1, temperature=0.001, alpha_scale=1e-3,
                             beta_scale=1e-3, noise="reference")
-"""The released code's sampler constants (L2E.md §2.3; τ = 0.001 from the checkpoint's config.yaml)."""
+"""The released code's sampler constants (docs/l2e.md § The step as the released code runs it; τ = 0.001 from the
+checkpoint's config.yaml)."""
 
 LAYER_SHAPES = (((9, 32), (32,)), ((32, 32), (32,)), ((32, 2), (2,)))
 
@@ -65,6 +67,16 @@ class ReleasedUnpickler(pickle.Unpickler):
     }
 
     def find_class(self, module: str, name: str):
+        """The object a global of the pickle names.
+
+        Args:
+          module: the global's module.
+          name: the global's name.
+        Returns:
+          the allowed replacement (ALLOWED).
+        Raises:
+          ReleasedFormatError: any other global.
+        """
         try:
             return self.ALLOWED[(module, name)]
         except KeyError:
@@ -72,7 +84,15 @@ class ReleasedUnpickler(pickle.Unpickler):
 
 
 def released_meta_params(raw) -> PyTree:
-    """Our meta-parameter tree {"Dense_i": {"kernel", "bias"}} from the released {"mlp/~/linear_i": {"w", "b"}}."""
+    """Our meta-parameter tree from the released one.
+
+    Args:
+      raw: the unpickled {"mlp/~/linear_i": {"w", "b"}} (i = 0, 1, 2).
+    Returns:
+      {"Dense_i": {"kernel", "bias"}}, float32 numpy, 9 → 32 → 32 → 2.
+    Raises:
+      ReleasedFormatError: other keys, shapes or dtypes, or non-finite values.
+    """
     if not isinstance(raw, dict) or sorted(raw) != [f"mlp/~/linear_{i}" for i in range(3)]:
         raise ReleasedFormatError(f"expected keys mlp/~/linear_0..2, got {sorted(raw) if isinstance(raw, dict) else type(raw).__name__}")
     params = {}
@@ -91,9 +111,18 @@ def released_meta_params(raw) -> PyTree:
 
 
 def load_released(path: str | Path) -> tuple[PyTree, L2EConfig]:
-    """(meta_params, RELEASED_CONFIG) from the authors' `meta_params.pickle` (or a directory holding it).
+    """The authors' released meta-parameters and the released code's sampler constants (`l2e.load_released`).
 
-    Raises FileNotFoundError for a missing file and ReleasedFormatError for a refused or malformed pickle."""
+    Use them with `l2e.l2e(posterior, meta_params, config)`.
+
+    Args:
+      path: the authors' `meta_params.pickle`, or a directory holding it.
+    Returns:
+      (meta_params: {"Dense_i": {"kernel", "bias"}} float32 numpy, 9 → 32 → 32 → 2; RELEASED_CONFIG: the
+      L2EConfig with lr 0.5 (ε²·N), friction 0.1, T = 0.001, output scales 1e-3, noise "reference").
+    Raises:
+      FileNotFoundError: a missing file; ReleasedFormatError: a refused or malformed pickle.
+    """
     path = Path(path)
     if path.is_dir():
         path = path / "meta_params.pickle"

@@ -20,14 +20,21 @@ __all__ = ["SGHMCInfo", "SGHMCState", "build_kernel", "init", "sghmc"]
 
 
 class SGHMCState(NamedTuple):
+    """position: θ (pytree); momentum: r (pytree like θ, physical units: θ moves by ε·r); step: int32 scalar,
+    updates done."""
+
     position: PyTree
     momentum: PyTree
     step: jax.Array
 
 
 class SGHMCInfo(NamedTuple):
-    """loss: mean minibatch NLL at the pre-update θ; is_finite: loss and kinetic finite;
-    kinetic: Σ r'² at the new momentum (= Σ r'·∇_rK for K = ½|r|²; ≈ d·T at equilibrium)."""
+    """Per-step diagnostics of SGHMC (scalars).
+
+    loss: f32, mean minibatch NLL at the pre-update θ (nats per example); is_finite: bool, loss and kinetic finite;
+    kinetic: f32, Σ r'² at the new momentum (= Σ r'·∇_rK for K = ½|r|², nats; ≈ d·T at equilibrium, so its mean
+    ÷ d is T_kin).
+    """
 
     loss: jax.Array
     is_finite: jax.Array
@@ -35,12 +42,25 @@ class SGHMCInfo(NamedTuple):
 
 
 def init(position: PyTree) -> SGHMCState:
+    """The SGHMC state at `position`.
+
+    Args:
+      position: θ, a pytree of float arrays.
+    Returns:
+      SGHMCState with momentum 0 and step 0.
+    """
     return SGHMCState(position, jax.tree.map(jnp.zeros_like, position), jnp.zeros((), jnp.int32))
 
 
 def build_kernel(posterior: Posterior):
-    """kernel(key, state, minibatch, learning_rate, friction, temperature=1.0) -> (SGHMCState, SGHMCInfo);
-    `learning_rate` = ε²·N, `friction` = C, `temperature` = T."""
+    """The SGHMC kernel (module doc); the key draws the momentum noise.
+
+    Args:
+      posterior: the model (`l2e.Posterior`).
+    Returns:
+      kernel(key, state, minibatch, learning_rate, friction, temperature=1.0) -> (SGHMCState, SGHMCInfo):
+      learning_rate = ε²·N (mean-loss units), friction C (1/time), temperature T; scalars, traceable.
+    """
 
     def kernel(key: jax.Array, state: SGHMCState, minibatch, learning_rate, friction, temperature=1.0):
         with jax.ensure_compile_time_eval():
@@ -60,7 +80,16 @@ def build_kernel(posterior: Posterior):
 def sghmc(
     posterior: Posterior, learning_rate: float, friction: float = 0.1, temperature: float = 1.0
 ) -> SamplingAlgorithm:
-    """SGHMC; `learning_rate` = ε²·N, `friction` = C, `temperature` = T."""
+    """SGHMC with persistent momentum (module doc).
+
+    Args:
+      posterior: the model (`l2e.Posterior`).
+      learning_rate: lr = ε²·N > 0 (mean-loss units).
+      friction: C > 0 (1/time).
+      temperature: T > 0 (1: the posterior).
+    Returns:
+      SamplingAlgorithm: init(position) -> SGHMCState, step(key, state, minibatch) -> (SGHMCState, SGHMCInfo).
+    """
     check_positive(learning_rate=learning_rate, friction=friction, temperature=temperature)
     kernel = build_kernel(posterior)
 

@@ -17,24 +17,43 @@ from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, normal_l
 
 
 class SGLDState(NamedTuple):
+    """position: θ (pytree); step: int32 scalar, number of updates done."""
+
     position: PyTree
-    step: jax.Array  # int32 scalar, number of updates done
+    step: jax.Array
 
 
 class SGLDInfo(NamedTuple):
-    """loss: mean minibatch NLL at the pre-update θ (nats per example); is_finite: loss and Σθ' finite."""
+    """Per-step diagnostics of SGLD (scalars).
+
+    loss: f32, mean minibatch NLL at the pre-update θ (nats per example); is_finite: bool, loss and Σθ' finite.
+    SGLD has no momentum, hence no `kinetic`.
+    """
 
     loss: jax.Array
     is_finite: jax.Array
 
 
 def init(position: PyTree) -> SGLDState:
+    """The SGLD state at `position`.
+
+    Args:
+      position: θ, a pytree of float arrays.
+    Returns:
+      SGLDState (step 0).
+    """
     return SGLDState(position, jnp.zeros((), jnp.int32))
 
 
 def build_kernel(posterior: Posterior):
-    """kernel(key, state, minibatch, learning_rate, temperature=1.0) -> (SGLDState, SGLDInfo);
-    `learning_rate` = ε·N (mean-loss units)."""
+    """The SGLD kernel (module doc); the key draws the Langevin noise ξ.
+
+    Args:
+      posterior: the model (`l2e.Posterior`).
+    Returns:
+      kernel(key, state, minibatch, learning_rate, temperature=1.0) -> (SGLDState, SGLDInfo): learning_rate = ε·N
+      (mean-loss units) and the temperature T are scalars, traceable (one compilation serves a grid).
+    """
 
     def kernel(key: jax.Array, state: SGLDState, minibatch, learning_rate, temperature=1.0):
         eps = learning_rate / posterior.data_size
@@ -49,7 +68,15 @@ def build_kernel(posterior: Posterior):
 
 
 def sgld(posterior: Posterior, learning_rate: float, temperature: float = 1.0) -> SamplingAlgorithm:
-    """SGLD with constant step; `learning_rate` = ε·N (mean-loss units)."""
+    """SGLD with constant step.
+
+    Args:
+      posterior: the model (`l2e.Posterior`).
+      learning_rate: lr = ε·N > 0 (mean-loss units).
+      temperature: T > 0 (1: the posterior).
+    Returns:
+      SamplingAlgorithm: init(position) -> SGLDState, step(key, state, minibatch) -> (SGLDState, SGLDInfo).
+    """
     check_positive(learning_rate=learning_rate, temperature=temperature)
     kernel = build_kernel(posterior)
 

@@ -27,15 +27,22 @@ DEFAULT_DIFFUSION = 0.1
 
 
 class SGNHTState(NamedTuple):
+    """position: θ (pytree); momentum: r (pytree like θ, physical units: θ moves by ε·r); thermostat: ξ, a scalar
+    in friction units (1/time); step: int32 scalar, updates done."""
+
     position: PyTree
     momentum: PyTree
-    thermostat: jax.Array  # ξ, scalar (units of friction, 1/ε)
+    thermostat: jax.Array
     step: jax.Array
 
 
 class SGNHTInfo(NamedTuple):
-    """loss: mean minibatch NLL at the pre-update θ; is_finite: loss and kinetic finite;
-    kinetic: Σ r'² at the new momentum (≈ d·T at equilibrium, which the thermostat enforces)."""
+    """Per-step diagnostics of SGNHT (scalars).
+
+    loss: f32, mean minibatch NLL at the pre-update θ (nats per example); is_finite: bool, loss and kinetic finite;
+    kinetic: f32, Σ r'² at the new momentum (= Σ r'·∇_rK for K = ½|r|², nats; ≈ d·T at equilibrium, which the
+    thermostat enforces).
+    """
 
     loss: jax.Array
     is_finite: jax.Array
@@ -43,15 +50,29 @@ class SGNHTInfo(NamedTuple):
 
 
 def init(position: PyTree, thermostat: float = DEFAULT_DIFFUSION) -> SGNHTState:
-    """Momentum 0, ξ = `thermostat` (Ding et al. start ξ at the diffusion A)."""
+    """The SGNHT state at `position`: momentum 0, ξ = `thermostat` (Ding et al. start ξ at the diffusion A).
+
+    Args:
+      position: θ, a pytree of float arrays.
+      thermostat: the initial ξ (1/time).
+    Returns:
+      SGNHTState (step 0).
+    """
     dtype = jax.tree.leaves(position)[0].dtype
     return SGNHTState(position, jax.tree.map(jnp.zeros_like, position), jnp.asarray(thermostat, dtype),
                       jnp.zeros((), jnp.int32))
 
 
 def build_kernel(posterior: Posterior):
-    """kernel(key, state, minibatch, learning_rate, diffusion=DEFAULT_DIFFUSION, temperature=1.0)
-    -> (SGNHTState, SGNHTInfo); `learning_rate` = ε²·N, `diffusion` = A, `temperature` = T."""
+    """The SGNHT kernel (module doc); the key draws the momentum noise.
+
+    Args:
+      posterior: the model (`l2e.Posterior`).
+    Returns:
+      kernel(key, state, minibatch, learning_rate, diffusion=DEFAULT_DIFFUSION, temperature=1.0) ->
+      (SGNHTState, SGNHTInfo): learning_rate = ε²·N (mean-loss units), diffusion A (1/time), temperature T;
+      scalars, traceable.
+    """
 
     def kernel(key: jax.Array, state: SGNHTState, minibatch, learning_rate, diffusion=DEFAULT_DIFFUSION,
                temperature=1.0):
@@ -72,7 +93,17 @@ def build_kernel(posterior: Posterior):
 
 def sgnht(posterior: Posterior, learning_rate: float, diffusion: float = DEFAULT_DIFFUSION,
           temperature: float = 1.0) -> SamplingAlgorithm:
-    """SGNHT; `learning_rate` = ε²·N, `diffusion` = A (also ξ's initial value), `temperature` = T."""
+    """SGNHT (module doc).
+
+    Args:
+      posterior: the model (`l2e.Posterior`).
+      learning_rate: lr = ε²·N > 0 (mean-loss units).
+      diffusion: A > 0 (1/time), the injected noise's friction and ξ's initial value.
+      temperature: T > 0 (1: the posterior).
+    Returns:
+      SamplingAlgorithm: init(position) -> SGNHTState (ξ = A), step(key, state, minibatch) -> (SGNHTState,
+      SGNHTInfo).
+    """
     check_positive(learning_rate=learning_rate, diffusion=diffusion, temperature=temperature)
     kernel = build_kernel(posterior)
 

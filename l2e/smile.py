@@ -1,4 +1,5 @@
-"""SMILE / pSMILE: minibatch microcanonical Langevin dynamics (Sommer et al., ICML 2026; shared/spec/SMILE.md).
+"""SMILE / pSMILE: minibatch microcanonical Langevin dynamics (Sommer et al., ICML 2026; docs/samplers.md § SMILE /
+pSMILE). `l2e.smile` and `l2e.psmile` are both this module (`init`; `build_kernel`, pSMILE's `build_psmile_kernel`).
 
 One step is one isokinetic McLachlan step of the ESH dynamics on the minibatch log density
 ℓ_B(θ) = log p(θ) − S·mean-NLL_B(θ) (S = `likelihood_scale`, default N; the public code uses (N // B)·B):
@@ -7,16 +8,31 @@ evaluations per step, both on the step's minibatch; the first velocity update re
 previous step (its minibatch).  Velocity map (e = g/|g|, δ = h|g|/(d − 1), ζ = e^−δ):
 u ← normalise(e(1 − ζ)(1 + ζ + (u·e)(1 − ζ)) + 2ζu), kinetic change (d − 1)[δ − log 2 + log(1 + u·e + (1 − u·e)ζ²)]
 (blackjax 1.2.2's form, which the public code pins).  Position: θ ← θ + h·u.  Gradient entries that are NaN
-become 0, then every entry is clipped to ±1e6.  No partial velocity refresh (L = ∞): the minibatch noise is the
-only stochasticity (`key` is unused).  The velocity starts at **zero** (stored gradient 0, stored log density 0),
-so the first step only aligns it with the gradient; a reset zeroes it again.
+become 0, then every entry is clipped to ±1e6.  The velocity starts at **zero** (stored gradient 0, stored log
+density 0), so the first step only aligns it with the gradient; a reset zeroes it again.
+
+Randomness.  SMILE as published is deterministic given its minibatches: the authors' BNN kernels have no partial
+velocity refresh (decoherence length L = ∞), and the guardrail's reset zeroes the velocity rather than drawing one,
+so the minibatch noise is the only stochasticity.  That is the default here (`decoherence_length=None`): the key is
+then not used, and the chain is the public code's.  The key drives the one random ingredient the dynamics admit,
+MCLMC's partial velocity refresh: with a finite `decoherence_length` L each step is wrapped, as blackjax's
+`with_isokinetic_maruyama` wraps MCLMC's, in two half refreshes u ← normalise(u + ν·z), ν = sqrt((e^{ε/L} − 1)/d),
+z ~ N(0, I) — one before the McLachlan step (key half 1), one after it (key half 2), both before a reset; they do
+not enter ΔE (blackjax's `partially_refresh_momentum`; a zero velocity becomes a random unit one).
+
+No kinetic temperature.  SMILE's velocity is isokinetic: |u| = 1 always, and its stationary law is uniform on the
+sphere whatever the target's temperature, so there is no kinetic energy K with u ~ exp(−K/T).  The ESH kinetic energy
+whose change enters ΔE, K(u) = (d − 1)·log|u|, has Σ u·∇_uK = d − 1 at every step, an identity: T_kin = ⟨Σ u·∇_uK⟩/d
+would read (d − 1)/d for any chain, right or wrong.  So `SMILEInfo` has no `kinetic` field and the evaluation reports
+no T_kin for SMILE (docs/sampling.md § Measuring it: kinetic and configurational temperature); the configurational
+temperature on known targets still applies.
 
 pSMILE (`preconditioned=True`): at the start of a step s = clip(σ, 1e-2, 1e4)/rms(clip(σ, 1e-2, 1e4)); positions
 move by h·u/s and the velocity update sees g/s (the stored gradient is g/s with the s of the step that computed
 it, as in the code); after the step, from its final raw gradient g: m ← clip(0.99m + 0.01g, ±1e6),
 σ ← sqrt(max(0.99σ² + 0.01(g − m)², 1e-7)), from m = σ = 1.  Never frozen.
 
-Tuner and guardrail (`tuner=True`; SMILE.md §3, the public code's SMILET / NOISYSMILE step), t = 1, 2, … the step:
+Tuner and guardrail (`tuner=True`; the public code's SMILET / NOISYSMILE step), t = 1, 2, … the step:
 ΔE = kinetic change + (ℓ_stored − ℓ_new)·[ℓ_stored ≠ 0] (two different minibatches).  Gamma fit of |ΔE| from the
 running mean m and standard deviation s: k = m²/(s² + 1e-6), θ = (s² + 1e-6)/m, Wilson–Hilferty quantiles
 Q(p) = θk(1 − 1/(9k) + z_p/(3√k))³.  From t = 10: |ΔE| > Q(reset_prob) → the position reverts and the velocity is
@@ -44,12 +60,13 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from blackjax.mcmc.integrators import partially_refresh_momentum
 
-from l2e.checks import check_in_range, check_positive
+from l2e.checks import check_in_range, check_positive, is_concrete
 from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, settled, tree_size, tree_vdot
 
-__all__ = ["B1", "SMILEInfo", "SMILEState", "build_kernel", "esh_velocity_update", "init", "psmile", "smile",
-           "SHIPPED"]
+__all__ = ["B1", "SMILEInfo", "SMILEState", "build_kernel", "build_psmile_kernel", "esh_velocity_update", "init",
+           "psmile", "smile", "SHIPPED"]
 
 B1 = 0.1931833275037836  # McLachlan minimal-norm coefficients (blackjax `mclachlan_coefficients`)
 A1 = 0.5
@@ -60,22 +77,38 @@ SHIPPED = {"reset_prob": 0.98, "adaption_prob": 0.1, "adaption_strength": 0.02, 
 
 
 class SMILEState(NamedTuple):
+    """State of SMILE / pSMILE (pytrees shaped like θ unless a scalar is said).
+
+    position: θ; velocity: u, a unit vector over all coordinates (dimensionless; zero at the start and after a
+    reset); grad: stored ∇ℓ_B of the last evaluation (nats per θ unit; pSMILE: divided by that step's s);
+    logdensity: scalar, stored ℓ_B of the last evaluation (nats; 0: none yet); step_size: scalar ε (θ units);
+    de_mean, de_std: scalars, running mean and standard deviation of |ΔE| (nats); grad_mean, grad_sd: pSMILE's
+    running gradient mean m and standard deviation σ (ones, unused without preconditioning); step: int32 scalar,
+    steps done (the code's t − 1).
+    """
+
     position: PyTree
-    velocity: PyTree  # unit vector over all coordinates (zero at the start and after a reset)
-    grad: PyTree  # stored ∇ℓ_B of the last evaluation (pSMILE: divided by that step's s)
-    logdensity: jax.Array  # stored ℓ_B of the last evaluation (0: none yet)
-    step_size: jax.Array  # ε
-    de_mean: jax.Array  # running mean of |ΔE|
-    de_std: jax.Array  # running standard deviation of |ΔE|
-    grad_mean: PyTree  # pSMILE: running gradient mean m (ones; unused without preconditioning)
-    grad_sd: PyTree  # pSMILE: running gradient standard deviation σ (ones)
-    step: jax.Array  # int32, steps done (the code's t − 1)
+    velocity: PyTree
+    grad: PyTree
+    logdensity: jax.Array
+    step_size: jax.Array
+    de_mean: jax.Array
+    de_std: jax.Array
+    grad_mean: PyTree
+    grad_sd: PyTree
+    step: jax.Array
 
 
 class SMILEInfo(NamedTuple):
-    """loss: mean minibatch NLL at the step's last evaluation (the integrated position, before a possible reset;
-    SMILE evaluates nothing at the pre-update position on this minibatch); is_finite: loss, ΔE and Σθ'² finite;
-    energy_change: ΔE; step_size: the ε this step used; reset: the guardrail reverted this step."""
+    """Per-step diagnostics of SMILE / pSMILE (all scalars).
+
+    loss: f32, mean minibatch NLL at the step's last evaluation (the integrated position, before a possible reset;
+    SMILE evaluates nothing at the pre-update position on this minibatch), nats per example; is_finite: bool, loss,
+    ΔE and Σθ'² finite; energy_change: f32, ΔE = kinetic change of the three velocity updates + (ℓ_stored − ℓ_new)
+    (nats; the tuner's input); step_size: f32, the ε this step used (θ units; pSMILE moves coordinate i by
+    ε·u_i/s_i); reset: bool, the guardrail reverted this step.  No `kinetic`: T_kin is not defined for an
+    isokinetic velocity (module doc).
+    """
 
     loss: jax.Array
     is_finite: jax.Array
@@ -85,7 +118,14 @@ class SMILEInfo(NamedTuple):
 
 
 def init(position: PyTree, step_size=1e-3) -> SMILEState:
-    """Velocity, stored gradient and statistics zero; ε = `step_size`; pSMILE's m = σ = 1."""
+    """The SMILE / pSMILE state at `position`: velocity, stored gradient and statistics zero; pSMILE's m = σ = 1.
+
+    Args:
+      position: θ, a pytree of float arrays with d ≥ 2 coordinates in all.
+      step_size: the initial ε (θ units).
+    Returns:
+      SMILEState (step 0).
+    """
     dtype = jax.tree.leaves(position)[0].dtype
     zeros = jax.tree.map(jnp.zeros_like, position)
     ones = jax.tree.map(jnp.ones_like, position)
@@ -102,8 +142,18 @@ def _normalised(tree):
 
 
 def esh_velocity_update(velocity: PyTree, grad: PyTree, h) -> tuple[PyTree, jax.Array]:
-    """The exact isokinetic (ESH) velocity map over time h for the log-density gradient `grad`:
-    (new unit velocity, kinetic-energy change).  A zero velocity is turned towards the gradient."""
+    """The exact isokinetic (ESH) velocity map over time h for the log-density gradient `grad` (blackjax 1.2.2's form).
+
+    A zero velocity is turned towards the gradient.
+
+    Args:
+      velocity: u, a unit (or zero) vector as a pytree (d ≥ 2 coordinates).
+      grad: ∇ℓ, a pytree like `velocity` (nats per θ unit).
+      h: the time step (θ units), a scalar.
+    Returns:
+      (new unit velocity, a pytree like `velocity`; kinetic-energy change (d − 1)[δ − log 2 + log(1 + u·e +
+      (1 − u·e)ζ²)], a scalar in nats).
+    """
     d = tree_size(velocity)
     e, gnorm = _normalised(grad)
     ue = tree_vdot(velocity, e)
@@ -180,12 +230,26 @@ def _update_noise_stats(grad_mean: PyTree, grad_sd: PyTree, raw_grad: PyTree) ->
     return mean, sd
 
 
+def _refresh(velocity: PyTree, key: jax.Array, eps, decoherence_length) -> PyTree:
+    """Half of MCLMC's Maruyama partial velocity refresh over time ε/2 (blackjax's `partially_refresh_momentum`)."""
+    return partially_refresh_momentum(velocity, key, 0.5 * eps, decoherence_length)
+
+
 def build_kernel(posterior: Posterior, preconditioned: bool = False, tuner: bool = True,
                  likelihood_scale: float | None = None):
-    """kernel(key, state, minibatch, reset_prob=0.98, adaption_prob=0.1, adaption_strength=0.02, smoothing=0.01)
-    -> (SMILEState, SMILEInfo).  `preconditioned`: pSMILE; `tuner`: step-size rule and reset guardrail (False:
-    the naive fixed-step form); `likelihood_scale` S of ℓ_B = log p − S·mean NLL (None: N).  The tuner
-    constants may be traced; with `tuner=False` they are ignored."""
+    """The SMILE step (module doc): one isokinetic McLachlan step on the minibatch log density, then the tuner.
+
+    Args:
+      posterior: the model (`l2e.Posterior`); SMILE targets ℓ_B = log p − S·mean NLL_B.
+      preconditioned: pSMILE (static).
+      tuner: the step-size rule and reset guardrail (static; False: the naive fixed-step form).
+      likelihood_scale: S (None: N; the public code uses (N // B)·B).
+    Returns:
+      kernel(key, state, minibatch, reset_prob=0.98, adaption_prob=0.1, adaption_strength=0.02, smoothing=0.01,
+      decoherence_length=None) -> (SMILEState, SMILEInfo).  The tuner constants (probabilities and fractions) may
+      be traced and are ignored with `tuner=False`; decoherence_length L (θ units) turns on the partial velocity
+      refresh drawn from `key` (None, the default: no refresh, and the key is not used).
+    """
     scale_s = float(posterior.data_size if likelihood_scale is None else likelihood_scale)
 
     def logdensity(x, minibatch):
@@ -194,13 +258,17 @@ def build_kernel(posterior: Posterior, preconditioned: bool = False, tuner: bool
 
     def kernel(key: jax.Array, state: SMILEState, minibatch, reset_prob=SHIPPED["reset_prob"],
                adaption_prob=SHIPPED["adaption_prob"], adaption_strength=SHIPPED["adaption_strength"],
-               smoothing=SHIPPED["smoothing"]):
-        del key  # deterministic given the minibatch
+               smoothing=SHIPPED["smoothing"], decoherence_length=None):
         if tree_size(state.position) < 2:
             raise ValueError("SMILE needs at least 2 coordinates (the ESH map divides by d − 1)")
         scale = _precondition_scale(state.grad_sd) if preconditioned else None
         vg = jax.value_and_grad(lambda x: logdensity(x, minibatch), has_aux=True)
+        if decoherence_length is not None:  # the key's only use (module doc: randomness)
+            k_before, k_after = jax.random.split(key)
+            state = state._replace(velocity=_refresh(state.velocity, k_before, state.step_size, decoherence_length))
         x, u, g, ld, loss, dk = _integrate(vg, state, state.step_size, scale)
+        if decoherence_length is not None:
+            u = _refresh(u, k_after, state.step_size, decoherence_length)
         de = dk + (state.logdensity - ld) * (state.logdensity != 0.0)
         if tuner:
             reset, eps, de_mean, de_std = _tune(state, jnp.abs(de), reset_prob, adaption_prob, adaption_strength,
@@ -219,28 +287,69 @@ def build_kernel(posterior: Posterior, preconditioned: bool = False, tuner: bool
     return kernel
 
 
+def build_psmile_kernel(posterior: Posterior, tuner: bool = True, likelihood_scale: float | None = None):
+    """pSMILE's kernel: `build_kernel(posterior, preconditioned=True, tuner, likelihood_scale)`.
+
+    Args:
+      posterior: the model (`l2e.Posterior`).
+      tuner: the step-size rule and reset guardrail (False: pSMILE-naive).
+      likelihood_scale: S of ℓ_B = log p − S·mean NLL_B (None: N).
+    Returns:
+      kernel(key, state, minibatch, reset_prob, adaption_prob, adaption_strength, smoothing, decoherence_length)
+      -> (SMILEState, SMILEInfo), as `build_kernel`.
+    """
+    return build_kernel(posterior, True, tuner, likelihood_scale)
+
+
 def smile(posterior: Posterior, step_size: float = 1e-3, tuner: bool = True, preconditioned: bool = False,
           reset_prob: float = SHIPPED["reset_prob"], adaption_prob: float = SHIPPED["adaption_prob"],
           adaption_strength: float = SHIPPED["adaption_strength"], smoothing: float = SHIPPED["smoothing"],
-          likelihood_scale: float | None = None) -> SamplingAlgorithm:
+          likelihood_scale: float | None = None, decoherence_length: float | None = None) -> SamplingAlgorithm:
     """SMILE (tuner on) or SMILE-naive (`tuner=False`); `preconditioned=True` gives pSMILE(-naive).
-    `step_size`: the initial (naive: fixed) ε; the tuner constants as in the module doc."""
+
+    Args:
+      posterior: the model (`l2e.Posterior`).
+      step_size: the initial (naive: fixed) ε > 0 (θ units).
+      tuner: the step-size rule and reset guardrail.
+      preconditioned: pSMILE.
+      reset_prob: the Gamma quantile above which a step is reverted, in [0, 1].
+      adaption_prob: a in [0, 1]: ε shrinks above the 1 − 2a/3 quantile, grows below a/3.
+      adaption_strength: δ in [0, 1): the relative change of ε.
+      smoothing: β in [0, 1]: the weight of a new |ΔE| in the running statistics.
+      likelihood_scale: S of ℓ_B = log p − S·mean NLL_B (None: N).
+      decoherence_length: L > 0 (θ units) of the partial velocity refresh drawn from the step key (∞: none); None
+        (default, the published kernels): no refresh and the key is not used — deterministic given the minibatches.
+    Returns:
+      SamplingAlgorithm: init(position) -> SMILEState, step(key, state, minibatch) -> (SMILEState, SMILEInfo).
+    """
     check_positive(step_size=step_size)
     check_in_range("reset_prob", reset_prob, 0.0, 1.0)
     check_in_range("adaption_prob", adaption_prob, 0.0, 1.0)
     check_in_range("adaption_strength", adaption_strength, 0.0, 1.0, include_high=False)
     check_in_range("smoothing", smoothing, 0.0, 1.0)
+    if decoherence_length is not None and not (is_concrete(decoherence_length) and decoherence_length == math.inf):
+        check_positive(decoherence_length=decoherence_length)
     kernel = build_kernel(posterior, preconditioned, tuner, likelihood_scale)
 
     def init_fn(position: PyTree) -> SMILEState:
         return init(position, step_size)
 
     def step(key: jax.Array, state: SMILEState, minibatch):
-        return kernel(key, state, minibatch, reset_prob, adaption_prob, adaption_strength, smoothing)
+        return kernel(key, state, minibatch, reset_prob, adaption_prob, adaption_strength, smoothing,
+                      decoherence_length)
 
     return SamplingAlgorithm(init_fn, step)
 
 
 def psmile(posterior: Posterior, step_size: float = 1e-3, tuner: bool = True, **kwargs) -> SamplingAlgorithm:
-    """pSMILE: `smile(..., preconditioned=True)`."""
+    """pSMILE: `smile(..., preconditioned=True)`.
+
+    Args:
+      posterior: the model (`l2e.Posterior`).
+      step_size: the initial (naive: fixed) ε > 0 (θ units).
+      tuner: the step-size rule and reset guardrail (False: pSMILE-naive).
+      **kwargs: the other arguments of `smile` (tuner constants, likelihood_scale, decoherence_length).
+    Returns:
+      SamplingAlgorithm: init(position) -> SMILEState, step(key, state, minibatch) -> (SMILEState, SMILEInfo).
+    """
     return smile(posterior, step_size, tuner, preconditioned=True, **kwargs)

@@ -1,9 +1,11 @@
 """Shared types of every sampler: the posterior a sampler targets and the blackjax-style interfaces.
 
 Conventions: a sampler's state is a NamedTuple with a `position` field (the parameter pytree θ); a step
-returns `(state, info)`, info a NamedTuple with at least `loss` (mean minibatch NLL at the pre-update
-position, f32 scalar) and `is_finite` (bool scalar: the new state is finite); momentum methods add
-`kinetic` = Σ_i r'_i·∇_rK(θ, r')_i at the post-update momentum r'.
+returns `(state, info)`, info a NamedTuple with at least `loss` (mean minibatch NLL, nats per example, f32 scalar;
+at the pre-update position unless the sampler's Info says otherwise) and `is_finite` (bool scalar: the new state is
+finite); momentum methods add `kinetic` = Σ_i r'_i·∇_rK(θ, r')_i at the post-update momentum r' (f32 scalar, nats;
+its mean ÷ d is the kinetic temperature, docs/sampling.md § Measuring it: kinetic and configurational temperature).
+SMILE's isokinetic velocity has no such term (l2e/smile.py).
 """
 from __future__ import annotations
 
@@ -32,15 +34,29 @@ class Posterior(NamedTuple):
     data_size: int
 
     def value_and_potential_grad(self, params: PyTree, minibatch: Minibatch) -> tuple[jax.Array, PyTree, PyTree]:
-        """(loss, ḡ, ∇Ũ): the mean minibatch NLL (scalar), its gradient ḡ and the stochastic potential
-        gradient ∇Ũ = N·ḡ − ∇log p(θ)."""
+        """The loss and the two gradients a step needs.
+
+        Args:
+          params: θ (pytree).
+          minibatch: whatever `nll` takes.
+        Returns:
+          (loss, ḡ, ∇Ũ): the mean minibatch NLL (scalar, nats per example), its gradient ḡ (per-datum units) and
+          the stochastic potential gradient ∇Ũ = N·ḡ − ∇log p(θ) (nats per θ unit), both pytrees like θ.
+        """
         loss, g = jax.value_and_grad(self.nll)(params, minibatch)
         gp = jax.grad(self.log_prior)(params)
         grad_u = jax.tree.map(lambda a, b: self.data_size * a - b, g, gp)
         return loss, g, grad_u
 
     def potential_grad(self, params: PyTree, minibatch: Minibatch) -> tuple[PyTree, PyTree]:
-        """(ḡ, ∇Ũ): `value_and_potential_grad` without the loss."""
+        """`value_and_potential_grad` without the loss.
+
+        Args:
+          params: θ (pytree).
+          minibatch: whatever `nll` takes.
+        Returns:
+          (ḡ, ∇Ũ), pytrees like θ.
+        """
         _, g, grad_u = self.value_and_potential_grad(params, minibatch)
         return g, grad_u
 
@@ -55,7 +71,9 @@ class SamplingAlgorithm(NamedTuple):
 
 class FullBatchAlgorithm(NamedTuple):
     """A full-batch sampler (MCLMC, NUTS): `init(position, key) -> state`, `step(key, state) -> (state, info)`;
-    both pure and jittable. The log density is fixed when the algorithm is built."""
+    both pure and jittable. The log density is fixed when the algorithm is built; the sampler's module has
+    `init(position, logdensity_fn, key)` and `build_kernel(logdensity_fn, …)` as the minibatch samplers have
+    `init(position)` and `build_kernel(posterior, …)`."""
 
     init: Callable[[PyTree, jax.Array], Any]
     step: Callable[[jax.Array, Any], tuple[Any, Any]]
@@ -66,6 +84,12 @@ def normal_like(key: jax.Array, tree: PyTree) -> PyTree:
 
     One draw of the total size, split into leaves: a single RNG call compiles and runs much faster
     on XLA:CPU than one call per leaf.
+
+    Args:
+      key: PRNG key.
+      tree: a pytree of float arrays (the first leaf's dtype is drawn, each leaf cast to its own).
+    Returns:
+      a pytree like `tree`.
     """
     leaves, treedef = jax.tree.flatten(tree)
     sizes = [x.size for x in leaves]
@@ -84,28 +108,59 @@ def _flat(tree: PyTree) -> jax.Array:
 
 
 def tree_sum(tree: PyTree) -> jax.Array:
-    """Σ of every coordinate of every leaf (scalar)."""
+    """Σ of every coordinate of every leaf.
+
+    Args:
+      tree: a pytree of arrays.
+    Returns:
+      a scalar.
+    """
     return jnp.sum(_flat(tree))
 
 
 def tree_vdot(a: PyTree, b: PyTree) -> jax.Array:
-    """Σ_i a_i·b_i over every coordinate of two pytrees of the same structure (scalar)."""
+    """Σ_i a_i·b_i over every coordinate of two pytrees of the same structure.
+
+    Args:
+      a: a pytree of arrays.
+      b: a pytree like `a`.
+    Returns:
+      a scalar.
+    """
     return jnp.sum(_flat(a) * _flat(b))
 
 
 def tree_size(tree: PyTree) -> int:
-    """Number of coordinates d of a pytree (a Python int)."""
+    """The number of coordinates d of a pytree.
+
+    Args:
+      tree: a pytree of arrays.
+    Returns:
+      d, a Python int.
+    """
     return sum(x.size for x in jax.tree.leaves(tree))
 
 
 def settled(tree: PyTree) -> PyTree:
     """`tree` through an optimisation barrier: diagnostics (Info sums) computed from a step's finished
-    outputs this way stay out of the update's fusions, so adding them leaves the state bit-identical."""
+    outputs this way stay out of the update's fusions, so adding them leaves the state bit-identical.
+
+    Args:
+      tree: a pytree of arrays.
+    Returns:
+      the same values.
+    """
     return jax.lax.optimization_barrier(tree)
 
 
 def all_finite(*scalars: jax.Array) -> jax.Array:
-    """Bool scalar: every one of `scalars` is finite (cheap finiteness flag of a step's outputs)."""
+    """Whether every one of `scalars` is finite (cheap finiteness flag of a step's outputs).
+
+    Args:
+      *scalars: scalar arrays.
+    Returns:
+      a bool scalar.
+    """
     return functools.reduce(operator.and_, [jnp.isfinite(s) for s in scalars])
 
 
@@ -115,6 +170,12 @@ class SamplerAPI:
     the sampler's, and any other attribute is looked up in its module (`l2e.sghmc.SGHMCState`)."""
 
     def __init__(self, factory: Callable, init: Callable, build_kernel: Callable, module):
+        """Args:
+          factory: hyperparameters -> SamplingAlgorithm (or FullBatchAlgorithm; `l2e.mile`: the recipe's run).
+          init: the module's state constructor.
+          build_kernel: the module's kernel builder.
+          module: the sampler's module (other attributes are looked up there).
+        """
         functools.update_wrapper(self, factory)
         self.factory, self.init, self.build_kernel, self.module = factory, init, build_kernel, module
 
@@ -202,5 +263,12 @@ class LearnedSampler:
         return len(self.features)
 
     def sampling_config(self, config, start: int):
-        """`config` with the sampling-window rule applied for a window starting at update `start` (≥ 1)."""
+        """The sampling-window rule applied for a window starting at update `start`.
+
+        Args:
+          config: an instance of `self.config`.
+          start: the window's first update (clamped to ≥ 1).
+        Returns:
+          `config` with whatever the sampler freezes set to freeze at `start` (unchanged when `window` is None).
+        """
         return config if self.window is None else self.window(config, max(1, int(start)))

@@ -125,7 +125,7 @@ def other_shape_checkpoint(root: Path) -> Path:
     run = shipped_step_copy(root, "wide")
     target = (run / "checkpoints" / "5" / "meta_params").resolve()
     shutil.rmtree(target)
-    wide = l2e.MetaMLP().init(jax.random.PRNGKey(0), np.zeros((1, 7)))["params"]  # 7 input features, not 9
+    wide = l2e.meta_model.MetaMLP().init(jax.random.PRNGKey(0), np.zeros((1, 7)))["params"]  # 7 input features, not 9
     ocp.Checkpointer(ocp.StandardCheckpointHandler()).save(target, jax.tree.map(np.asarray, wide))
     return run
 

@@ -9,8 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from l2e.fsgmcmc import functional_posterior, fsghmc, fsgld, per_class_kernel, rbf_kernel
-from l2e.mclmc import ess_geyer, mclmc_sampler, mile
+from l2e.fsghmc import fsghmc
+from l2e.fsgld import fsgld
+from l2e.fsgmcmc import functional_posterior, per_class_kernel, rbf_kernel
+from l2e.mclmc import ess_geyer, mclmc, mile
 from l2e.psgld import psgld
 from l2e.sgld import sgld
 from l2e.types import Posterior
@@ -217,7 +219,7 @@ def gauss_logdensity(x):
 def test_mclmc_fixed_parameters_gaussian():
     """blackjax MCLMC at L = 3, ε = 0.5 on the 10-D Gaussian (8 chains × 4000 steps, 1000 burn-in):
     mean within 0.1·sd, variance within 10 %."""
-    s = mclmc_sampler(gauss_logdensity, L=3.0, step_size=0.5)
+    s = mclmc(gauss_logdensity, L=3.0, step_size=0.5)
 
     def chain(key):
         k0, k1 = jax.random.split(key)

@@ -49,7 +49,7 @@ def test_corrupt_checkpoint(tmp_path):
 
 
 def test_meta_model_of_another_shape_is_refused():
-    good = l2e.init_meta_params(jax.random.PRNGKey(0))
+    good = l2e.meta_model.init_meta_params(jax.random.PRNGKey(0))
     check_meta_params(good, "x")
     wide_in = l2e.meta_model.MetaMLP().init(jax.random.PRNGKey(0), np.zeros((1, 7)))["params"]
     with pytest.raises(CheckpointError, match="another shape"):
@@ -70,7 +70,7 @@ def test_shipped_checkpoint_is_package_data():
 def test_save_and_restore_round_trip_keeps_the_newest_steps(tmp_path):
     from l2e.checkpoint import KEEP_CHECKPOINTS, clean_staging, committed_steps, restore_checkpoint, save_checkpoint
 
-    params = l2e.init_meta_params(jax.random.PRNGKey(0))
+    params = l2e.meta_model.init_meta_params(jax.random.PRNGKey(0))
     template = {"mean": np.zeros(4, np.float32), "count": np.int32(0)}
     assert restore_checkpoint(tmp_path / "none", template) == (0, template)
     for step in range(1, 6):

@@ -38,7 +38,7 @@ def write_test_checkpoint(path, meta_params, sampler_config: l2e.L2EConfig, step
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    return write_test_checkpoint(tmp_path_factory.mktemp("ckpt"), l2e.init_meta_params(jax.random.PRNGKey(0)),
+    return write_test_checkpoint(tmp_path_factory.mktemp("ckpt"), l2e.meta_model.init_meta_params(jax.random.PRNGKey(0)),
                                  TEST_SAMPLER)
 
 
@@ -65,7 +65,7 @@ def numbers(results: dict) -> dict:
 def test_checkpoint_helper_roundtrip(checkpoint):
     params, config, meta = l2e.load_meta_params(checkpoint)
     assert config == TEST_SAMPLER and meta["outer_step"] == 0
-    assert jax.tree.structure(params) == jax.tree.structure(l2e.init_meta_params(jax.random.PRNGKey(0)))
+    assert jax.tree.structure(params) == jax.tree.structure(l2e.meta_model.init_meta_params(jax.random.PRNGKey(0)))
 
 
 def test_smoke_report(smoke):

@@ -136,7 +136,7 @@ def draw(sampler: str, target: str) -> np.ndarray:
         return run_sg(l2e.sghmc(post, learning_rate=0.25, friction=1.0), dim, init_fn)
     if sampler == "csghmc":  # 4 cycles of 2000 updates, the last 70 % of each with noise: only those kept
         c = CSGHMC
-        keep = np.array([l2e.is_sampling_step(i, c["num_steps"], c["num_cycles"], c["exploration_ratio"])
+        keep = np.array([l2e.cyclical_sghmc.is_sampling_step(i, c["num_steps"], c["num_cycles"], c["exploration_ratio"])
                          for i in range(c["num_steps"])])
         return run_sg(l2e.cyclical_sghmc(post, **c), dim, init_fn, num_steps=c["num_steps"], burn=0, keep=keep)
     if sampler == "sgnht":  # ε = sqrt(lr/N) = 0.05, diffusion A = 1 (the thermostat ξ starts at A)

@@ -84,7 +84,7 @@ def test_freeze_step_and_shapes_are_checked():
     with pytest.raises(ValueError, match="freeze_step"):
         M.MassConfig(freeze_step=0)
     with pytest.raises(ValueError, match="meta"):
-        l2e.mass(_quadratic_posterior(), l2e.init_meta_params(jax.random.PRNGKey(0)), M.MassConfig())
+        l2e.mass(_quadratic_posterior(), l2e.meta_model.init_meta_params(jax.random.PRNGKey(0)), M.MassConfig())
 
 
 def _band(target) -> tuple[float, float]:

@@ -60,7 +60,7 @@ def test_mis_shaped_two_head_tree_is_refused(tmp_path):
     with pytest.raises(CheckpointError, match=r"^ckpt: not a Meta-SGMCMC meta-parameter tree \(expected heads d, q; "
                                               r"got q\)$"):
         check_head_tree({"q": phi["q"]}, "ckpt")
-    flat = l2e.init_meta_params(jax.random.PRNGKey(0))  # a paper-form tree recorded as meta_sgmcmc
+    flat = l2e.meta_model.init_meta_params(jax.random.PRNGKey(0))  # a paper-form tree recorded as meta_sgmcmc
     save_checkpoint(tmp_path / "checkpoints", 1, {"count": jnp.zeros(())}, flat,
                     {"iteration": 1, "sampler_kind": "meta_sgmcmc", "sampler": {}})
     with pytest.raises(CheckpointError, match="not a Meta-SGMCMC meta-parameter tree") as err:

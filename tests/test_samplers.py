@@ -80,8 +80,8 @@ def test_cyclical_sghmc_sampling_phase_has_noise_exploration_none():
     (a, info_a), (b, _) = (s.step(jax.random.PRNGKey(k), st, jnp.zeros(DIM)) for k in (1, 2))
     assert not np.allclose(a.position, b.position)
     assert bool(info_a.sampling)
-    lr0, sampling0 = l2e.cyclical_schedule(0, 0.5, 100, 2, 0.5)
-    lr_end, sampling_end = l2e.cyclical_schedule(49, 0.5, 100, 2, 0.5)
+    lr0, sampling0 = l2e.cyclical_sghmc.cyclical_schedule(0, 0.5, 100, 2, 0.5)
+    lr_end, sampling_end = l2e.cyclical_sghmc.cyclical_schedule(49, 0.5, 100, 2, 0.5)
     assert float(lr0) == pytest.approx(0.5) and not bool(sampling0)
     assert float(lr_end) < 0.01 and bool(sampling_end)
 
@@ -111,7 +111,7 @@ def test_l2e_with_sghmc_meta_model_equals_sghmc_step():
 
 def test_l2e_step_with_mlp_is_finite_and_updates_averages():
     post = gaussian_posterior()
-    phi = l2e.init_meta_params(jax.random.PRNGKey(0))
+    phi = l2e.meta_model.init_meta_params(jax.random.PRNGKey(0))
     s = l2e.l2e(post, phi, l2e.L2EConfig(learning_rate=0.25))
     st = s.init({"w": jnp.ones((3, 4)), "b": jnp.zeros(4)})
     assert st.averages["w"].shape == (6, 3, 4)
@@ -120,7 +120,7 @@ def test_l2e_step_with_mlp_is_finite_and_updates_averages():
     st2, info = jax.jit(s.step)(jax.random.PRNGKey(0), st, None)
     assert bool(info.is_finite) and float(info.loss) == pytest.approx(12.0)
     g = 2.0 * jnp.ones((3, 4))
-    np.testing.assert_allclose(st2.averages["w"][:, 0, 0], (1 - np.asarray(l2e.DECAYS)) * 2.0, rtol=1e-3)
+    np.testing.assert_allclose(st2.averages["w"][:, 0, 0], (1 - np.asarray(l2e.meta_model.DECAYS)) * 2.0, rtol=1e-3)
     assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(st2))
     assert not np.allclose(st2.position["w"], 1.0)
     del g
@@ -134,9 +134,10 @@ def test_features_order_shape_and_normalisation():
     r = {n: 10.0 * jax.random.normal(k[2], s) for n, s in shapes.items()}
     m = {n: jax.random.normal(k[3], (6,) + s) * jnp.arange(1, 7).reshape((6,) + (1,) * len(s))
          for n, s in shapes.items()}
-    f = l2e.features(g, x, r, m)
+    f = l2e.meta_model.features(g, x, r, m)
     assert f.shape == (17, 9)
-    assert l2e.FEATURE_NAMES[:3] == ("grad", "position", "momentum") and len(l2e.FEATURE_NAMES) == 9
+    names = l2e.meta_model.FEATURE_NAMES
+    assert names[:3] == ("grad", "position", "momentum") and len(names) == 9
 
     def norm(v):
         v = np.asarray(v).ravel()
@@ -154,7 +155,7 @@ def test_features_order_shape_and_normalisation():
 
 
 def test_meta_model_has_1442_parameters():
-    phi = l2e.init_meta_params(jax.random.PRNGKey(0))
+    phi = l2e.meta_model.init_meta_params(jax.random.PRNGKey(0))
     assert sum(x.size for x in jax.tree.leaves(phi)) == 1442
 
 
@@ -189,7 +190,7 @@ def test_fused_l2e_step_equals_generic_two_pass_step():
 
     task = build_task(TaskSpec("digits", ModelSpec("cnn", channels=4, depth=2, residual=True), max_train=300))
     cfg = l2e.L2EConfig(learning_rate=0.5, alpha_scale=0.3, beta_scale=0.2, temperature=0.5)
-    phi = l2e.init_meta_params(jax.random.PRNGKey(4))
+    phi = l2e.meta_model.init_meta_params(jax.random.PRNGKey(4))
     fused = jax.jit(build_kernel(task.posterior, cfg))
     generic = jax.jit(build_kernel(task.posterior, cfg, meta_fn=mlp_meta_fn(cfg.alpha_scale, cfg.beta_scale)))
     sa = sb = l2e.l2e(task.posterior, phi, cfg).init(task.init_params(jax.random.PRNGKey(0)))
@@ -211,7 +212,7 @@ def test_fused_l2e_step_equals_generic_two_pass_step():
 
 
 def _minibatch_samplers(post):
-    phi = l2e.init_meta_params(jax.random.PRNGKey(0))
+    phi = l2e.meta_model.init_meta_params(jax.random.PRNGKey(0))
     return {
         "sgld": l2e.sgld(post, 2.0), "sghmc": l2e.sghmc(post, 0.25, 1.0), "psgld": l2e.psgld(post, 0.3),
         "csghmc": l2e.cyclical_sghmc(post, 0.5, num_steps=20, num_cycles=2, exploration_ratio=0.0),
@@ -253,13 +254,41 @@ def test_kernels_take_traced_hyperparameters():
     assert float(info.learning_rate) == pytest.approx(0.5)
 
 
-def test_sampler_api_exposes_module():
-    """l2e.<sampler>(...) is the factory; l2e.<sampler>.init / .build_kernel and the module's names are reachable."""
-    from l2e import sghmc as sghmc_module
+MINIBATCH_SAMPLERS = ("sgld", "sghmc", "sgnht", "psgld", "cyclical_sghmc", "fsgld", "fsghmc", "smile", "psmile", "l2e",
+                      "kinetic", "mass", "meta_sgmcmc")
+FULL_BATCH_SAMPLERS = ("mclmc", "mile", "nuts")
 
-    assert l2e.sghmc.build_kernel is sghmc_module.build_kernel and l2e.sghmc.SGHMCState is l2e.SGHMCState
-    assert l2e.l2e.build_kernel is l2e.build_kernel and l2e.fsghmc.init is l2e.fsghmc.module.init_fsghmc
+
+def test_sampler_api_exposes_module():
+    """l2e.<sampler>(...) is the factory; l2e.<sampler>.init / .build_kernel are its module's (pSMILE's kernel is
+    build_psmile_kernel, MILE's are MCLMC's) and every other module name is reachable through it."""
+    import importlib
+
+    for name in MINIBATCH_SAMPLERS + FULL_BATCH_SAMPLERS:
+        api = getattr(l2e, name)
+        assert isinstance(api, l2e.SamplerAPI) and name in l2e.__all__, name
+        module = importlib.import_module({"cyclical_sghmc": "l2e.cyclical", "psmile": "l2e.smile",
+                                          "mile": "l2e.mclmc"}.get(name, f"l2e.{name}"))
+        assert api.module is module and api.init is module.init, name
+        kernel = {"psmile": "build_psmile_kernel"}.get(name, "build_kernel")
+        assert api.build_kernel is getattr(module, kernel), name
+    assert l2e.sghmc.SGHMCState is importlib.import_module("l2e.sghmc").SGHMCState
+    assert l2e.nuts.nuts_chains is importlib.import_module("l2e.nuts").nuts_chains
     assert isinstance(l2e.sgnht(gaussian_posterior(), 0.1), l2e.SamplingAlgorithm)
+    assert isinstance(l2e.mclmc(lambda x: -0.5 * jnp.sum(x**2), 3.0, 0.5), l2e.FullBatchAlgorithm)
+    assert isinstance(l2e.nuts(lambda x: -0.5 * jnp.sum(x**2), 0.5, jnp.ones(DIM)), l2e.FullBatchAlgorithm)
+
+
+def test_top_level_names():
+    """The top level is the samplers, the types, chain running, checkpoint loading and the registry: every name of
+    __all__ exists, and no sampler-specific helper that looks generic is exported."""
+    assert all(hasattr(l2e, name) for name in l2e.__all__)
+    assert callable(l2e.load_released) and l2e.learned.REGISTRY
+    for name in ("build_kernel", "init", "init_meta_params", "features", "DECAYS", "FEATURE_NAMES", "MetaMLP",
+                 "ess_geyer", "cyclical_schedule", "is_sampling_step", "rbf_kernel", "per_class_kernel",
+                 "functional_posterior", "mclmc_sampler"):
+        assert name not in l2e.__all__ and not hasattr(l2e, name), name
+    assert callable(l2e.l2e.build_kernel) and callable(l2e.meta_model.init_meta_params)
 
 
 def test_checks():

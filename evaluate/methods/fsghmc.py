@@ -182,16 +182,17 @@ def fsghmc_posterior(task, s: FSGHMCSettings, fit: dict | None = None) -> tuple[
     weight prior is added (flagged deviation: without it the θ-target is improper, and the regression scale head has
     no prior at all)."""
     fit = fit_gp(task, s) if fit is None else fit
-    kernel = l2e.rbf_kernel(fit["lengthscale"], fit["variance"])
+    kernel = l2e.fsghmc.rbf_kernel(fit["lengthscale"], fit["variance"])
     sampler, fixed, where = _measurement_points(task, s.measurement_points)
     if task.kind == "classification":
         apply_fn, mean = task.logits, jnp.asarray(fit["mean"], jnp.float32)
         prior_mean = None if not np.any(fit["mean"]) else (lambda x: jnp.broadcast_to(mean, (x.shape[0], mean.size)))
     else:
         apply_fn, prior_mean = (lambda p, x: task.apply(p, x)[0]), None
-    post = l2e.functional_posterior(apply_fn, task.nll, sampler, kernel, task.data_size, prior_mean=prior_mean,
-                                    jitter=s.jitter, weight_log_prior=task.log_prior if s.weight_prior else None,
-                                    fixed_points=fixed)
+    post = l2e.fsghmc.functional_posterior(apply_fn, task.nll, sampler, kernel, task.data_size, prior_mean=prior_mean,
+                                           jitter=s.jitter,
+                                           weight_log_prior=task.log_prior if s.weight_prior else None,
+                                           fixed_points=fixed)
     record = {"kernel": "rbf", **fit, "measurement_points_from": where, "jitter": s.jitter,
               "jitter_rule": "× mean diag K, ×10 while the Cholesky factor is not finite", "weight_prior": s.weight_prior}
     if fixed is not None:
