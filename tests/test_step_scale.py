@@ -83,6 +83,8 @@ def test_window_is_sghmc_with_the_frozen_constants():
 def test_registry_row_and_checkpoint_round_trip(tmp_path):
     entry = learned.get("step_scale")
     assert entry.config is S.StepScaleConfig and entry.factory is S.step_scale and entry.shipped == ()
+    assert l2e.step_scale.init is S.init and l2e.StepScaleConfig is S.StepScaleConfig  # the top level reads the registry
+    assert "step_scale" in l2e.__all__ and "StepScaleConfig" in l2e.__all__
     assert entry.sampling_config(S.StepScaleConfig(), 250).freeze_step == 250
     phi = _far_params()
     cfg = S.StepScaleConfig(learning_rate=0.05, friction=3.0)
