@@ -33,8 +33,8 @@ import pytest
 from l2e.chains import ChainSchedule
 from l2e.types import Posterior
 from meta_train.config import ConfigError, ESConfig, MetaTrainConfig, ObjectiveConfig
-from meta_train.es import ProgramCache, outer_keys
-from meta_train.estimators import segment_gradient, start_unroll
+from meta_train.es import ProgramCache
+from meta_train.estimators import make
 from meta_train.objectives import fidelity_fn, stein_kl_cross_fn
 from meta_train.reference import ReferenceError, load_task_reference, task_name
 from meta_train.train import initial_meta_params, meta_train
@@ -167,8 +167,8 @@ def test_fidelity_backprop_gradient_is_finite(tmp_path):
     root = write_reference(tmp_path / "refs", task, _smoothed_labels(task))
     config = _fidelity_config(root, estimator="backprop", kind="kinetic")
     cache, mean = ProgramCache(), initial_meta_params(config)
-    unroll = start_unroll(config, cache, 0, 0, mean)
-    grad, losses = segment_gradient(config, cache, unroll, mean, outer_keys(0, 0))
+    estimator = make(config, mean)
+    grad, losses, _ = estimator.gradient(estimator.init(jax.random.PRNGKey(0), cache), 0, cache)
     g = _flat(grad)
     assert np.all(np.isfinite(g)) and np.linalg.norm(g) > 0 and 0 < losses[0] < 1
 
@@ -228,14 +228,15 @@ def _cross_config(chains: int = 3) -> MetaTrainConfig:
 def test_cross_chain_stein_kl_gradient_is_finite_and_nonzero():
     config = _cross_config(3)
     cache, mean = ProgramCache(), initial_meta_params(config)
-    unroll = start_unroll(config, cache, 0, 0, mean)
-    first = _flat(jax.tree.map(lambda a: a[0], unroll.states.position))
-    second = _flat(jax.tree.map(lambda a: a[1], unroll.states.position))
-    assert jax.tree.leaves(unroll.states.position)[0].shape[0] == 3 and not np.allclose(first, second)
-    grad, losses = segment_gradient(config, cache, unroll, mean, outer_keys(0, 0))
+    estimator = make(config, mean)
+    state = estimator.init(jax.random.PRNGKey(0), cache)
+    first = _flat(jax.tree.map(lambda a: a[0], state.unroll.states.position))
+    second = _flat(jax.tree.map(lambda a: a[1], state.unroll.states.position))
+    assert jax.tree.leaves(state.unroll.states.position)[0].shape[0] == 3 and not np.allclose(first, second)
+    grad, losses, state = estimator.gradient(state, 0, cache)
     g = _flat(grad)
     assert np.all(np.isfinite(g)) and np.linalg.norm(g) > 0 and np.isfinite(losses[0])
-    assert jax.tree.leaves(unroll.states.position)[0].shape[0] == 3  # the chains carried on to the next segment
+    assert jax.tree.leaves(state.unroll.states.position)[0].shape[0] == 3  # the chains carried on to the next segment
 
 
 def test_cross_chain_configurations_are_refused():
