@@ -117,17 +117,20 @@ def _train(loop: _Loop, resume: bool, progress: bool, stop_after: int | None) ->
 
 
 def meta_train(config: MetaTrainConfig, out: str | Path, resume: bool = False, overwrite: bool = False,
-               progress: bool = True, stop_after: int | None = None, keep_checkpoints: int = KEEP_CHECKPOINTS) -> dict:
+               progress: bool = True, stop_after: int | None = None, keep_checkpoints: int = KEEP_CHECKPOINTS,
+               cache: ProgramCache | None = None) -> dict:
     """Run (or resume) meta-training into `out`; returns a summary dict (iterations, seconds, meta_params,
     final_meta_loss, output).
 
     stop_after: stop once this many outer iterations are done (for tests of resumption).
     keep_checkpoints: checkpoint steps kept, the newest (0: all, for `python -m evaluate select`).
+    cache: a ProgramCache whose tasks and compiled programs this run reuses (several runs in one process: tests,
+    benches); default a new one. The numbers do not depend on it.
     """
     if isinstance(keep_checkpoints, bool) or not isinstance(keep_checkpoints, int) or keep_checkpoints < 0:
         raise ConfigError(f"keep_checkpoints must be an integer ≥ 0 (0 keeps all), got {keep_checkpoints!r}")
     fault = fault_plan()
-    cache = ProgramCache()
+    cache = ProgramCache() if cache is None else cache
     check_inputs(config, cache)
     run = RunDir(out, keep=keep_checkpoints)
     loop = _Loop(config, run, fault, cache)  # builds φ₀ and the ES state: a bad model fails before `out` is touched

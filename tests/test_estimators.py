@@ -9,6 +9,10 @@
 - KSD: exact draws of a Gaussian score lower than under-dispersed or shifted draws; the Stein gradient estimator
   recovers ∇log q = −x of a standard normal (correlation > 0.75; measured 0.84).
 - Bad combinations are refused (stein_kl with ES, a truncation that does not divide the chain).
+- Every module of the estimator table follows the protocol; noise-reuse ES keeps one perturbation per unroll.
+- A truncated / PES / noise-reuse / backprop run stopped mid-unroll and resumed equals an uninterrupted run bit for bit
+  (meta-parameters, every checkpointed array, every log row but timings); a checkpoint in the earlier layout (no
+  unroll) still resumes, with φ and the Adam state restored exactly.
 """
 from __future__ import annotations
 
@@ -129,12 +133,18 @@ def test_every_estimator_module_follows_the_protocol():
         assert cls.legacy_template is None or not hasattr(cls, "from_legacy") or callable(cls.from_legacy)
 
 
-def test_noise_reuse_meta_trains_and_keeps_its_perturbation_within_an_unroll(tmp_path):
-    config = tiny("noise_reuse", "kinetic")
-    out = meta_train(config, tmp_path / "run", progress=False)
+@pytest.fixture(scope="module")
+def programs():
+    """One ProgramCache for the runs below (their programs are compiled once; the numbers do not depend on it)."""
+    return ProgramCache()
+
+
+def test_noise_reuse_meta_trains_and_keeps_its_perturbation_within_an_unroll(tmp_path, programs):
+    config = tiny("noise_reuse", "l2e")
+    out = meta_train(config, tmp_path / "run", progress=False, cache=programs)
     assert np.all(np.isfinite(_flat(out["meta_params"])))
     assert not np.array_equal(_flat(initial_meta_params(config)), _flat(out["meta_params"]))
-    cache, phi = ProgramCache(), initial_meta_params(config)
+    cache, phi = programs, initial_meta_params(config)
     estimator = make(config, phi)
     state = estimator.init(jax.random.PRNGKey(0), cache)
     perts = []
@@ -159,15 +169,15 @@ def _rows(out) -> list[dict]:
 
 
 @pytest.mark.parametrize("estimator", ["truncated", "pes", "noise_reuse", "backprop"])
-def test_resume_mid_unroll_is_bit_identical(tmp_path, estimator):
+def test_resume_mid_unroll_is_bit_identical(tmp_path, estimator, programs):
     """Stopped after iteration 3 (its checkpoint holds unroll 1 mid-way: chain states, perturbation accumulators) and
     resumed: the meta-parameters, every checkpointed array and every log row (but timings) equal an uninterrupted
     run's."""
     config = _resume_config(estimator)
-    full = meta_train(config, tmp_path / "full", progress=False)
-    meta_train(config, tmp_path / "cut", progress=False, stop_after=3)
+    full = meta_train(config, tmp_path / "full", progress=False, cache=programs)
+    meta_train(config, tmp_path / "cut", progress=False, stop_after=3, cache=programs)
     assert [r["segment"] for r in _rows(tmp_path / "cut")] == [0, 1, 0]
-    resumed = meta_train(config, tmp_path / "cut", resume=True, progress=False)
+    resumed = meta_train(config, tmp_path / "cut", resume=True, progress=False, cache=programs)
     assert _flat(full["meta_params"]).tobytes() == _flat(resumed["meta_params"]).tobytes()
     assert _rows(tmp_path / "cut") == _rows(tmp_path / "full")
     assert [(r["unroll"], r["segment"]) for r in _rows(tmp_path / "full")] == [(0, 0), (0, 1), (1, 0), (1, 1),
@@ -201,7 +211,7 @@ def _legacy_state(estimator, state):
 
 
 @pytest.mark.parametrize("estimator", ["pes", "backprop"])
-def test_checkpoints_without_the_unroll_still_resume(tmp_path, estimator):
+def test_checkpoints_without_the_unroll_still_resume(tmp_path, estimator, programs):
     """A checkpoint in the earlier layout (φ and the Adam state only) restores φ and the Adam state exactly, without
     an unroll, and the run continues from there (that unroll's chain restarts from θ₀ at its segment)."""
     from l2e.checkpoint import read_meta, save_checkpoint
@@ -209,8 +219,8 @@ def test_checkpoints_without_the_unroll_still_resume(tmp_path, estimator):
 
     config = _resume_config(estimator)
     out = tmp_path / "run"
-    meta_train(config, out, progress=False, stop_after=3)
-    cache, phi0, key = ProgramCache(), initial_meta_params(config), jax.random.PRNGKey(config.seed)
+    meta_train(config, out, progress=False, stop_after=3, cache=programs)
+    cache, phi0, key = programs, initial_meta_params(config), jax.random.PRNGKey(config.seed)
     est = make(config, phi0)
     legacy = (est.legacy_template(), lambda old, step: est.from_legacy(old, key, cache, step))
     start, state, _ = RunDir(out, writer=False).resume(lambda step: est.init(key, cache, step), True, legacy)
@@ -223,6 +233,6 @@ def test_checkpoints_without_the_unroll_still_resume(tmp_path, estimator):
     now = old.es.opt_state if estimator != "backprop" else old.outer.opt_state
     was = state.es.opt_state if estimator != "backprop" else state.outer.opt_state
     assert _flat(now).tobytes() == _flat(was).tobytes()
-    resumed = meta_train(config, out, resume=True, progress=False)
+    resumed = meta_train(config, out, resume=True, progress=False, cache=programs)
     assert np.all(np.isfinite(_flat(resumed["meta_params"])))
     assert [(r["unroll"], r["segment"]) for r in _rows(out)][3:] == [(1, 1), (2, 0), (2, 1)]
