@@ -8,8 +8,8 @@ repeat r redraws everything else (θ₀, minibatches, Langevin noise, perturbati
 costs one full inner unroll of inner.num_steps updates per chain, for every estimator: "antithetic" runs P members'
 full chains (today's meta_train estimate); "truncated", "pes" and "noise_reuse" run the same P chains in
 K = num_steps / truncation segments and average the K segment gradients (PES: the sum of its per-truncation estimates
-is the full-unroll ES estimate of the summed segment losses); "backprop" runs one chain and averages the K segments' pathwise gradients
-(its cost in chain steps is num_steps forward plus the backward passes, ≈ 2–3× a forward step, reported as is).
+is the full-unroll ES estimate of the summed segment losses); "backprop" runs one chain and averages the K segments'
+pathwise gradients (its cost in chain steps is num_steps forward plus the backward passes, ≈ 2–3× a forward step, reported as is).
 Reported per estimator: chain steps per estimate, the mean gradient's norm, the variance per coordinate
 tr Var / dim, the relative variance tr Var / ‖mean‖² (scale-free: the estimators differ in what they estimate),
 and the mean cosine of single estimates to their own mean.

@@ -79,8 +79,9 @@ class ObjectiveConfig:
     (in-chain form), gradient-only (a pathwise es.estimator: "backprop"); "stein_kl_cross" — the same surrogate in
     the cross-chain form: `chains` parallel chains per outer iteration (independent θ₀ and keys, vmapped), the
     surrogate over the chains' states at each of the K sample times, averaged over them; gradient-only;
-    "fidelity" — total variation between the K samples' BMA predictive and a NUTS reference's predictive on the reference's test
-    points (the task's test split), mean over test points: classification tasks only, every task of the
+    "fidelity" — total variation between the K samples' BMA predictive and a NUTS reference's predictive on the
+    reference's test points (the task's test split), mean over test points: classification tasks only, every task of
+    the
     distribution needs a reference in `reference` (checked before anything runs; meta_loss_examples is not used).
     The meta-loss batch of bma / ce / ksd / stein_kl(_cross) is meta_loss_examples examples of the outer-validation
     split; the inner chains train on the train split, which holds neither validation nor test examples.

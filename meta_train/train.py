@@ -65,7 +65,7 @@ class _Loop:
         return self.initial if step == 0 else self.estimator.init(self.key, self.cache, step)
 
     def legacy(self):
-        """(template, convert) of the state layout older checkpoints hold, or None (meta_train.run_dir.RunDir.resume)."""
+        """(template, convert) of the state layout older checkpoints hold, or None (for RunDir.resume)."""
         template = self.estimator.legacy_template()
         if template is None:
             return None
