@@ -86,12 +86,13 @@ PRESETS: dict[str, MetaTrainConfig] = {
     # the published rows (issue 17; checkpoints/{meta_sgmcmc,precond_l2e,small_l2e}/PROVENANCE.md), each on this
     # machine's ~5-minute budget (2 CPU cores).
     # Meta-SGMCMC as the L2E authors re-ran it (docs/meta_training.md § Meta-SGMCMC as the L2E authors trained it):
-    # TBPTT (es.estimator backprop, truncation 50) on the Stein-gradient KL surrogate (objective stein_kl), clips 5 / 100, Adam with clipping, 1-layer heads of 10
-    # units, a fresh task per unroll.  Scaled to ~5 minutes: 1,000 outer iterations of 5,000-step unrolls → 400
-    # iterations (truncations) of 2,000-step unrolls (40 truncations per task, 10 tasks drawn; compiling each new
-    # task's backprop program costs ~13 s, so unrolls stay long), Adam lr 3e-4 → 1e-3 (total travel lr × updates
-    # 0.3 → 0.4); one chain (theirs 2), the in-chain form: each truncation's 10 states 5 steps apart feed the Stein
-    # estimator (median bandwidth; theirs fixed 100); the default preset's tasks; φ₀: Q ≡ 1, D ≡ C (SGHMC)
+    # TBPTT (es.estimator backprop, truncation 50) on the Stein-gradient KL surrogate (objective stein_kl), clips 5 /
+    # 100, Adam with clipping, 1-layer heads of 10 units, a fresh task per unroll.  Scaled to ~5 minutes: 1,000 outer
+    # iterations of 5,000-step unrolls → 400 iterations (truncations) of 2,000-step unrolls (40 truncations per task, 10
+    # tasks drawn; compiling each new task's backprop program costs ~13 s, so unrolls stay long), Adam lr 3e-4 → 1e-3
+    # (total travel lr × updates 0.3 → 0.4); one chain (theirs 2), the in-chain form: each truncation's 10 states 5
+    # steps apart feed the Stein estimator (median bandwidth; theirs fixed 100); the default preset's tasks; φ₀: Q ≡ 1,
+    # D ≡ C (SGHMC)
     "meta-sgmcmc": MetaTrainConfig(
         num_outer=400, meta_loss_examples=256, checkpoint_every=40, sampler_kind="meta_sgmcmc", hidden=(10,),
         meta_sgmcmc=META_SGMCMC_SAMPLER,
@@ -101,8 +102,9 @@ PRESETS: dict[str, MetaTrainConfig] = {
         tasks=DEFAULT_TASKS,
     ),
     # Precond-L2E (the L2E paper's Table 11; docs/sampling.md § Meta-SGMCMC and Precond-L2E): Meta-SGMCMC's
-    # parameterisation (the heads and clips above) trained the L2E way, our full-length antithetic ES (population 2, σ 0.01, Adam 0.01) on the BMA loss, with the default preset's
-    # chain, window and outer budget (300 steps, 10 samples after 100 burn-in steps, 300 iterations); T_kin logged
+    # parameterisation (the heads and clips above) trained the L2E way, our full-length antithetic ES (population 2, σ
+    # 0.01, Adam 0.01) on the BMA loss, with the default preset's chain, window and outer budget (300 steps, 10 samples
+    # after 100 burn-in steps, 300 iterations); T_kin logged
     "precond-l2e": MetaTrainConfig(
         num_outer=300, meta_loss_examples=256, checkpoint_every=25, sampler_kind="meta_sgmcmc", hidden=(10,),
         meta_sgmcmc=META_SGMCMC_SAMPLER,
