@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from bench.inner_loop import default_meta_params, interleaved, median_ratio
-from meta_train.config import PRESETS
+from meta_train.presets import PRESETS
 from meta_train.es import evaluate_population, outer_keys
 from tasks import ModelSpec, TaskSpec
 

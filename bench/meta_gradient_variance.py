@@ -6,10 +6,10 @@
 The task is fixed (the config's distribution sampled with outer_keys(seed, 0)) and so is φ (the config's φ₀);
 repeat r redraws everything else (θ₀, minibatches, Langevin noise, perturbations, meta-loss examples). One estimate
 costs one full inner unroll of inner.num_steps updates per chain, for every estimator: "antithetic" runs P members'
-full chains (today's meta_train estimate); "truncated" and "pes" run the same P chains in K = num_steps / truncation
-segments and average the K segment gradients (PES: the sum of its per-truncation estimates is the full-unroll ES
-estimate of the summed segment losses); "backprop" runs one chain and averages the K segments' pathwise gradients
-(its cost in chain steps is num_steps forward plus the backward passes, ≈ 2–3× a forward step, reported as is).
+full chains (today's meta_train estimate); "truncated", "pes" and "noise_reuse" run the same P chains in
+K = num_steps / truncation segments and average the K segment gradients (PES: the sum of its per-truncation estimates
+is the full-unroll ES estimate of the summed segment losses); "backprop" runs one chain and averages the K segments'
+pathwise gradients (its cost in chain steps is num_steps forward plus the backward passes, ≈ 2–3× a forward step, reported as is).
 Reported per estimator: chain steps per estimate, the mean gradient's norm, the variance per coordinate
 tr Var / dim, the relative variance tr Var / ‖mean‖² (scale-free: the estimators differ in what they estimate),
 and the mean cosine of single estimates to their own mean.
@@ -26,9 +26,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from meta_train.config import ESTIMATORS, apply_overrides
+from meta_train.config import apply_overrides
 from meta_train.es import ProgramCache, evaluate_population, outer_keys
-from meta_train.estimators import segment_gradient, segments_per_unroll, start_unroll
+from meta_train.estimators import ESTIMATORS, make
+from meta_train.estimators.common import cap_fitness
+from meta_train.estimators.unroll import segments_per_unroll
 from meta_train.presets import PRESETS
 from meta_train.train import initial_meta_params
 
@@ -38,7 +40,8 @@ def _flat(tree) -> np.ndarray:
 
 
 def antithetic_estimate(config, cache, spec, phi, r: int) -> np.ndarray:
-    """One full-length antithetic ES gradient (as meta_train.outer: identity shaping, divergence cap)."""
+    """One full-length antithetic ES gradient (as meta_train.estimators.antithetic: identity shaping, divergence
+    cap)."""
     es, keys = config.es, outer_keys(config.seed + 1 + r, 0)
     pairs = es.population // 2
     leaves, treedef = jax.tree.flatten(phi)
@@ -47,17 +50,20 @@ def antithetic_estimate(config, cache, spec, phi, r: int) -> np.ndarray:
     pop = jax.tree.map(lambda m, e: jnp.concatenate([m[None] + es.sigma * e, m[None] - es.sigma * e]), phi, z)
     fit = evaluate_population(spec, pop, keys, config.sampler_config, config.schedule, config.meta_loss_examples,
                               execution=es.execution, cache=cache, objective=config.objective.kind).fitness
-    fit = np.where(np.isfinite(fit), np.minimum(fit, es.divergence_penalty), es.divergence_penalty)
+    fit = np.asarray(cap_fitness(fit, es.divergence_penalty))
     diff = fit[:pairs] - fit[pairs:]
     return _flat(jax.tree.map(lambda v: jnp.tensordot(diff, v, axes=1) / (2.0 * es.sigma * pairs), z))
 
 
 def truncated_estimate(config, cache, spec, phi, r: int) -> np.ndarray:
-    """The mean of the K segment gradients of one unroll (φ held fixed)."""
-    k = segments_per_unroll(config)
+    """The mean of the K segment gradients of one unroll (φ held fixed: the estimator's `gradient`)."""
     run = dataclasses.replace(config, seed=config.seed + 1 + r)
-    unroll = start_unroll(run, cache, 0, 0, phi, spec=spec)
-    grads = [_flat(segment_gradient(run, cache, unroll, phi, outer_keys(run.seed, s))[0]) for s in range(k)]
+    estimator = make(run, phi)
+    state = estimator.init(jax.random.PRNGKey(run.seed), cache, 0, spec=spec)
+    grads = []
+    for s in range(segments_per_unroll(config)):
+        grad, _, state = estimator.gradient(state, s, cache)
+        grads.append(_flat(grad))
     return np.mean(grads, axis=0)
 
 
@@ -68,13 +74,13 @@ def measure(config, estimators, repeats: int) -> dict:
     out = {"task": spec.name, "repeats": repeats, "dim": int(_flat(phi).size), "estimators": {}}
     for name in estimators:
         cfg = dataclasses.replace(config, es=dataclasses.replace(config.es, estimator=name))
-        fn = antithetic_estimate if name == "antithetic" else truncated_estimate
+        fn = truncated_estimate if ESTIMATORS[name].TRUNCATED else antithetic_estimate
         t0 = time.perf_counter()
         g = np.stack([fn(cfg, cache, spec, phi, r) for r in range(repeats)])
         mean = g.mean(axis=0)
         var = g.var(axis=0, ddof=1).sum()
         cos = [float(x @ mean / (np.linalg.norm(x) * np.linalg.norm(mean) + 1e-30)) for x in g]
-        chains = 1 if name == "backprop" else cfg.es.population
+        chains = 1 if ESTIMATORS[name].PATHWISE else cfg.es.population
         out["estimators"][name] = {
             "chain_steps_per_estimate": chains * cfg.inner.num_steps, "mean_norm": float(np.linalg.norm(mean)),
             "var_per_coord": float(var / g.shape[1]), "relative_variance": float(var / (mean @ mean + 1e-30)),

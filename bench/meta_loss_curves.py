@@ -34,6 +34,8 @@ import numpy as np
 from l2e.checkpoint import committed_steps, load_meta_params
 from meta_train.config import ObjectiveConfig, apply_overrides
 from meta_train.es import ProgramCache, evaluate_population, outer_keys
+from meta_train.estimators import ESTIMATORS
+from meta_train.objectives import OBJECTIVES
 from meta_train.presets import META_SGMCMC_SAMPLER, PRESETS
 from meta_train.run_dir import read_log
 from meta_train.train import initial_meta_params, meta_train
@@ -72,10 +74,11 @@ def base_config(task: str, reference: str):
 
 def steps_per_iteration(cfg) -> int:
     """Inner-chain steps one outer iteration simulates (module doc)."""
-    if cfg.es.estimator == "antithetic":
+    estimator = ESTIMATORS[cfg.es.estimator]
+    if not estimator.TRUNCATED:
         return cfg.es.population * cfg.inner.num_steps
-    chains = cfg.objective.chains if cfg.objective.kind == "stein_kl_cross" else 1
-    members = 1 if cfg.es.estimator == "backprop" else cfg.es.population
+    chains = cfg.objective.chains if OBJECTIVES[cfg.objective.kind].cross_chain else 1
+    members = 1 if estimator.PATHWISE else cfg.es.population
     return cfg.es.truncation * chains * members
 
 

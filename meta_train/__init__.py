@@ -1,11 +1,14 @@
-"""Meta-training of a learned sampler (the paper-form L2E or Kinetic-L2E: `sampler_kind`) with antithetic evolution
-strategies (`python -m meta_train`).
+"""Meta-training of a learned sampler (any kind of the learned-sampler registry l2e.learned: `sampler_kind`) by an
+outer gradient estimator — antithetic, truncated, persistent or noise-reuse ES, or truncated backprop
+(`python -m meta_train`; docs/meta_training.md).
 
-Submodules: config (MetaTrainConfig, ESConfig), presets (the named configurations), es (the fitness of an ES
-population: inner chains and meta-loss), outer (the pure outer step: ask, fitness shaping, tell, log row),
-run_dir (the run directory: config, log, plot, checkpoints, resume, lock), train (the loop), faults (fault
-injection for tests), distributed (multi-host start-up).  Names are imported lazily so that
-`python -m meta_train --distributed` can call `jax.distributed.initialize()` before anything touches JAX.
+Submodules: config (MetaTrainConfig, ESConfig, ObjectiveConfig), presets (the named configurations), estimators (the
+estimator table and one module per estimator, behind one interface), objectives (the meta-objective table), es (the
+fitness of an ES population over whole inner chains: programs, meta-losses), outer (the pure outer step through the
+estimator table), run_dir (the run directory: config, log, plot, checkpoints, resume, lock), train (the loop),
+reference (NUTS references for the fidelity objective), faults (fault injection for tests), distributed (multi-host
+start-up). Names are imported lazily so that `python -m meta_train --distributed` can call
+`jax.distributed.initialize()` before anything touches JAX.
 """
 from __future__ import annotations
 

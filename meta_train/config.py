@@ -1,5 +1,7 @@
-"""Meta-training configuration: frozen dataclasses (the named presets are in meta_train.presets; `key=value`
-overrides and ConfigError come from l2e.io and are re-exported here)."""
+"""Meta-training configuration: frozen dataclasses (the named presets are in meta_train.presets, which imports this
+module; `key=value` overrides and ConfigError come from l2e.io and are re-exported here). The valid estimators and
+objectives, and what each allows, are read from their tables (meta_train.estimators.ESTIMATORS,
+meta_train.objectives.OBJECTIVES)."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,31 +12,33 @@ from l2e.chains import ChainSchedule
 from l2e import learned
 from l2e.io import ConfigError, apply_overrides, check_seed, dataclass_from_dict
 from l2e.types import META_STARTS
-from meta_train.objectives import GRADIENT_ONLY_OBJECTIVES
+from meta_train import estimators, objectives
 from tasks.distribution import TaskDistribution
 
-
-ESTIMATORS = ("antithetic", "truncated", "pes", "backprop")
+ESTIMATORS = tuple(estimators.ESTIMATORS)
+"""The valid es.estimator values: the keys of meta_train.estimators.ESTIMATORS."""
 
 
 @dataclasses.dataclass(frozen=True)
 class ESConfig:
-    """Antithetic OpenAI-ES (evosax Open_ES) with an optax outer optimiser.
+    """The outer loop: the gradient estimator, its ES population and the outer optimiser (global-norm clip, Adam;
+    meta_train.estimators.common.outer_optimizer).
 
     population: ES members (even; pairs = population/2); sigma: perturbation std;
     lr: Adam learning rate; clip_norm: global-norm gradient clip; reset_optimizer: rebuild Adam every
     iteration (the released code's behaviour, ≈ sign-SGD) instead of keeping its state.
     divergence_penalty: fitness given to a member whose meta-loss is not finite, and the cap of every member's
-    fitness (meta_train.outer.divergence_penalty_shaping).
+    fitness (meta_train.estimators.common.cap_fitness).
     execution: how the population's inner chains run — "vmap" (one program over the batched members,
     sharded over the device mesh: the GPU/TPU and multi-host path), "sequential" (each member is an ordinary
     single-chain program, dispatched round-robin over the local devices: on XLA:CPU a vmapped conv net
     becomes a slow grouped convolution), or "auto" (sequential on a single-process CPU, vmap otherwise).
     The modes agree to float32 rounding (tests/test_meta_train.py; meta_train.es).
-    estimator: the outer gradient estimator — "antithetic" (full-length antithetic ES, above), or one of
-    meta_train.estimators' truncated ones: "truncated" (truncated ES), "pes" (persistent ES), "backprop"
-    (truncated backprop through the chain); truncation: updates per segment for those (one outer iteration per
-    segment; it must divide inner.num_steps and be a multiple of inner.num_samples).
+    estimator: the outer gradient estimator, a key of meta_train.estimators.ESTIMATORS — "antithetic" (full-length
+    antithetic ES, above), or a truncated one: "truncated" (truncated ES), "pes" (persistent ES), "noise_reuse"
+    (noise-reuse ES), "backprop" (truncated backprop through the chain); truncation: updates per segment for
+    those (one outer iteration per segment; it must divide inner.num_steps and be a multiple of
+    inner.num_samples).
     """
 
     population: int = 2
@@ -61,21 +65,23 @@ class ESConfig:
                 raise ConfigError(f"es.{name} must be a positive finite number, got {getattr(self, name)}")
 
 
-OBJECTIVES = ("bma", "ce", "ksd", "stein_kl", "stein_kl_cross", "fidelity")
+OBJECTIVES = tuple(objectives.OBJECTIVES)
+"""The valid objective.kind values: the keys of meta_train.objectives.OBJECTIVES."""
 
 
 @dataclasses.dataclass(frozen=True)
 class ObjectiveConfig:
-    """The meta-objective over an inner chain's samples (SAMPLING.md §4; L2E.md §5.2; meta_train.objectives).
+    """The meta-objective over an inner chain's samples (docs/meta_training.md § Objectives; meta_train.objectives).
 
     kind: "bma" — NLL of the K samples' Bayesian model average (paper eq. 7); "ce" — mean of the samples'
     individual NLLs (the paper's cross-entropy ablation, eq. 12); "ksd" — kernel Stein discrepancy of the samples
     against the model's score; "stein_kl" — Meta-SGMCMC's Stein-gradient KL surrogate over one chain's K samples
-    (in-chain form), es.estimator "backprop" only; "stein_kl_cross" — the same surrogate in the cross-chain form:
-    `chains` parallel chains per outer iteration (independent θ₀ and keys, vmapped), the surrogate over the chains'
-    states at each of the K sample times, averaged over them; es.estimator "backprop" only; "fidelity" — total
-    variation between the K samples' BMA predictive and a NUTS reference's predictive on the reference's test
-    points (the task's test split), mean over test points: classification tasks only, every task of the
+    (in-chain form), gradient-only (a pathwise es.estimator: "backprop"); "stein_kl_cross" — the same surrogate in
+    the cross-chain form: `chains` parallel chains per outer iteration (independent θ₀ and keys, vmapped), the
+    surrogate over the chains' states at each of the K sample times, averaged over them; gradient-only;
+    "fidelity" — total variation between the K samples' BMA predictive and a NUTS reference's predictive on the
+    reference's test points (the task's test split), mean over test points: classification tasks only, every task of
+    the
     distribution needs a reference in `reference` (checked before anything runs; meta_loss_examples is not used).
     The meta-loss batch of bma / ce / ksd / stein_kl(_cross) is meta_loss_examples examples of the outer-validation
     split; the inner chains train on the train split, which holds neither validation nor test examples.
@@ -138,13 +144,14 @@ class _RunFields:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)}")
         b, s, k = self.objective.burn_in, self.inner.num_steps, self.inner.num_samples
-        tr = self.es.truncation
-        if self.es.estimator != "antithetic" and (s % tr or tr % k or b):
+        tr, estimator = self.es.truncation, estimators.get(self.es.estimator)
+        if estimator.TRUNCATED and (s % tr or tr % k or b):
             raise ConfigError(f"es.truncation ({tr}) must divide inner.num_steps ({s}) and be a multiple of "
                               f"inner.num_samples ({k}), with objective.burn_in 0, for es.estimator {self.es.estimator}")
-        if self.objective.kind in GRADIENT_ONLY_OBJECTIVES and self.es.estimator != "backprop":
+        if objectives.get(self.objective.kind).gradient_only and not estimator.PATHWISE:
+            pathwise = [name for name, m in estimators.ESTIMATORS.items() if m.PATHWISE]
             raise ConfigError(f"objective.kind {self.objective.kind} gives gradients only: it needs es.estimator "
-                              "backprop")
+                              f"{' or '.join(pathwise)}")
         if b and (s - b) // k < 1:
             raise ConfigError(f"objective.burn_in ({b}) leaves fewer than inner.num_samples ({k}) steps of the "
                               f"inner.num_steps ({s})")
@@ -198,13 +205,5 @@ def from_dict(d: dict) -> MetaTrainConfig:
     return dataclass_from_dict(MetaTrainConfig, d)
 
 
-def __getattr__(name):  # PRESETS lives in meta_train.presets (which imports this module)
-    if name == "PRESETS":
-        from meta_train.presets import PRESETS
-
-        return PRESETS
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = ["ConfigError", "ESConfig", "GRADIENT_ONLY_OBJECTIVES", "META_INITS", "MetaTrainConfig", "OBJECTIVES",
-           "ObjectiveConfig", "SAMPLER_KINDS", "apply_overrides", "from_dict"]
+__all__ = ["ConfigError", "ESConfig", "ESTIMATORS", "META_INITS", "MetaTrainConfig", "OBJECTIVES", "ObjectiveConfig",
+           "SAMPLER_KINDS", "apply_overrides", "from_dict"]

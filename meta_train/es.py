@@ -1,11 +1,11 @@
 """The antithetic-ES fitness of a population: every member's inner chain and its BMA meta-loss.
 
 One outer iteration draws all its randomness from fold_in(seed key, iteration) (`outer_keys`):
-  task ~ distribution;  θ₀ ~ task init;  (φ ± σz) ~ ES.ask (meta_train.outer);
+  task ~ distribution;  θ₀ ~ task init;  (φ ± σz) ~ ES.ask (meta_train.estimators.antithetic);
   every member runs the same inner chain (same θ₀, minibatches and Langevin noise: common random
   numbers), keeping only the thinned samples;  fitness = BMA NLL of its samples on held-out
-  outer-validation examples (or another objective of OBJECTIVE_FNS on them; "fidelity": the TV to a NUTS
-  reference's predictive on the reference's test points, `reference_batch`).
+  outer-validation examples (or another objective of meta_train.objectives.OBJECTIVES on them; "fidelity": the TV
+  to a NUTS reference's predictive on the reference's test points, `reference_batch`).
 
 Two executions (`execution_mode`), equal to float32 rounding (tests/test_meta_train.py):
   * "vmap": the population axis is sharded over a 1-D mesh ("pop") of the devices (l2e.devices.population_mesh):
@@ -22,7 +22,6 @@ Compiled programs and replicated data live in a `ProgramCache` that the caller c
 from __future__ import annotations
 
 import collections
-import math
 import time
 from typing import Any, Callable, NamedTuple
 
@@ -36,11 +35,10 @@ from l2e.io import ConfigError
 from l2e.devices import DeviceDataCache, member_device, per_member, population_mesh, replicate, shard_population
 from l2e.learned import kind_of_config
 from l2e.types import tree_size
-from meta_train.objectives import EXTRA_OBJECTIVE_FNS, REFERENCE_OBJECTIVES
+from meta_train.objectives import OBJECTIVES
 from meta_train.reference import load_task_reference
 from tasks.base import TaskCache
 from tasks.build import build
-from tasks.likelihoods import gaussian_nll
 from tasks.task import Task, TaskSpec
 
 
@@ -140,34 +138,6 @@ def population_chunk(cache: ProgramCache, spec: TaskSpec, sampler,
     return cache.program(("population_chunk", spec, sampler, schedule, mesh, kinetic), build)
 
 
-def _log_likelihoods(task: Task, samples, x, y) -> jax.Array:
-    """log p_k(y_b | x_b): (K, B) for samples with leaves (K, ...); categorical, or Gaussian for a regression task."""
-    if task.kind == "regression":
-        loc, scale = jax.vmap(lambda p: task.apply(p, x))(samples)  # (K, B) each
-        return -gaussian_nll(y[None, :], loc, scale)
-    logp = jax.vmap(lambda p: jax.nn.log_softmax(task.logits(p, x)))(samples)  # (K, B, C)
-    return jnp.take_along_axis(logp, y[None, :, None], axis=2)[..., 0]
-
-
-def bma_nll_fn(task: Task):
-    """BMA NLL of samples (leaves (K, ...)) on x (B, ...), y (B,): −mean_b log mean_k p_k(y_b | x_b) (eq. 7)."""
-
-    def bma_nll(samples, x, y):
-        ll = _log_likelihoods(task, samples, x, y)
-        k = ll.shape[0]
-        return -jnp.mean(jax.nn.logsumexp(ll, axis=0) - math.log(k))
-
-    return bma_nll
-
-
-def ce_fn(task: Task):
-    """The cross-entropy meta-loss (eq. 12): −mean_b mean_k log p_k(y_b | x_b) (≥ the BMA NLL, by Jensen)."""
-    return lambda samples, x, y: -jnp.mean(_log_likelihoods(task, samples, x, y))
-
-
-OBJECTIVE_FNS = {"bma": bma_nll_fn, "ce": ce_fn, **EXTRA_OBJECTIVE_FNS}  # + ksd, stein_kl(_cross), fidelity
-
-
 def reference_batch(cache: ProgramCache, spec, root: str | None):
     """The "fidelity" meta-loss batch of `spec`'s task: (test inputs (n_test, ...), reference BMA probabilities
     (n_test, C) float32) from the reference directory `root` (meta_train.reference), loaded and checked once per
@@ -184,16 +154,17 @@ def reference_batch(cache: ProgramCache, spec, root: str | None):
 
 
 def member_meta_loss(cache: ProgramCache, spec: TaskSpec, objective: str = "bma"):
-    """Jitted meta-loss (OBJECTIVE_FNS[objective]) of one member's samples (leaves (K, ...)) on (x, y)."""
+    """Jitted meta-loss (meta_train.objectives.OBJECTIVES[objective]) of one member's samples (leaves (K, ...)) on
+    (x, y)."""
     return cache.program(("member_meta_loss", spec, objective),
-                         lambda: jax.jit(OBJECTIVE_FNS[objective](cache.task(spec))))
+                         lambda: jax.jit(OBJECTIVES[objective].fn(cache.task(spec))))
 
 
 def population_meta_loss(cache: ProgramCache, spec: TaskSpec, mesh: Mesh, objective: str = "bma"):
     """Jitted meta-loss per member: samples leaves (P, K, ...), x (B, ...), y (B,) → (P,), replicated over
     `mesh` (so every host can read it)."""
     return cache.program(("population_meta_loss", spec, mesh, objective), lambda: per_member(
-        OBJECTIVE_FNS[objective](cache.task(spec)), mesh, (True, False, False), out_replicated=True))
+        OBJECTIVES[objective].fn(cache.task(spec)), mesh, (True, False, False), out_replicated=True))
 
 
 def execution_mode(es_or_mode) -> str:
@@ -275,7 +246,7 @@ def _sequential_population(cache, spec, population, keys, inner: Inner, progress
     fitness = []
     for member, device in zip(samples, placed):
         stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *member)
-        if inner.objective in REFERENCE_OBJECTIVES:  # the reference's test points, all of them
+        if OBJECTIVES[inner.objective].reference:  # the reference's test points, all of them
             fitness.append(loss(stacked, *cache.devices.put(reference_batch(cache, spec, inner.reference), device)))
             continue
         xv, yv = cache.devices.put(task.splits.outer_valid, device)
@@ -300,7 +271,7 @@ def _vmap_population(cache, spec, population, keys, inner: Inner, progress) -> P
     result = run_chain(chunk, state, replicate(keys.chain, mesh), train_data, members, inner.schedule,
                        progress=progress, info_axis=1)
     samples = jax.tree.map(lambda s: jnp.swapaxes(s, 0, 1), result.samples)  # (P, K, ...)
-    if inner.objective in REFERENCE_OBJECTIVES:  # the reference's test points, all of them
+    if OBJECTIVES[inner.objective].reference:  # the reference's test points, all of them
         batch = replicate(reference_batch(cache, spec, inner.reference), mesh)
     else:
         idx = _loss_indices(keys, x.shape[0], inner.meta_loss_examples)
@@ -325,8 +296,9 @@ def evaluate_population(spec: TaskSpec, population, keys: OuterKeys, sampler,
     meta-parameters (leaves (P, ...)) on one task; unpacks as (fitness, seconds, t_kin).
 
     sampler: the learned sampler's config (its type picks the sampler: `sampler_module`); objective: a key of
-    OBJECTIVE_FNS with a value ("bma", "ce", "ksd", "fidelity"); reference: the reference directory of "fidelity",
-    whose test points and probabilities are then the meta-loss batch (meta_loss_examples unused);
+    meta_train.objectives.OBJECTIVES that is not gradient-only ("bma", "ce", "ksd", "fidelity"); reference: the
+    reference directory of a reference objective ("fidelity"), whose test points and probabilities are then the
+    meta-loss batch (meta_loss_examples unused);
     log_temperature: also return each member's T_kin over the sampling window;
     execution: "vmap", "sequential" or "auto" (see `execution_mode`); progress(n) is called after every chunk
     of n inner steps; cache: the run's ProgramCache (default: a new one, so every program is compiled anew).

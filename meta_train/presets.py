@@ -14,7 +14,8 @@ DEFAULT_TASKS = TaskDistribution(datasets=("digits", "synthetic_images"), channe
 """The default preset's task distribution (16 CNN tasks), shared by the published-sampler presets."""
 
 META_SGMCMC_SAMPLER = MetaSGMCMCConfig(learning_rate=0.1, friction=10.0, temperature=1.0, q_clip=5.0, d_max=100.0)
-"""Meta-SGMCMC (l2e.meta_sgmcmc) as the L2E authors re-ran it (L2E.md §5.7: clips 5 for Q, 100 for D) at SGHMC's
+"""Meta-SGMCMC (l2e.meta_sgmcmc) as the L2E authors re-ran it (clips 5 for Q, 100 for D; docs/meta_training.md
+§ Meta-SGMCMC as the L2E authors trained it) at SGHMC's
 step and friction of the evaluation grids (lr = ε²N 0.1, C 10; their step size 1e-6 would not move these chains)."""
 
 MIXED_TASKS = (
@@ -41,13 +42,13 @@ PRESETS: dict[str, MetaTrainConfig] = {
         tasks=TaskDistribution(datasets=("digits", "synthetic_images"), channels=(4, 8), depths=(1, 2),
                                residual=(False, True)),
     ),
-    # the paper's setting (spec §5, §9): MNIST, Fashion-MNIST, EMNIST (byclass, 62-class head) and BloodMNIST
-    # × CNN channels {4, 8, 16} × depth 1–5 × residual on/off = 120 tasks; 3000 inner steps, 10 samples every
-    # 50 steps over the last 500, batch 128; one antithetic pair, σ 0.01, Adam 0.01 (state kept, §9.5);
-    # lr = ε²N 0.5, friction 0.1, T 1, output scales 1e-3 (§3, §9.3; configurable: sampler.alpha_scale/...).
+    # the paper's setting (docs/l2e.md § Meta-training as the paper does it): MNIST, Fashion-MNIST, EMNIST
+    # (byclass, 62-class head) and BloodMNIST × CNN channels {4, 8, 16} × depth 1–5 × residual on/off = 120 tasks;
+    # 3000 inner steps, 10 samples every 50 steps over the last 500, batch 128; one antithetic pair, σ 0.01, Adam
+    # 0.01 (state kept); lr = ε²N 0.5, friction 0.1, T 1, output scales 1e-3 (configurable: sampler.alpha_scale/...).
     # Needs the data: TFDS (mnist, fashion_mnist, emnist; set L2E_TFDS_DOWNLOAD=1 to download) and
     # bloodmnist.npz in $L2E_DATA_DIR/medmnist (or tasks.data_dir). Without TFDS, e.g.:
-    #   --preset paper --set tasks.datasets=mnist --set tasks.data_dir=../shared/data/mnist --set tasks.max_train=2000
+    #   --preset paper --set tasks.datasets=mnist --set tasks.data_dir=<MNIST dir> --set tasks.max_train=2000
     "paper": MetaTrainConfig(
         num_outer=1000, meta_loss_examples=512, checkpoint_every=100, meta_init="random",
         es=ESConfig(population=2, sigma=0.01, lr=0.01, clip_norm=1.0),
@@ -84,13 +85,14 @@ PRESETS: dict[str, MetaTrainConfig] = {
     ),
     # the published rows (issue 17; checkpoints/{meta_sgmcmc,precond_l2e,small_l2e}/PROVENANCE.md), each on this
     # machine's ~5-minute budget (2 CPU cores).
-    # Meta-SGMCMC as the L2E authors re-ran it (L2E.md §5.7): TBPTT (es.estimator backprop, truncation 50) on
-    # the Stein-gradient KL surrogate (objective stein_kl), clips 5 / 100, Adam with clipping, 1-layer heads of 10
-    # units, a fresh task per unroll.  Scaled to ~5 minutes: 1,000 outer iterations of 5,000-step unrolls → 400
-    # iterations (truncations) of 2,000-step unrolls (40 truncations per task, 10 tasks drawn; compiling each new
-    # task's backprop program costs ~13 s, so unrolls stay long), Adam lr 3e-4 → 1e-3 (total travel lr × updates
-    # 0.3 → 0.4); one chain (theirs 2), the in-chain form: each truncation's 10 states 5 steps apart feed the Stein
-    # estimator (median bandwidth; theirs fixed 100); the default preset's tasks; φ₀: Q ≡ 1, D ≡ C (SGHMC)
+    # Meta-SGMCMC as the L2E authors re-ran it (docs/meta_training.md § Meta-SGMCMC as the L2E authors trained it):
+    # TBPTT (es.estimator backprop, truncation 50) on the Stein-gradient KL surrogate (objective stein_kl), clips 5 /
+    # 100, Adam with clipping, 1-layer heads of 10 units, a fresh task per unroll.  Scaled to ~5 minutes: 1,000 outer
+    # iterations of 5,000-step unrolls → 400 iterations (truncations) of 2,000-step unrolls (40 truncations per task, 10
+    # tasks drawn; compiling each new task's backprop program costs ~13 s, so unrolls stay long), Adam lr 3e-4 → 1e-3
+    # (total travel lr × updates 0.3 → 0.4); one chain (theirs 2), the in-chain form: each truncation's 10 states 5
+    # steps apart feed the Stein estimator (median bandwidth; theirs fixed 100); the default preset's tasks; φ₀: Q ≡ 1,
+    # D ≡ C (SGHMC)
     "meta-sgmcmc": MetaTrainConfig(
         num_outer=400, meta_loss_examples=256, checkpoint_every=40, sampler_kind="meta_sgmcmc", hidden=(10,),
         meta_sgmcmc=META_SGMCMC_SAMPLER,
@@ -99,9 +101,10 @@ PRESETS: dict[str, MetaTrainConfig] = {
         inner=ChainSchedule(num_steps=2000, num_samples=10, thinning=5, batch_size=64, chunk=2),
         tasks=DEFAULT_TASKS,
     ),
-    # Precond-L2E (L2E.md Table 11): Meta-SGMCMC's parameterisation (the heads and clips above) trained the L2E way,
-    # our full-length antithetic ES (population 2, σ 0.01, Adam 0.01) on the BMA loss, with the default preset's
-    # chain, window and outer budget (300 steps, 10 samples after 100 burn-in steps, 300 iterations); T_kin logged
+    # Precond-L2E (the L2E paper's Table 11; docs/sampling.md § Meta-SGMCMC and Precond-L2E): Meta-SGMCMC's
+    # parameterisation (the heads and clips above) trained the L2E way, our full-length antithetic ES (population 2, σ
+    # 0.01, Adam 0.01) on the BMA loss, with the default preset's chain, window and outer budget (300 steps, 10 samples
+    # after 100 burn-in steps, 300 iterations); T_kin logged
     "precond-l2e": MetaTrainConfig(
         num_outer=300, meta_loss_examples=256, checkpoint_every=25, sampler_kind="meta_sgmcmc", hidden=(10,),
         meta_sgmcmc=META_SGMCMC_SAMPLER,
@@ -109,7 +112,7 @@ PRESETS: dict[str, MetaTrainConfig] = {
         inner=ChainSchedule(num_steps=300, num_samples=10, thinning=10, batch_size=64, chunk=2),
         tasks=DEFAULT_TASKS,
     ),
-    # Small-L2E (L2E.md §5.5, Table 11): the paper-form preset on a smaller task distribution — the paper's is
+    # Small-L2E (the L2E paper's Table 11): the paper-form preset on a smaller task distribution — the paper's is
     # Fashion-MNIST only, c = 4, L ∈ {1, 2}; here one dataset (digits), c = 4, depth {1, 2}, plain and residual
     # (the paper does not restrict residual): 4 tasks instead of 16; otherwise the paper-form preset unchanged
     "small-l2e": MetaTrainConfig(
@@ -122,7 +125,7 @@ PRESETS: dict[str, MetaTrainConfig] = {
     # MLPs, a third UCI regression MLPs (Gaussian likelihood, MILE protocol seed 1), as a weighted list of task
     # strings (tasks.spec_parse.GRAMMAR); the default's sampler, chain and outer budget (MLP iterations cost less
     # than the CNN ones).  Held out of it for evaluation: breast_cancer (the default evaluation) and the UCI sets
-    # naval-propulsion-plant, power-plant, wine-quality-red.  Needs ../shared/data/uci (or $L2E_DATA_DIR/uci).
+    # naval-propulsion-plant, power-plant, wine-quality-red.  Needs the UCI data in $L2E_DATA_DIR/uci (docs/data.md).
     "mixed": MetaTrainConfig(
         num_outer=300, meta_loss_examples=256, checkpoint_every=25,
         sampler=L2EConfig(learning_rate=0.5, alpha_scale=0.1, beta_scale=0.1),

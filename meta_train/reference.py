@@ -1,4 +1,5 @@
-"""NUTS reference predictives for the "fidelity" meta-objective (meta_train.objectives; SAMPLING.md §4).
+"""NUTS reference predictives for the "fidelity" meta-objective (meta_train.objectives; docs/meta_training.md
+§ Objectives).
 
 Reads the reference directories `python -m evaluate reference` writes (evaluate.hmc_reference) directly with
 numpy / json — meta_train does not import evaluate (layering: l2e ← tasks ← meta_train / evaluate):

@@ -4,6 +4,8 @@ resume, and the lock that keeps a second process out.
 Reliability (a run survives SIGKILL at any point and resumes bit-identically):
   * checkpoints are committed atomically (l2e.checkpoint.save_checkpoint: staged, fsynced, renamed), and
     only committed steps are read; stale staging directories are removed on open;
+  * a checkpoint holds the estimator's whole state (meta_train.estimators: φ, the optimiser's state, perturbation
+    accumulators and chain states mid-unroll), restored into the state the estimator builds for that step;
   * the log is appended row by row; on resume the rows after the restored iteration are dropped, a torn last
     line (the process died mid-write) is discarded, and the log is rewritten atomically;
   * while a process runs in the directory it holds an exclusive lock on it (l2e.io.DirectoryLock).
@@ -16,11 +18,12 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import Any, Callable
 
 import jax
 import numpy as np
 
-from l2e.checkpoint import KEEP_CHECKPOINTS, clean_staging, restore_checkpoint, save_checkpoint
+from l2e.checkpoint import KEEP_CHECKPOINTS, CheckpointError, clean_staging, restore_checkpoint, save_checkpoint
 from l2e.io import DirectoryLock, LockHeldError, atomic_write_bytes, atomic_write_text
 from meta_train.config import ConfigError, MetaTrainConfig, from_dict
 from meta_train.faults import NoFault
@@ -156,6 +159,30 @@ def plot_meta_loss(rows: list[dict], path: Path) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
+def _latest_step(root: Path) -> int:
+    """The step l2e.checkpoint.restore_checkpoint restores: the largest digit-named directory under `root` (0: none)."""
+    steps = [int(p.name) for p in root.iterdir() if p.is_dir() and p.name.isdigit()] if root.is_dir() else []
+    return max(steps, default=0)
+
+
+def _restore(root: Path, template: Callable[[int], Any], legacy) -> tuple[int, Any]:
+    """(step, state) of the latest checkpoint under `root`, restored into template(step), else (legacy given) into
+    the legacy template and converted; the first CheckpointError if neither fits."""
+    step = _latest_step(root)
+    try:
+        return restore_checkpoint(root, template(step))
+    except CheckpointError as e:
+        if legacy is None:
+            raise
+        error = e
+    legacy_template, convert = legacy
+    try:
+        step, old = restore_checkpoint(root, legacy_template)
+    except CheckpointError:
+        raise error from None
+    return step, convert(old, step)
+
+
 class RunDir:
     """The run directory `out` of one meta-training process: `open` it (lock, checks, config), `resume` from
     it, `append` log rows, `save` checkpoints, `plot`, and `close` it (releases the lock).
@@ -202,10 +229,17 @@ class RunDir:
     def close(self) -> None:
         self._lock.release()
 
-    def resume(self, template_state, resume: bool) -> tuple[int, object, list[dict]]:
+    def resume(self, template: Callable[[int], Any], resume: bool,
+               legacy: tuple[Any, Callable[[Any, int], Any]] | None = None) -> tuple[int, object, list[dict]]:
         """(first iteration to run, ES state, log rows before it): from the latest committed checkpoint if
-        `resume` (else 0, the template, []). The writer drops staging leftovers and rewrites the log."""
-        start, state = restore_checkpoint(self.checkpoints, template_state) if resume else (0, template_state)
+        `resume` (else 0, template(0), []). The writer drops staging leftovers and rewrites the log.
+
+        template(step): the state the checkpoint of step `step` is restored into (its structure, shapes, dtypes).
+        legacy: (template, convert(old state, step) -> state) of the layout older checkpoints hold, tried when the
+        checkpoint does not fit template(step); None: none."""
+        start, state = 0, template(0)
+        if resume:
+            start, state = _restore(self.checkpoints, template, legacy)
         rows = [r for r in read_log(self.out) if r["iteration"] < start] if resume else []
         if self.writer:
             clean_staging(self.checkpoints)

@@ -1,7 +1,10 @@
-"""The meta-training loop: outer steps (meta_train.outer) into a run directory (meta_train.run_dir).
+"""The meta-training loop: outer steps (meta_train.outer, through the estimator table meta_train.estimators) into a
+run directory (meta_train.run_dir).
 
-A resumed run computes exactly what an uninterrupted one does: the randomness of iteration t is
-fold_in(seed, t) and the whole ES state (mean, Adam state, …) is in the checkpoint. Fault injection
+A resumed run computes exactly what an uninterrupted one does, for every estimator and at any iteration (mid-unroll
+too): the randomness of iteration t is fold_in(seed, t) and the estimator's whole state (φ, Adam state, perturbation
+accumulators, chain states) is in the checkpoint. Each log row also holds "first_time_task": whether this process
+had not run the task before (that row's seconds include building and compiling its programs). Fault injection
 ($L2E_FAULT, meta_train.faults) kills the process at named points for the reliability tests.
 """
 from __future__ import annotations
@@ -15,9 +18,9 @@ from tqdm.auto import tqdm
 from l2e.checkpoint import KEEP_CHECKPOINTS
 from meta_train.config import ConfigError, MetaTrainConfig
 from meta_train.es import ProgramCache, reference_batch
-from meta_train.objectives import REFERENCE_OBJECTIVES
 from meta_train.faults import fault_plan
-from meta_train.outer import make_strategy, outer_step
+from meta_train.objectives import OBJECTIVES
+from meta_train.outer import make_estimator, outer_step
 from meta_train.run_dir import RunDir, RunDirError
 
 PLOT_EVERY_S = 60.0
@@ -34,7 +37,7 @@ def check_inputs(config: MetaTrainConfig, cache: ProgramCache) -> None:
         raise ConfigError(f"tasks.data_dir does not exist or is not a directory: {data_dir}")
     for spec in config.tasks.specs():
         cache.task(spec)
-    if config.objective.kind in REFERENCE_OBJECTIVES:  # every task needs its reference (classification only)
+    if OBJECTIVES[config.objective.kind].reference:  # every task needs its reference (classification only)
         for spec in config.tasks.specs():
             reference_batch(cache, spec, config.objective.reference)
 
@@ -47,23 +50,33 @@ def initial_meta_params(config: MetaTrainConfig):
 
 
 class _Loop:
-    """The state of the outer loop of one process: strategy, ES state, log rows, run directory."""
+    """The state of the outer loop of one process: estimator, its initial state, log rows, run directory."""
 
     def __init__(self, config: MetaTrainConfig, run: RunDir, fault, cache: ProgramCache):
         self.config, self.run, self.fault, self.cache = config, run, fault, cache
-        phi0 = initial_meta_params(config)
-        self.strategy = make_strategy(config.es, phi0)
-        self.es_params = self.strategy.default_params
-        self.template = self.strategy.init(jax.random.PRNGKey(config.seed), phi0, self.es_params)
+        self.estimator = make_estimator(config, initial_meta_params(config))
+        self.key = jax.random.PRNGKey(config.seed)
+        self.initial = self.estimator.init(self.key, cache)
         self.seen: set = set()
         self.last_plot = time.perf_counter()
+
+    def template(self, step: int):
+        """The state a checkpoint of step `step` is restored into (the estimator's state shaped for that step)."""
+        return self.initial if step == 0 else self.estimator.init(self.key, self.cache, step)
+
+    def legacy(self):
+        """(template, convert) of the state layout older checkpoints hold, or None (for RunDir.resume)."""
+        template = self.estimator.legacy_template()
+        if template is None:
+            return None
+        return template, lambda old, step: self.estimator.from_legacy(old, self.key, self.cache, step)
 
     def iteration(self, it: int, end: int, rows: list[dict], es_state):
         """Run outer iteration `it`; log it and checkpoint when due (writer only). Returns the ES state."""
         config, fault, run = self.config, self.fault, self.run
         fault.hit("before_iteration", it)
         inner = (lambda _n: fault.hit("mid_inner", it)) if fault.armed("mid_inner", it) else None
-        step = outer_step(self.strategy, self.es_params, es_state, config, it, self.cache, progress=inner)
+        step = outer_step(self.estimator, es_state, it, self.cache, progress=inner)
         rows.append({**step.row, "first_time_task": step.spec not in self.seen})
         self.seen.add(step.spec)
         if not run.writer:
@@ -72,7 +85,7 @@ class _Loop:
         fault.hit("after_log", it)
         done = it + 1
         if done % config.checkpoint_every == 0 or done == config.num_outer:
-            run.save(done, step.es_state, self.strategy.get_mean(step.es_state), config, fault)
+            run.save(done, step.es_state, self.estimator.mean(step.es_state), config, fault)
             fault.hit("after_checkpoint", done)
             if done < end and time.perf_counter() - self.last_plot >= PLOT_EVERY_S:  # rendering costs ~0.5 s
                 run.plot(rows)
@@ -82,7 +95,7 @@ class _Loop:
 
 def _train(loop: _Loop, resume: bool, progress: bool, stop_after: int | None) -> dict:
     config, run = loop.config, loop.run
-    start, es_state, rows = run.resume(loop.template, resume)
+    start, es_state, rows = run.resume(loop.template, resume, loop.legacy())
     end = config.num_outer if stop_after is None else min(config.num_outer, stop_after)
     t_start = time.perf_counter()
     bar = tqdm(range(start, end), initial=start, total=config.num_outer, desc="meta-train", disable=not progress,
@@ -97,24 +110,27 @@ def _train(loop: _Loop, resume: bool, progress: bool, stop_after: int | None) ->
     return {
         "iterations": end,
         "seconds": time.perf_counter() - t_start,
-        "meta_params": loop.strategy.get_mean(es_state),
+        "meta_params": loop.estimator.mean(es_state),
         "final_meta_loss": rows[-1]["meta_loss"] if rows else None,
         "output": str(run.out),
     }
 
 
 def meta_train(config: MetaTrainConfig, out: str | Path, resume: bool = False, overwrite: bool = False,
-               progress: bool = True, stop_after: int | None = None, keep_checkpoints: int = KEEP_CHECKPOINTS) -> dict:
+               progress: bool = True, stop_after: int | None = None, keep_checkpoints: int = KEEP_CHECKPOINTS,
+               cache: ProgramCache | None = None) -> dict:
     """Run (or resume) meta-training into `out`; returns a summary dict (iterations, seconds, meta_params,
     final_meta_loss, output).
 
     stop_after: stop once this many outer iterations are done (for tests of resumption).
     keep_checkpoints: checkpoint steps kept, the newest (0: all, for `python -m evaluate select`).
+    cache: a ProgramCache whose tasks and compiled programs this run reuses (several runs in one process: tests,
+    benches); default a new one. The numbers do not depend on it.
     """
     if isinstance(keep_checkpoints, bool) or not isinstance(keep_checkpoints, int) or keep_checkpoints < 0:
         raise ConfigError(f"keep_checkpoints must be an integer ≥ 0 (0 keeps all), got {keep_checkpoints!r}")
     fault = fault_plan()
-    cache = ProgramCache()
+    cache = ProgramCache() if cache is None else cache
     check_inputs(config, cache)
     run = RunDir(out, keep=keep_checkpoints)
     loop = _Loop(config, run, fault, cache)  # builds φ₀ and the ES state: a bad model fails before `out` is touched

@@ -81,6 +81,10 @@ class TaskBase:
         x, y = batch
         return self.likelihood.mean_nll(self.apply(params, x), y)
 
+    def log_likelihood(self, params, x: jax.Array, y: jax.Array) -> jax.Array:
+        """Per-example log p(y_b | x_b, θ) (nats), (B,), of x (B, ...) and y (B,) under the task's likelihood."""
+        return self.likelihood.log_likelihood(self.apply(params, x), y)
+
     def predict(self, params_samples, x: jax.Array) -> jax.Array:
         """params_samples: params with a leading sample axis K → (K, B, C) log-softmax or (K, B, 2) [loc, scale]
         (jittable; one vmapped call)."""

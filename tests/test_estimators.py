@@ -9,6 +9,10 @@
 - KSD: exact draws of a Gaussian score lower than under-dispersed or shifted draws; the Stein gradient estimator
   recovers ∇log q = −x of a standard normal (correlation > 0.75; measured 0.84).
 - Bad combinations are refused (stein_kl with ES, a truncation that does not divide the chain).
+- Every module of the estimator table follows the protocol; noise-reuse ES keeps one perturbation per unroll.
+- A truncated / PES / noise-reuse / backprop run stopped mid-unroll and resumed equals an uninterrupted run bit for bit
+  (meta-parameters, every checkpointed array, every log row but timings); a checkpoint in the earlier layout (no
+  unroll) still resumes, with φ and the Adam state restored exactly.
 """
 from __future__ import annotations
 
@@ -23,7 +27,8 @@ from l2e.chains import ChainSchedule
 from l2e.meta_model import init_mu_params
 from meta_train.config import ConfigError, ESConfig, MetaTrainConfig, ObjectiveConfig, apply_overrides
 from meta_train.es import ProgramCache, outer_keys, sampler_module
-from meta_train.estimators import _programs, segment_gradient, segment_loss_fn, start_unroll
+from meta_train.estimators import make
+from meta_train.estimators.unroll import segment_loss_fn, segment_programs
 from meta_train.objectives import ksd, stein_gradient
 from meta_train.train import initial_meta_params, meta_train
 from tasks.distribution import TaskDistribution
@@ -78,16 +83,18 @@ def test_pes_first_segment_is_truncated_es_then_accumulates():
     cache = ProgramCache()
     configs = {e: tiny(e, "meta_sgmcmc") for e in ("pes", "truncated")}
     phi = initial_meta_params(configs["pes"])
-    unrolls = {e: start_unroll(c, cache, 0, 0, phi) for e, c in configs.items()}
+    estimators = {e: make(c, phi) for e, c in configs.items()}
+    states = {e: est.init(jax.random.PRNGKey(0), cache) for e, est in estimators.items()}
     grads = {e: [] for e in configs}
     for it in range(2):
-        for e, c in configs.items():
-            grads[e].append(_flat(segment_gradient(c, cache, unrolls[e], phi, outer_keys(0, it))[0]))
+        for e, est in estimators.items():
+            grad, _, states[e] = est.gradient(states[e], it, cache)
+            grads[e].append(_flat(grad))
     np.testing.assert_array_equal(grads["pes"][0], grads["truncated"][0])
     assert np.abs(grads["pes"][0]).max() > 0
     assert np.abs(grads["pes"][1]).max() > 0 and not np.allclose(grads["pes"][1], grads["truncated"][1])
-    assert _programs(cache, unrolls["pes"].spec, configs["pes"]) is _programs(cache, unrolls["pes"].spec,
-                                                                              configs["truncated"])
+    spec = states["pes"].unroll.spec
+    assert segment_programs(cache, spec, configs["pes"]) is segment_programs(cache, spec, configs["truncated"])
 
 
 def test_ksd_and_stein_gradient_on_a_gaussian():
@@ -108,3 +115,124 @@ def test_bad_estimator_configurations_are_refused():
         apply_overrides(tiny("pes", "l2e"), ["es.truncation=7"])
     with pytest.raises(ConfigError, match="estimator"):
         ESConfig(estimator="reinforce")
+
+
+# ----------------------------------------------------------------------------- the estimator table and resumption
+
+
+def test_every_estimator_module_follows_the_protocol():
+    from meta_train.config import ESTIMATORS
+    from meta_train.estimators import ESTIMATORS as TABLE
+
+    assert ESTIMATORS == tuple(TABLE)
+    for name, module in TABLE.items():
+        assert isinstance(module.TRUNCATED, bool) and isinstance(module.PATHWISE, bool), name
+        cls = module.Estimator
+        assert cls.name == name and all(callable(getattr(cls, m, None))
+                                        for m in ("init", "step", "mean", "legacy_template")), name
+        assert module.TRUNCATED == callable(getattr(cls, "from_legacy", None)), name  # earlier layouts: truncated
+
+
+@pytest.fixture(scope="module")
+def programs():
+    """One ProgramCache for the runs below (their programs are compiled once; the numbers do not depend on it)."""
+    return ProgramCache()
+
+
+def test_noise_reuse_meta_trains_and_keeps_its_perturbation_within_an_unroll(tmp_path, programs):
+    config = tiny("noise_reuse", "l2e")
+    out = meta_train(config, tmp_path / "run", progress=False, cache=programs)
+    assert np.all(np.isfinite(_flat(out["meta_params"])))
+    assert not np.array_equal(_flat(initial_meta_params(config)), _flat(out["meta_params"]))
+    cache, phi = programs, initial_meta_params(config)
+    estimator = make(config, phi)
+    state = estimator.init(jax.random.PRNGKey(0), cache)
+    perts = []
+    for it in range(3):  # K = 2 segments per unroll: iterations 0, 1 share one perturbation, 2 draws a new one
+        _, _, state = estimator.gradient(state, it, cache)
+        perts.append(np.asarray(state.es.pert))
+    np.testing.assert_array_equal(perts[0], perts[1])
+    assert not np.allclose(perts[1], perts[2])
+
+
+def _resume_config(estimator: str) -> MetaTrainConfig:
+    """Two segments per unroll; checkpoints at 3 (mid-unroll: unroll 1, segment 1) and 6."""
+    kind = "kinetic" if estimator == "backprop" else "l2e"
+    return dataclasses.replace(tiny(estimator, kind), num_outer=6, checkpoint_every=3)
+
+
+def _rows(out) -> list[dict]:
+    from meta_train.run_dir import read_log
+
+    timing = ("seconds", "inner_seconds", "first_time_task")
+    return [{k: v for k, v in r.items() if k not in timing} for r in read_log(out)]
+
+
+@pytest.mark.parametrize("estimator", ["truncated", "pes", "noise_reuse", "backprop"])
+def test_resume_mid_unroll_is_bit_identical(tmp_path, estimator, programs):
+    """Stopped after iteration 3 (its checkpoint holds unroll 1 mid-way: chain states, perturbation accumulators) and
+    resumed: the meta-parameters, every checkpointed array and every log row (but timings) equal an uninterrupted
+    run's."""
+    config = _resume_config(estimator)
+    full = meta_train(config, tmp_path / "full", progress=False, cache=programs)
+    meta_train(config, tmp_path / "cut", progress=False, stop_after=3, cache=programs)
+    assert [r["segment"] for r in _rows(tmp_path / "cut")] == [0, 1, 0]
+    resumed = meta_train(config, tmp_path / "cut", resume=True, progress=False, cache=programs)
+    assert _flat(full["meta_params"]).tobytes() == _flat(resumed["meta_params"]).tobytes()
+    assert _rows(tmp_path / "cut") == _rows(tmp_path / "full")
+    assert [(r["unroll"], r["segment"]) for r in _rows(tmp_path / "full")] == [(0, 0), (0, 1), (1, 0), (1, 1),
+                                                                                (2, 0), (2, 1)]
+    a, b = (_step_arrays(tmp_path / run / "checkpoints" / "6") for run in ("cut", "full"))
+    assert a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and a[k].tobytes() == b[k].tobytes() for k in a)
+
+
+def _step_arrays(step_dir) -> dict:
+    """Every array of a checkpoint step (the estimator state's leaves and the meta-parameters)."""
+    import orbax.checkpoint as ocp
+
+    out = {}
+    for item in ("es_state", "meta_params"):
+        tree = ocp.PyTreeCheckpointer().restore(step_dir.resolve() / item)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+            out[f"{item}{jax.tree_util.keystr(path)}"] = np.asarray(leaf)
+    return out
+
+
+def _legacy_state(estimator, state):
+    """The state in the layout checkpoints held before the unroll was checkpointed: (φ, Adam state) as pytrees."""
+    from jax.flatten_util import ravel_pytree
+
+    if estimator.name == "backprop":
+        return tuple(state.outer)
+    unravel = ravel_pytree(estimator.phi0)[1]
+    d = state.es.mean.shape[0]
+    opt = jax.tree.map(lambda x: unravel(x) if np.ndim(x) == 1 and np.shape(x)[0] == d else x, state.es.opt_state)
+    return unravel(state.es.mean), opt
+
+
+@pytest.mark.parametrize("estimator", ["pes", "backprop"])
+def test_checkpoints_without_the_unroll_still_resume(tmp_path, estimator, programs):
+    """A checkpoint in the earlier layout (φ and the Adam state only) restores φ and the Adam state exactly, without
+    an unroll, and the run continues from there (that unroll's chain restarts from θ₀ at its segment)."""
+    from l2e.checkpoint import read_meta, save_checkpoint
+    from meta_train.run_dir import RunDir
+
+    config = _resume_config(estimator)
+    out = tmp_path / "run"
+    meta_train(config, out, progress=False, stop_after=3, cache=programs)
+    cache, phi0, key = programs, initial_meta_params(config), jax.random.PRNGKey(config.seed)
+    est = make(config, phi0)
+    legacy = (est.legacy_template(), lambda old, step: est.from_legacy(old, key, cache, step))
+    start, state, _ = RunDir(out, writer=False).resume(lambda step: est.init(key, cache, step), True, legacy)
+    assert start == 3 and state.unroll is not None
+    ckpt = out / "checkpoints" / "3"
+    save_checkpoint(out / "checkpoints", 3, _legacy_state(est, state), est.mean(state), read_meta(ckpt))
+    start, old, _ = RunDir(out, writer=False).resume(lambda step: est.init(key, cache, step), True, legacy)
+    assert start == 3 and old.unroll is None
+    assert _flat(est.mean(old)).tobytes() == _flat(est.mean(state)).tobytes()
+    now = old.es.opt_state if estimator != "backprop" else old.outer.opt_state
+    was = state.es.opt_state if estimator != "backprop" else state.outer.opt_state
+    assert _flat(now).tobytes() == _flat(was).tobytes()
+    resumed = meta_train(config, out, resume=True, progress=False, cache=programs)
+    assert np.all(np.isfinite(_flat(resumed["meta_params"])))
+    assert [(r["unroll"], r["segment"]) for r in _rows(out)][3:] == [(1, 1), (2, 0), (2, 1)]

@@ -122,7 +122,7 @@ def test_divergence_penalty_is_an_evosax_fitness_shaping_function():
     import jax.numpy as jnp
     from evosax.core.fitness_shaping import centered_rank_fitness_shaping_fn
 
-    from meta_train.outer import divergence_penalty_shaping
+    from meta_train.estimators.common import divergence_penalty_shaping
 
     fitness = jnp.array([1.5, jnp.nan, jnp.inf, 250.0, -jnp.inf], jnp.float32)
     shaped = divergence_penalty_shaping(100.0)(None, fitness, None, None)
@@ -134,17 +134,17 @@ def test_divergence_penalty_is_an_evosax_fitness_shaping_function():
 def test_outer_step_is_a_function_of_its_inputs():
     """The same (state, iteration) gives the same new state and log row; the input state is not changed."""
     from meta_train.es import ProgramCache
-    from meta_train.outer import make_strategy, outer_step
+    from meta_train.outer import make_estimator, outer_step
     from meta_train.train import initial_meta_params
 
     cfg = apply_overrides(SMOKE, ["inner.thinning=2", "inner.num_steps=10", "tasks.mlp_hidden=8",
                                   "tasks.channels=", "tasks.datasets=synthetic_images", "tasks.max_train=200"])
     phi0 = initial_meta_params(cfg)
-    strategy = make_strategy(cfg.es, phi0)
-    state = strategy.init(jax.random.PRNGKey(cfg.seed), phi0, strategy.default_params)
-    before = flat(state)
+    estimator = make_estimator(cfg, phi0)
     cache = ProgramCache()
-    a, b = (outer_step(strategy, strategy.default_params, state, cfg, 3, cache) for _ in range(2))
+    state = estimator.init(jax.random.PRNGKey(cfg.seed), cache)
+    before = flat(state)
+    a, b = (outer_step(estimator, state, 3, cache) for _ in range(2))
     np.testing.assert_array_equal(flat(a.es_state), flat(b.es_state))
     np.testing.assert_array_equal(flat(state), before)
     timing = ("seconds", "inner_seconds")

@@ -14,6 +14,8 @@ Cross-chain Stein-KL (C chains' current states at each sample time):
   and size for under- and over-dispersed sets (averaged over 8 draws of 100 chains);
 - on a tiny Meta-SGMCMC segment with 3 chains (independent θ₀) its gradient w.r.t. φ is finite and nonzero; ES
   with it, and fewer than 2 chains, are refused.
+The objective table (meta_train.objectives.OBJECTIVES) is what the config accepts; BMA and CE read the per-example
+log-likelihood from the task (`task.log_likelihood`: categorical or Gaussian), checked against numpy.
 """
 from __future__ import annotations
 
@@ -33,8 +35,8 @@ import pytest
 from l2e.chains import ChainSchedule
 from l2e.types import Posterior
 from meta_train.config import ConfigError, ESConfig, MetaTrainConfig, ObjectiveConfig
-from meta_train.es import ProgramCache, outer_keys
-from meta_train.estimators import segment_gradient, start_unroll
+from meta_train.es import ProgramCache
+from meta_train.estimators import make
 from meta_train.objectives import fidelity_fn, stein_kl_cross_fn
 from meta_train.reference import ReferenceError, load_task_reference, task_name
 from meta_train.train import initial_meta_params, meta_train
@@ -167,8 +169,8 @@ def test_fidelity_backprop_gradient_is_finite(tmp_path):
     root = write_reference(tmp_path / "refs", task, _smoothed_labels(task))
     config = _fidelity_config(root, estimator="backprop", kind="kinetic")
     cache, mean = ProgramCache(), initial_meta_params(config)
-    unroll = start_unroll(config, cache, 0, 0, mean)
-    grad, losses = segment_gradient(config, cache, unroll, mean, outer_keys(0, 0))
+    estimator = make(config, mean)
+    grad, losses, _ = estimator.gradient(estimator.init(jax.random.PRNGKey(0), cache), 0, cache)
     g = _flat(grad)
     assert np.all(np.isfinite(g)) and np.linalg.norm(g) > 0 and 0 < losses[0] < 1
 
@@ -228,14 +230,15 @@ def _cross_config(chains: int = 3) -> MetaTrainConfig:
 def test_cross_chain_stein_kl_gradient_is_finite_and_nonzero():
     config = _cross_config(3)
     cache, mean = ProgramCache(), initial_meta_params(config)
-    unroll = start_unroll(config, cache, 0, 0, mean)
-    first = _flat(jax.tree.map(lambda a: a[0], unroll.states.position))
-    second = _flat(jax.tree.map(lambda a: a[1], unroll.states.position))
-    assert jax.tree.leaves(unroll.states.position)[0].shape[0] == 3 and not np.allclose(first, second)
-    grad, losses = segment_gradient(config, cache, unroll, mean, outer_keys(0, 0))
+    estimator = make(config, mean)
+    state = estimator.init(jax.random.PRNGKey(0), cache)
+    first = _flat(jax.tree.map(lambda a: a[0], state.unroll.states.position))
+    second = _flat(jax.tree.map(lambda a: a[1], state.unroll.states.position))
+    assert jax.tree.leaves(state.unroll.states.position)[0].shape[0] == 3 and not np.allclose(first, second)
+    grad, losses, state = estimator.gradient(state, 0, cache)
     g = _flat(grad)
     assert np.all(np.isfinite(g)) and np.linalg.norm(g) > 0 and np.isfinite(losses[0])
-    assert jax.tree.leaves(unroll.states.position)[0].shape[0] == 3  # the chains carried on to the next segment
+    assert jax.tree.leaves(state.unroll.states.position)[0].shape[0] == 3  # the chains carried on to the next segment
 
 
 def test_cross_chain_configurations_are_refused():
@@ -243,3 +246,47 @@ def test_cross_chain_configurations_are_refused():
         dataclasses.replace(_cross_config(), es=ESConfig(estimator="antithetic"))
     with pytest.raises(ConfigError, match="objective.chains"):
         ObjectiveConfig(kind="stein_kl_cross", chains=1)
+
+
+# --------------------------------------------------------------------------- the objective table and the likelihoods
+
+
+def test_objective_table_drives_the_config():
+    from meta_train.config import OBJECTIVES as KINDS
+    from meta_train.objectives import OBJECTIVES
+
+    assert KINDS == tuple(OBJECTIVES)
+    assert [k for k, o in OBJECTIVES.items() if o.gradient_only] == ["stein_kl", "stein_kl_cross"]
+    assert [k for k, o in OBJECTIVES.items() if o.reference] == ["fidelity"]
+    assert [k for k, o in OBJECTIVES.items() if o.cross_chain] == ["stein_kl_cross"]
+    for kind in KINDS:  # every kind is accepted with a pathwise estimator, and the ES ones with antithetic ES
+        ObjectiveConfig(kind=kind)
+        assert OBJECTIVES[kind].gradient_only or dataclasses.replace(_cross_config(), objective=ObjectiveConfig(
+            kind=kind), es=ESConfig(estimator="antithetic")).objective.kind == kind
+
+
+def test_task_log_likelihood_serves_bma_and_ce_for_classification_and_regression():
+    """task.log_likelihood(θ, x, y) (B,) is log softmax(logits)_y for a classifier and log N(y | loc, scale²) for a
+    regression task (float64 numpy to 1e-5); BMA NLL ≤ CE on both; fidelity refuses the regression task."""
+    from meta_train.objectives import OBJECTIVES
+    from tasks.regression import RegressionSpec, build_regression_task
+
+    clf, reg = _task(), build_regression_task(RegressionSpec("synthetic_1d", hidden=(8,)))
+    for task in (clf, reg):
+        samples, (x, y) = _samples(task), task.splits.test
+        ll = np.stack([np.asarray(task.log_likelihood(jax.tree.map(lambda a, k=k: a[k], samples), x, y), np.float64)
+                       for k in range(3)])
+        for k in range(3):
+            out = task.apply(jax.tree.map(lambda a, k=k: a[k], samples), x)
+            if task is clf:
+                z = np.asarray(out, np.float64)
+                want = z[np.arange(len(y)), np.asarray(y)] - np.log(np.exp(z - z.max(1, keepdims=True)).sum(1)) \
+                    - z.max(1)
+            else:
+                loc, scale = (np.asarray(v, np.float64) for v in out)
+                want = -0.5 * np.log(2 * np.pi) - np.log(scale) - 0.5 * ((np.asarray(y) - loc) / scale) ** 2
+            np.testing.assert_allclose(ll[k], want, rtol=1e-5, atol=1e-5)
+        bma, ce = (float(OBJECTIVES[kind].fn(task)(samples, x, y)) for kind in ("bma", "ce"))
+        assert np.isfinite(bma) and bma <= ce + 1e-6, (bma, ce)
+    with pytest.raises(ConfigError, match="needs a classification task"):
+        fidelity_fn(reg)

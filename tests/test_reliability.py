@@ -178,8 +178,8 @@ def _check_divergence_run(out: Path, summary: dict, expect_divergent: bool, pena
 
 def test_nan_gradients_get_the_penalty_and_meta_params_stay_finite(tmp_path, monkeypatch):
     """NaN gradients in every member: every member gets the worst-case fitness (the penalty), the ES
-    outer step is skipped (meta_train.outer: no member finite, no update) and the meta-parameters stay exactly
-    unchanged."""
+    outer step is skipped (meta_train.estimators.antithetic: no member finite, no update) and the
+    meta-parameters stay exactly unchanged."""
     import meta_train.es as es
 
     real = es.sampler_module
@@ -210,7 +210,7 @@ def test_nan_gradients_get_the_penalty_and_meta_params_stay_finite(tmp_path, mon
 def test_one_diverging_member_is_penalised(tmp_path, monkeypatch):
     """One member's chain is NaN (its meta-parameters poisoned inside the inner loop only): it gets the
     penalty, the other member its real loss; the meta-parameters move and stay finite."""
-    import meta_train.outer as outer
+    import meta_train.estimators.antithetic as outer
 
     real = outer.evaluate_population
 

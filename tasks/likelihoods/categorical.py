@@ -168,6 +168,8 @@ class Classification:
     curve_keys = ("acc", "nll", "ece")
     """The metric lists of `curve` (besides "num_samples")."""
     score_name = "BMA NLL"
+    has_class_probs = True
+    """Whether the model's outputs are class logits (softmax = class probabilities)."""
     error_metric = "test error"
     """What `error_and_nll`'s error is."""
 
@@ -176,6 +178,11 @@ class Classification:
         """Mean cross-entropy (nats per example) of logits (B, C) and labels y (B,) int."""
         logp = jax.nn.log_softmax(logits)
         return -jnp.mean(jnp.take_along_axis(logp, y[:, None].astype(jnp.int32), axis=1))
+
+    @staticmethod
+    def log_likelihood(logits: jax.Array, y: jax.Array) -> jax.Array:
+        """Per-example log p(y_b | x_b) (nats), (B,), of logits (B, C) and labels y (B,) int."""
+        return jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1)[:, 0]
 
     @staticmethod
     def predictive(logits: jax.Array) -> jax.Array:

@@ -132,6 +132,8 @@ class GaussianRegression:
     curve_keys = ("lppd", "rmse")
     """The metric lists of `curve` (besides "num_samples")."""
     score_name = "NLL (−LPPD)"
+    has_class_probs = False
+    """Whether the model's outputs are class logits (softmax = class probabilities)."""
     error_metric = "rmse"
     """What `error_and_nll`'s error is."""
 
@@ -141,6 +143,12 @@ class GaussianRegression:
         scale (B,)) and y (B,)."""
         loc, scale = out
         return jnp.mean(gaussian_nll(y, loc, scale))
+
+    @staticmethod
+    def log_likelihood(out: tuple[jax.Array, jax.Array], y: jax.Array) -> jax.Array:
+        """Per-example log N(y_b | loc_b, scale_b²) (nats), (B,), of out = (loc (B,), scale (B,)) and y (B,)."""
+        loc, scale = out
+        return -gaussian_nll(y, loc, scale)
 
     @staticmethod
     def predictive(out: tuple[jax.Array, jax.Array]) -> jax.Array:

@@ -1,25 +1,21 @@
-"""Meta-objectives beyond the BMA / CE losses of meta_train.es (SAMPLING.md §4; META_SGMCMC.md §4).
+"""The Stein meta-objectives: the kernel Stein discrepancy ("ksd") and Meta-SGMCMC's Stein-gradient KL surrogate,
+in-chain ("stein_kl") and cross-chain ("stein_kl_cross") (docs/meta_training.md § Objectives).
 
-Each is `fn(task) -> objective(samples, x, y) -> scalar` with the signature of meta_train.es.OBJECTIVE_FNS:
+Each `*_fn(task)` returns objective(samples, x, y) -> scalar (the signature of meta_train.objectives.OBJECTIVES):
 samples a position pytree with leaves (K, ...) (one member's thinned samples; for "stein_kl_cross" (C, K, ...), C
-parallel chains), (x, y) the meta-loss batch. For "ksd" and the Stein-KL surrogates (x, y) is a held-out batch of
-outer-validation examples and the model's score is the minibatch estimate −∇Ũ(θ) = −(N·∇ mean NLL(θ; x, y) −
-∇log p(θ)) on it (unbiased for the full-data score, as the spec allows "in expectation").
+parallel chains), (x, y) a held-out batch of outer-validation examples. The model's score is the minibatch estimate
+−∇Ũ(θ) = −(N·∇ mean NLL(θ; x, y) − ∇log p(θ)) on that batch (unbiased for the full-data score).
 
 - "ksd": the squared kernel Stein discrepancy of the K samples against the score (U-statistic, RBF kernel
   k(a, b) = exp(−‖a − b‖²/2h), h = ½·median of the pairwise squared distances), ÷ d. A scalar, for ES.
 - "stein_kl": the Stein-gradient KL surrogate of Meta-SGMCMC, in-chain form (the member's K samples pooled):
   mean_k Σ_d [sg(ĝ(θ_k)) − sg(∇log p̃(θ_k))]·θ_k with ĝ = −(K + λI)⁻¹⟨∇, K⟩ (Li & Turner's Stein gradient
   estimator of ∇log q, λ = STEIN_LAMBDA). Its *value* is meaningless; its pathwise gradient is that of KL(q‖p), so it
-  is for estimator "backprop" only (meta_train.config refuses it with ES).
+  is for a pathwise estimator only (meta_train.config refuses it with ES).
 - "stein_kl_cross": the same surrogate in Meta-SGMCMC's cross-chain form: C = objective.chains parallel chains on
-  the task (meta_train.estimators runs them, vmapped, from independent initialisations with independent keys); at
+  the task (the backprop estimator runs them, vmapped, from independent initialisations with independent keys); at
   each of the K sample times the surrogate is taken over the C chains' current states (ĝ from those C states),
-  then averaged over the K sample times. Gradients only: es.estimator "backprop" only.
-- "fidelity": fidelity to a NUTS reference (meta_train.reference): (x, y) = (the task's test inputs, the
-  reference's BMA probabilities q (n_test, C)) and the loss is the total variation between the samples' BMA
-  predictive p = mean_k softmax(logits_k(x)) and q, mean over test points: mean_n ½Σ_c |p_nc − q_nc| ∈ [0, 1].
-  A scalar (ES) and differentiable (backprop); classification only.
+  then averaged over the K sample times. Gradients only.
 """
 from __future__ import annotations
 
@@ -27,12 +23,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from l2e.io import ConfigError
-
 STEIN_LAMBDA = 0.05
 
 
-def _flat_samples(samples) -> jax.Array:
+def flat_samples(samples) -> jax.Array:
     """(K, d) from a pytree with leaves (K, ...)."""
     leaves = jax.tree.leaves(samples)
     return jnp.concatenate([x.reshape(x.shape[0], -1) for x in leaves], axis=1)
@@ -41,7 +35,7 @@ def _flat_samples(samples) -> jax.Array:
 def _scores(task, samples, x, y) -> jax.Array:
     """−∇Ũ at each sample on the batch (x, y): (K, d)."""
     grads = jax.vmap(lambda p: task.posterior.potential_grad(p, (x, y))[1])(samples)
-    return -_flat_samples(grads)
+    return -flat_samples(grads)
 
 
 def _rbf(flat: jax.Array):
@@ -55,9 +49,16 @@ def _rbf(flat: jax.Array):
 
 
 def ksd(flat: jax.Array, scores: jax.Array) -> jax.Array:
-    """Squared KSD U-statistic of samples (K, d) with scores (K, d), RBF kernel, ÷ d:
+    """Squared KSD U-statistic of samples with their scores, RBF kernel, ÷ d:
     u(a, b) = s_aᵀs_b k + s_aᵀ∇_b k + s_bᵀ∇_a k + tr ∇_a∇_b k, with ∇_b k = k·(a − b)/h, ∇_a k = −k·(a − b)/h,
-    tr ∇_a∇_b k = k·(d/h − ‖a − b‖²/h²)."""
+    tr ∇_a∇_b k = k·(d/h − ‖a − b‖²/h²).
+
+    Args:
+      flat: samples (K, d), K ≥ 2.
+      scores: ∇log p at the samples (K, d).
+    Returns:
+      a scalar ≥ 0 in expectation (squared score units ÷ d).
+    """
     kmat, diff, sq, h = _rbf(flat)
     k, d = flat.shape
     ss = scores @ scores.T
@@ -69,8 +70,15 @@ def ksd(flat: jax.Array, scores: jax.Array) -> jax.Array:
 
 
 def stein_gradient(flat: jax.Array, lam: float = STEIN_LAMBDA) -> jax.Array:
-    """Li & Turner's Stein gradient estimate of ∇log q at the samples: −(K + λI)⁻¹⟨∇, K⟩, (K, d), with
-    ⟨∇, K⟩_a = Σ_b ∇_{x_b} k(x_b, x_a) = Σ_b k_ab (x_a − x_b)/h."""
+    """Li & Turner's Stein gradient estimate of ∇log q at the samples, −(K + λI)⁻¹⟨∇, K⟩ with
+    ⟨∇, K⟩_a = Σ_b ∇_{x_b} k(x_b, x_a) = Σ_b k_ab (x_a − x_b)/h.
+
+    Args:
+      flat: samples (K, d).
+      lam: the ridge λ.
+    Returns:
+      (K, d), the estimate of ∇log q at each sample.
+    """
     kmat, diff, _, h = _rbf(flat)
     grad_k = jnp.einsum("ab,abd->ad", kmat, diff) / h
     return -jnp.linalg.solve(kmat + lam * jnp.eye(flat.shape[0]), grad_k)
@@ -80,7 +88,7 @@ def ksd_fn(task):
     """The KSD meta-loss (module doc) of samples (leaves (K, ...)) on the held-out batch (x, y)."""
 
     def objective(samples, x, y):
-        return ksd(_flat_samples(samples), _scores(task, samples, x, y))
+        return ksd(flat_samples(samples), _scores(task, samples, x, y))
 
     return objective
 
@@ -89,7 +97,7 @@ def stein_kl_fn(task):
     """The in-chain Stein-gradient KL surrogate (module doc): only its gradient through the samples is meaningful."""
 
     def objective(samples, x, y):
-        flat = _flat_samples(samples)
+        flat = flat_samples(samples)
         q_score = jax.lax.stop_gradient(stein_gradient(flat))
         p_score = jax.lax.stop_gradient(_scores(task, samples, x, y))
         return jnp.mean(jnp.sum((q_score - p_score) * flat, axis=1))
@@ -107,32 +115,3 @@ def stein_kl_cross_fn(task):
         return jnp.mean(jax.vmap(lambda st: in_chain(st, x, y))(per_time))
 
     return objective
-
-
-def total_variation(p: jax.Array, q: jax.Array) -> jax.Array:
-    """mean_n ½Σ_c |p_nc − q_nc| of two (n, C) probability tables."""
-    return jnp.mean(0.5 * jnp.sum(jnp.abs(p - q), axis=-1))
-
-
-def fidelity_fn(task):
-    """The fidelity meta-loss (module doc): objective(samples (K, ...), x_test, q (n_test, C)) = TV between the
-    samples' BMA predictive on x_test and the reference probabilities q, mean over test points."""
-    if task.kind != "classification":
-        raise ConfigError(f"objective.kind fidelity needs a classification task, {task.spec.name!r} is {task.kind}")
-
-    def objective(samples, x, q):
-        probs = jax.vmap(lambda p: jax.nn.softmax(task.logits(p, x), axis=-1))(samples)  # (K, n, C)
-        return total_variation(jnp.mean(probs, axis=0), q)
-
-    return objective
-
-
-CROSS_CHAIN_OBJECTIVES = ("stein_kl_cross",)
-"""Objectives over C parallel chains (samples (C, K, ...)); meta_train.estimators runs objective.chains chains."""
-GRADIENT_ONLY_OBJECTIVES = ("stein_kl", "stein_kl_cross")
-"""Objectives whose value is meaningless (gradients only): es.estimator "backprop" only."""
-REFERENCE_OBJECTIVES = ("fidelity",)
-"""Objectives taken on a reference's test points (x_test, reference probabilities) instead of a held-out batch."""
-
-EXTRA_OBJECTIVE_FNS = {"ksd": ksd_fn, "stein_kl": stein_kl_fn, "stein_kl_cross": stein_kl_cross_fn,
-                       "fidelity": fidelity_fn}
