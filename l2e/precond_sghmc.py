@@ -122,6 +122,47 @@ def _inverse_mass(state: PrecondSGHMCState, preconditioner: str) -> PyTree:
                        state.count / (state.count + SHRINK))
 
 
+def _gradients(posterior: Posterior, state: PrecondSGHMCState, minibatch, split: bool, inside):
+    """(loss, ∇Ũ, noise-variance estimate or None): with `split`, inside the adaptation window, from two half-batches
+    (∇Ũ their mean, (∇Ũ₁ − ∇Ũ₂)²/4 the estimate); else one gradient."""
+    if not split:
+        loss, _, grad_u = posterior.value_and_potential_grad(state.position, minibatch)
+        return loss, grad_u, None
+
+    def halves(mb):
+        (l1, _, g1), (l2, _, g2) = (posterior.value_and_potential_grad(state.position, h) for h in _halves(mb))
+        return 0.5 * (l1 + l2), jax.tree.map(lambda a, b: 0.5 * (a + b), g1, g2), \
+            jax.tree.map(lambda a, b: 0.25 * jnp.square(a - b), g1, g2)
+
+    def whole(mb):
+        loss, _, grad_u = posterior.value_and_potential_grad(state.position, mb)
+        return loss, grad_u, jax.tree.map(jnp.zeros_like, grad_u)
+
+    return jax.lax.cond(inside, halves, whole, minibatch)
+
+
+def _adapt(state: PrecondSGHMCState, grad_u, noise, preconditioner: str, data_size: int) -> PrecondSGHMCState:
+    """The statistics with this update's θ and ∇Ũ added (called inside the adaptation window only)."""
+    count = state.count + 1.0
+    new = state._replace(count=count)
+    if preconditioner == "rmsprop":
+        sq = jax.tree.map(lambda v, g: RMS_DECAY * v + (1 - RMS_DECAY) * jnp.square(g / data_size), state.sq, grad_u)
+        return new._replace(sq=sq)
+    mean_x, m2_x = _welford(count, state.mean_x, state.m2_x, state.position)
+    mean_g, m2_g = _welford(count, state.mean_g, state.m2_g, grad_u)
+    new = new._replace(mean_x=mean_x, m2_x=m2_x, mean_g=mean_g, m2_g=m2_g)
+    if noise is not None:
+        new = new._replace(noise=jax.tree.map(lambda m, v: m + (v - m) / count, state.noise, noise))
+    return new
+
+
+def _freeze(state: PrecondSGHMCState, preconditioner: str) -> PrecondSGHMCState:
+    """M⁻¹ set from the statistics and the momentum rescaled r ← r·sqrt(M)."""
+    inv_mass = _inverse_mass(state, preconditioner)
+    mom = jax.tree.map(lambda r, m: r / jnp.sqrt(m), state.momentum, inv_mass)
+    return state._replace(inv_mass=inv_mass, momentum=mom)
+
+
 def build_kernel(posterior: Posterior, preconditioner: str = "fisher", freeze_step: int = 1000,
                  adapt_fraction: float = 0.5, noise_halves: bool = True):
     """kernel(key, state, minibatch, learning_rate, friction, temperature=1.0) -> (PrecondSGHMCState,
@@ -146,52 +187,15 @@ def build_kernel(posterior: Posterior, preconditioner: str = "fisher", freeze_st
     adapt_start = freeze - max(1, int(round(adapt_fraction * freeze)))
     split = preconditioner == "fisher" and noise_halves
 
-    def gradients(state, minibatch):
-        """(loss, ∇Ũ, noise variance estimate or None); the halves only inside the adaptation window."""
-        if not split:
-            loss, _, grad_u = posterior.value_and_potential_grad(state.position, minibatch)
-            return loss, grad_u, None
-
-        def halves(mb):
-            (l1, _, g1), (l2, _, g2) = (posterior.value_and_potential_grad(state.position, h) for h in _halves(mb))
-            return 0.5 * (l1 + l2), jax.tree.map(lambda a, b: 0.5 * (a + b), g1, g2), \
-                jax.tree.map(lambda a, b: 0.25 * jnp.square(a - b), g1, g2)
-
-        def whole(mb):
-            loss, _, grad_u = posterior.value_and_potential_grad(state.position, mb)
-            return loss, grad_u, jax.tree.map(jnp.zeros_like, grad_u)
-
-        inside = (state.step >= adapt_start) & (state.step < freeze)
-        return jax.lax.cond(inside, halves, whole, minibatch)
-
-    def adapt(state, grad_u, noise):
-        """The statistics with this update's θ and ∇Ũ added (inside the adaptation window only)."""
-        count = state.count + 1.0
-        new = state._replace(count=count)
-        if preconditioner == "rmsprop":
-            sq = jax.tree.map(lambda v, g: RMS_DECAY * v + (1 - RMS_DECAY) * jnp.square(g / posterior.data_size),
-                              state.sq, grad_u)
-            return new._replace(sq=sq)
-        mean_x, m2_x = _welford(count, state.mean_x, state.m2_x, state.position)
-        mean_g, m2_g = _welford(count, state.mean_g, state.m2_g, grad_u)
-        new = new._replace(mean_x=mean_x, m2_x=m2_x, mean_g=mean_g, m2_g=m2_g)
-        if noise is not None:
-            new = new._replace(noise=jax.tree.map(lambda m, v: m + (v - m) / count, state.noise, noise))
-        return new
-
-    def freeze_mass(state):
-        inv_mass = _inverse_mass(state, preconditioner)
-        mom = jax.tree.map(lambda r, m: r / jnp.sqrt(m), state.momentum, inv_mass)
-        return state._replace(inv_mass=inv_mass, momentum=mom)
-
     def kernel(key: jax.Array, state: PrecondSGHMCState, minibatch, learning_rate, friction, temperature=1.0):
         with jax.ensure_compile_time_eval():
             eps = physical_step_size(learning_rate, posterior.data_size)
             noise_std = sghmc_noise_std(eps, friction, temperature)
-        state = jax.lax.cond(state.step == freeze, freeze_mass, lambda s: s, state)
-        loss, grad_u, noise_var = gradients(state, minibatch)
+        state = jax.lax.cond(state.step == freeze, lambda s: _freeze(s, preconditioner), lambda s: s, state)
         inside = (state.step >= adapt_start) & (state.step < freeze)
-        state = jax.lax.cond(inside, lambda s: adapt(s, grad_u, noise_var), lambda s: s, state)
+        loss, grad_u, noise_var = _gradients(posterior, state, minibatch, split, inside)
+        state = jax.lax.cond(inside, lambda s: _adapt(s, grad_u, noise_var, preconditioner, posterior.data_size),
+                             lambda s: s, state)
         z = normal_like(key, state.position)
         mom = jax.tree.map(lambda r, g, m, n: r - eps * g - eps * friction * m * r + noise_std * n,
                            state.momentum, grad_u, state.inv_mass, z)
