@@ -10,7 +10,7 @@ import numpy as np
 from scipy.special import ndtr
 
 from evaluate import budget
-from evaluate.diagnostics import chainwise_rhat, ess_single_chain
+from l2e.diagnostics import chainwise_rhat, ess_single_chain
 from evaluate.methods import MethodResult, get_method, predict_outputs, split_data
 from evaluate.metrics import agreement, total_variation
 from tasks.likelihoods.categorical import accuracy, bma_probs, ece, nll
@@ -19,7 +19,7 @@ __all__ = ["BAND_NOTE", "ESS_ESTIMATOR", "FS_ESS_FUNCTION", "band", "barrier_ent
            "method_entry", "mixture_interval", "temperature_entries"]
 
 ESS_ESTIMATOR = ("Geyer single-chain ESS (FFT autocovariance, initial monotone sequence; "
-                 "evaluate.diagnostics.ess_single_chain) of every parameter coordinate over each non-divergent "
+                 "l2e.diagnostics.ess_single_chain) of every parameter coordinate over each non-divergent "
                  "chain's draws; mean_ess / median_ess: mean / median over coordinates and chains; ess_per_second "
                  "and ess_per_1k_grads: sum over chains of the per-chain mean ESS per second of the method's "
                  "'seconds' and per 1000 of its 'grad_evals'; fs_*: the same in function space, over the test "

@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from evaluate import diagnostics
+from l2e import diagnostics
 from evaluate.dispersion import dispersion_stats
 from evaluate.metrics import agreement
 from l2e.io import atomic_write_bytes, atomic_write_text

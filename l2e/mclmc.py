@@ -28,6 +28,7 @@ from blackjax.mcmc import integrators
 from blackjax.mcmc import mclmc as bj_mclmc
 from jax.flatten_util import ravel_pytree
 
+from l2e.diagnostics import ess_geyer
 from l2e.types import FullBatchAlgorithm, PyTree
 
 
@@ -87,35 +88,6 @@ def mclmc(logdensity_fn: Callable, L: float, step_size: float) -> FullBatchAlgor
         return kernel(key, state, L, step_size)
 
     return FullBatchAlgorithm(init_fn, step)
-
-
-def ess_geyer(x: jax.Array) -> jax.Array:
-    """Single-chain ESS per column of x (n, k): FFT autocovariance, Geyer initial monotone sequence (jnp).
-
-    τ = −1 + 2 Σ_{k≤k*} P_k (P_k = ρ_{2k} + ρ_{2k+1}, truncated at the first negative pair, made monotone),
-    ESS = n/τ with τ ≥ 1/log10(n) (Stan's cap).  Constant columns give ESS = n.  Returns (k,).
-
-    This is the METRICS.md definition (ρ_t = γ_t/γ_0), and MILE's phase III here depends on its exact numbers.
-    `blackjax.diagnostics.effective_sample_size` on one chain computes Stan's variant instead: ρ_t =
-    1 − (γ_0·n/(n−1) − γ_t)/γ_0 (= γ_t/γ_0 − 1/(n−1)), truncation at the first non-positive pair with Stan's
-    extra even lag, and ESS 0 for a constant column; the two agree to a few per cent on mixing chains
-    (tests/test_baselines.py) but not bit for bit, so this one is kept.
-    """
-    n = x.shape[0]
-    xc = x - x.mean(0)
-    m = 2 * n
-    spec = jnp.fft.rfft(xc, n=m, axis=0)
-    acov = jnp.fft.irfft(spec * jnp.conj(spec), n=m, axis=0)[:n] / n
-    var0 = acov[0]
-    rho = acov / jnp.where(var0 > 0, var0, 1.0)
-    rho = jnp.where(var0 > 0, rho, jnp.zeros_like(rho).at[0].set(1.0))
-    k = n // 2
-    pairs = rho[0:2 * k:2] + rho[1:2 * k:2]
-    keep = jnp.cumprod(pairs >= 0, axis=0).astype(bool)
-    pairs = jax.lax.cummin(jnp.where(keep, pairs, jnp.inf), axis=0)
-    tau = -1.0 + 2.0 * jnp.sum(jnp.where(keep, pairs, 0.0), axis=0)
-    tau = jnp.maximum(tau, 1.0 / math.log10(max(n, 2)))
-    return n / tau
 
 
 class MILEInfo(NamedTuple):

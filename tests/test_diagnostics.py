@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import l2e
-from evaluate import diagnostics as dg
+from l2e import diagnostics as dg
 
 
 def ar1(phi, n, m=1, k=1, seed=0):
@@ -195,3 +195,29 @@ def test_function_space_ess_of_the_report_entry():
     assert e["fs_ess_per_1k_grads"] == pytest.approx(1000 * chains * e["fs_mean_ess"] / 8000)
     assert "log predictive probability of the true label" in e["fs_function"]
     assert "fs_mean_ess" not in ess_entry(res)
+
+
+def test_kinetic_temperature_windows_rows_and_sampling_phase():
+    from l2e.chains import ChainSchedule
+
+    sched = ChainSchedule(num_steps=10, num_samples=3, thinning=2, batch_size=1, chunk=1)  # samples after 6, 8, 10
+    kinetic = np.arange(1.0, 11.0)
+    assert float(dg.kinetic_temperature(kinetic, sched, 2)) == pytest.approx(np.mean(kinetic[5:]) / 2)
+    assert float(dg.kinetic_temperature(kinetic, sched, 1, window="tail")) == pytest.approx(np.mean(kinetic[4:]))
+    rows = dg.kinetic_temperature(np.stack([kinetic, 2 * kinetic, np.full(10, np.inf)]), sched, 1)
+    np.testing.assert_allclose(rows[:2], [np.mean(kinetic[5:]), 2 * np.mean(kinetic[5:])])
+    assert rows.shape == (3,) and np.isnan(rows[2])
+    sampling = np.arange(10) % 2 == 0
+    assert float(dg.kinetic_temperature(kinetic, sched, 1, sampling)) == pytest.approx(np.mean(kinetic[6::2]))
+
+
+def test_configurational_temperature_of_exact_gaussian_draws():
+    sig = jnp.asarray(np.logspace(-1, 1, 8), jnp.float32)
+    grad_u = jax.grad(lambda x: 0.5 * jnp.sum((x / sig) ** 2))
+    x = jax.random.normal(jax.random.PRNGKey(0), (20_000, 8)) * sig
+    assert abs(dg.configurational_temperature(x, grad_u) - 1) < 0.03
+    assert abs(dg.configurational_temperature(np.sqrt(0.3) * x, grad_u) - 0.3) < 0.01  # a cold sampler
+    w = np.zeros(20_000)
+    w[:10] = 1.0
+    want = float(np.mean([float(dg.virial(t, grad_u)) for t in x[:10]]) / 8)
+    assert dg.configurational_temperature(x, grad_u, w) == pytest.approx(want, rel=1e-5)

@@ -19,7 +19,7 @@ import pytest
 import evaluate.config as config_mod
 from evaluate.__main__ import main
 from evaluate.config import EvalConfig
-from evaluate.diagnostics import split_rhat
+from l2e.diagnostics import split_rhat
 from evaluate.hmc_reference import _rhat_summary, compute_reference, write_reference
 from evaluate.reference import ReferenceDataError, load_reference_probs, load_references
 from tasks import ModelSpec, TaskSpec, build

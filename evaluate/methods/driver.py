@@ -25,6 +25,7 @@ import numpy as np
 
 from evaluate.budget import step_flops
 from evaluate.methods.outputs import MethodResult, finalise, probe_result
+from l2e import diagnostics
 from l2e.chains import ChainSchedule, make_chunk, run_chain
 from l2e.devices import member_device
 from l2e.types import tree_size
@@ -59,22 +60,23 @@ def chunk_fn(ctx, cache_key: tuple, make_kernel: Callable[[], Callable], schedul
 
 
 def kinetic_temperature(info, schedule: ChainSchedule, num_params: int) -> float | None:
-    """T_kin = ⟨Σ r·∇_rK⟩ / d over the sampling window (SAMPLING.md §3): the mean of `info.kinetic` over the
-    updates from the first kept sample to the last (both included; update t's kinetic term is at the momentum
-    after it), restricted to the sampling-phase updates when the Info has `sampling` (cyclical SGHMC), divided
-    by d = num_params.  None if the Info has no `kinetic`, the window is empty or a value is not finite."""
+    """T_kin of one chain from its per-update Info (`l2e.diagnostics.kinetic_temperature`, window "kept":
+    the updates from the first kept sample to the last; only the sampling-phase ones when the Info has
+    `sampling`, cyclical SGHMC).
+
+    Args:
+      info: the chain's stacked Info, `kinetic` (num_steps,) when the kernel reports it.
+      schedule: the chain's ChainSchedule; num_params: d.
+
+    Returns:
+      T_kin (float), or None if the Info has no `kinetic`, the window is empty or a value is not finite.
+    """
     if not hasattr(info, "kinetic"):
         return None
     kinetic = np.asarray(info.kinetic, np.float64).reshape(-1)
-    steps = schedule.sample_steps
-    window = np.zeros(kinetic.shape[0], bool)
-    window[steps[0] - 1:steps[-1]] = True
-    if hasattr(info, "sampling"):
-        window &= np.asarray(info.sampling, bool).reshape(-1)
-    values = kinetic[window]
-    if values.size == 0 or not np.all(np.isfinite(values)):
-        return None
-    return float(np.mean(values) / num_params)
+    sampling = np.asarray(info.sampling, bool).reshape(-1) if hasattr(info, "sampling") else None
+    t_kin = float(diagnostics.kinetic_temperature(kinetic, schedule, num_params, sampling))
+    return None if np.isnan(t_kin) else t_kin
 
 
 def _flops(ctx, ck, make_kernel, state, args, schedule: ChainSchedule) -> float | None:

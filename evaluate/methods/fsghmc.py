@@ -202,7 +202,7 @@ def fsghmc_posterior(task, s: FSGHMCSettings, fit: dict | None = None) -> tuple[
 
 def _step_cost(ctx, posterior, friction: float, lr: float) -> dict:
     """Median seconds of one jitted fSGHMC step and one SGHMC step (same minibatch, lr, friction)."""
-    from evaluate.diagnostics import time_per_step
+    from l2e.diagnostics import time_per_step
 
     task, cfg = ctx.task, ctx.cfg
 
