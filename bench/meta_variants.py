@@ -25,8 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bench.stats import fmt, median_ratio
 from l2e.l2e import mlp_from_preactivation
-from bench.step_cost import fmt, median_ratio
 from l2e.meta_model import FEATURE_NAMES, MetaMLP, features, hidden_sizes, mlp_layers
 
 MOM = FEATURE_NAMES.index("momentum")

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import l2e
+from bench.stats import fmt, median_ratio
 from l2e.checkpoint import SHIPPED, load_meta_params, resolve_step_dir, sampler_kind, shipped_checkpoint
 from l2e.learned import REGISTRY
 
@@ -193,10 +194,6 @@ def interleaved(fns: dict, repeats: int) -> dict[str, list[float]]:
     return times
 
 
-def median_ratio(a: list[float], b: list[float]) -> float:
-    return float(statistics.median(x / y for x, y in zip(a, b)))
-
-
 def _runner(fn, args, calls: int, chained: bool):
     """(zero-argument callable, FLOPs): `calls` calls of fn compiled once for args. chained: fn is a step
     (key, state, batch) -> (state, info) whose state is fed back; else the calls are independent and only the
@@ -307,10 +304,6 @@ def _row(name, kind, times, flops, probe, note, calls) -> dict:
         row.update(meta_ms=meta_ms, meta_flops=flops[probe], meta_gflops=flops[probe] / meta_ms / 1e6,
                    meta_share=median_ratio(times[probe], times[name]))
     return row
-
-
-def fmt(x, fmt=".2f"):
-    return "—" if x is None or (isinstance(x, float) and not np.isfinite(x)) else format(x, fmt)
 
 
 def markdown(results: list[dict], gemm: dict) -> str:

@@ -43,7 +43,7 @@ def check_selection_output(out: Path, overwrite: bool, run_dir) -> None:
 def build_select_parser():
     import argparse
 
-    from evaluate.__main__ import TASK_EPILOG
+    from evaluate.cli_common import TASK_EPILOG
     from l2e.io import OneLineErrorParser
 
     p = OneLineErrorParser(prog="python -m evaluate select",
@@ -82,7 +82,7 @@ def select_main(argv) -> int:
     """`python -m evaluate select ...`: validate everything (metric, references, run, checkpoints, config, tasks,
     output), then evaluate step by step and write the selection; one-line errors, exit 2, nothing written."""
     import l2e
-    from evaluate.__main__ import OutputLock, _parse_references, failed_run, with_task_strings
+    from evaluate.cli_common import OutputLock, parse_references, failed_run, with_task_strings
     from evaluate.config import get_preset
     from l2e.io import ConfigError, apply_overrides, handle_sigterm
     from tasks.datasets import DatasetError
@@ -93,7 +93,7 @@ def select_main(argv) -> int:
         handle_sigterm()
         if args.metric not in METRICS:
             raise ConfigError(f"unknown --metric {args.metric!r} (known: {', '.join(METRICS)})")
-        references = _parse_references(args.reference)
+        references = parse_references(args.reference)
         if args.metric == "tv" and not references:
             raise ConfigError("--metric tv needs --reference (a NUTS reference of every selection task, e.g. "
                               "--reference results/references)")

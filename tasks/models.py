@@ -2,14 +2,13 @@
 nets) returning logits (B, C), and the location/scale MLP of the regression tasks."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from tasks.likelihoods.gaussian import SCALE_MAX, SCALE_MIN
+from tasks.likelihoods.gaussian import loc_scale
 
 MODEL_KINDS = ("cnn", "mlp", "fmnist_1conv", "resnet20_frn", "flax")
 ACTIVATIONS = ("relu", "tanh", "gelu", "silu", "elu")
@@ -108,12 +107,6 @@ class MLP(nn.Module):
         for i, width in enumerate(self.hidden):
             h = act(nn.Dense(width, name=f"dense_{i}")(h))
         return nn.Dense(self.num_classes, name="head")(h)
-
-
-def loc_scale(out: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(B, 2) raw outputs → (loc (B,), scale (B,)), scale = exp(raw log-scale) clipped to [SCALE_MIN, SCALE_MAX]."""
-    log_scale = jnp.clip(out[:, 1], math.log(SCALE_MIN), math.log(SCALE_MAX))
-    return out[:, 0], jnp.exp(log_scale)
 
 
 class RegressionMLP(nn.Module):

@@ -11,7 +11,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from tasks.models import loc_scale
+from tasks.likelihoods.gaussian import loc_scale
 
 
 class UserModelError(ValueError):

@@ -59,6 +59,18 @@ class Dataset:
         return ("train", "test") if self.x_valid is None else ("train", "valid", "test")
 
 
+@dataclass(frozen=True)
+class UserData:
+    """Checked user arrays by split ("train", optional "valid", "test"): x (n, ...), y (n,); `where` names the
+    file, y_names[split] the key or column of its targets (for messages); integer_targets: stored as integers."""
+
+    where: str
+    x: dict
+    y: dict
+    y_names: dict
+    integer_targets: bool
+
+
 def check_finite(a: np.ndarray, where: str) -> None:
     """DatasetError naming the first non-finite entry of a floating-point array (NaN / inf data would give NaN
     losses instead of an error)."""

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.data.base import DatasetError
-from tasks.data.user import UserData
+from tasks.data.base import DatasetError, UserData
 
 _INT = re.compile(r"^[+-]?\d+$")
 

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.data.base import DatasetError
-from tasks.data.user import UserData
+from tasks.data.base import DatasetError, UserData
 
 REQUIRED = ("x_train", "y_train", "x_test", "y_test")
 OPTIONAL = ("x_valid", "y_valid")

@@ -53,10 +53,10 @@ TFDS_SOURCES: dict[str, TFDSSource] = {
 
 def tfds_available() -> bool:
     try:
-        import tensorflow_datasets  # noqa: F401
+        import tensorflow_datasets
     except ImportError:
         return False
-    return True
+    return tensorflow_datasets is not None
 
 
 def _import_tfds(name: str):

@@ -18,26 +18,13 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
 
 import numpy as np
 
-from tasks.data.base import Dataset, DatasetError, as_images
+from tasks.data.base import Dataset, DatasetError, UserData, as_images
 from tasks.data.uci import RegressionData
 
 DEFAULT_REGRESSION_VALID = 0.1
-
-
-@dataclass(frozen=True)
-class UserData:
-    """Checked user arrays by split ("train", optional "valid", "test"): x (n, ...), y (n,); `where` names the
-    file, y_names[split] the key or column of its targets (for messages); integer_targets: stored as integers."""
-
-    where: str
-    x: dict
-    y: dict
-    y_names: dict
-    integer_targets: bool
 
 
 def _split_dataset(dataset: str) -> tuple[str, str, dict]:

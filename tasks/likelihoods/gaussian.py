@@ -16,10 +16,16 @@ import numpy as np
 
 __all__ = ["CALIBRATION_ESTIMATOR", "CALIBRATION_LEVELS", "GaussianRegression", "HALF_LOG_2PI", "SCALE_MAX",
            "SCALE_MIN", "calibration_error", "gaussian_nll", "mixture_cdf", "regression_curve", "regression_lppd",
-           "regression_metrics", "regression_rmse"]
+           "loc_scale", "regression_metrics", "regression_rmse"]
 
 SCALE_MIN, SCALE_MAX = 1e-6, 1e6
 HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def loc_scale(out: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(B, 2) raw outputs → (loc (B,), scale (B,)), scale = exp(raw log-scale) clipped to [SCALE_MIN, SCALE_MAX]."""
+    log_scale = jnp.clip(out[:, 1], math.log(SCALE_MIN), math.log(SCALE_MAX))
+    return out[:, 0], jnp.exp(log_scale)
 
 
 def gaussian_nll(y, loc, scale):
