@@ -235,7 +235,7 @@ def main(argv=None) -> int:
     if argv and argv[0] == "reference":
         return reference_main(argv[1:])
     if argv and argv[0] == "card":
-        from evaluate.card_cli import card_main
+        from evaluate.card.cli import card_main
 
         return card_main(argv[1:])
     if argv and argv[0] == "select":

@@ -1,4 +1,4 @@
-"""The analytic benchmark (evaluate.card_analytic): exact reference moments, the metrics on samplers of known
+"""The analytic benchmark (evaluate.card.analytic): exact reference moments, the metrics on samplers of known
 bias, configuration checks and a tiny end-to-end run (markdown, PNG)."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from evaluate.card_analytic import (TARGETS, AnalyticConfig, analytic_markdown, plot_analytic, run_analytic,
+from evaluate.card.analytic import (TARGETS, AnalyticConfig, analytic_markdown, plot_analytic, run_analytic,
                                     smile_builders)
 from l2e.io import ConfigError
 from l2e.types import SamplingAlgorithm
@@ -36,7 +36,7 @@ def test_reference_moments_match_exact_draws(name):
 def test_noise_laws_are_standardised():
     """Each of the four laws of the noise vector b has mean 0 and variance 1 (200,000 draws × 10 coordinates:
     |mean| < 0.01, variance within 5 %); Laplace and Student-t are heavier-tailed than the Gaussian (kurtosis)."""
-    from evaluate.card_analytic import _base_noise
+    from evaluate.card.analytic import _base_noise
 
     cfg = AnalyticConfig()
     keys = jax.random.split(jax.random.PRNGKey(0), 200_000)
@@ -99,10 +99,10 @@ def test_end_to_end_tiny_budget(tmp_path):
     per-step fallback) run the tiny benchmark; every (sampler, noise, step) has a row, every (sampler, noise) a
     best row; markdown and PNG are written."""
     import l2e
-    from evaluate.card import _hand_designed, learned_builder
+    from evaluate.card import hand_designed, learned_builder
 
     params, config, _ = l2e.load_meta_params("paper-form")
-    samplers = {"sghmc": _hand_designed()["sghmc"], **smile_builders(), "l2e (shipped)": learned_builder(params,
+    samplers = {"sghmc": hand_designed()["sghmc"], **smile_builders(), "l2e (shipped)": learned_builder(params,
                                                                                                          config)}
     res = run_analytic(TINY, samplers, progress=lambda line: None)
     assert len(res["rows"]) == len(samplers) * 3 * 2 and len(res["best"]) == len(samplers) * 3

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import l2e
-from evaluate.card import CardConfig, _hand_designed, gaussian_target, learned_builder, run_sampler
+from evaluate.card import CardConfig, gaussian_target, hand_designed, learned_builder, run_sampler
 from l2e.checkpoint import CheckpointError, save_checkpoint
 from l2e.kinetic import KineticConfig, KineticState, energy, gradients, kinetic, mlp_mu_fn
 from l2e.l2e import mlp_meta_fn
@@ -182,7 +182,7 @@ def kinetic_builder(meta_params, config: KineticConfig):
 def bands():
     out = {}
     for target in TARGETS:
-        med = [run_sampler("sghmc", _hand_designed()["sghmc"], target, CARD, s)["var_ratio_median"]
+        med = [run_sampler("sghmc", hand_designed()["sghmc"], target, CARD, s)["var_ratio_median"]
                for s in range(BAND_SEEDS)]
         out[target.name] = (min(med), max(med))
     return out

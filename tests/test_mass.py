@@ -88,7 +88,7 @@ def test_freeze_step_and_shapes_are_checked():
 
 
 def _band(target) -> tuple[float, float]:
-    ratios = [card.run_sampler("sghmc", card._hand_designed()["sghmc"], target, CARD, s)["var_ratio_median"]
+    ratios = [card.run_sampler("sghmc", card.hand_designed()["sghmc"], target, CARD, s)["var_ratio_median"]
               for s in range(3)]
     return min(ratios), max(ratios)
 

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import l2e
-from evaluate.card import CardConfig, _hand_designed, gaussian_target, learned_builder, run_sampler
+from evaluate.card import CardConfig, gaussian_target, hand_designed, learned_builder, run_sampler
 from l2e.meta_sgmcmc import (
     MetaSGMCMCConfig, MetaSGMCMCState, _d_fn, _q_fn, gamma_terms, heads, init_meta_params, meta_sgmcmc, q_and_dq_dp,
 )
@@ -133,7 +133,7 @@ def _builder(i: int, gamma: str):
 
 
 def _band(target, cfg: CardConfig):
-    med = [run_sampler("sghmc", _hand_designed()["sghmc"], target, cfg, s)["var_ratio_median"] for s in range(BAND_SEEDS)]
+    med = [run_sampler("sghmc", hand_designed()["sghmc"], target, cfg, s)["var_ratio_median"] for s in range(BAND_SEEDS)]
     return min(med) - BAND_SLACK, max(med) + BAND_SLACK
 
 

@@ -1,4 +1,4 @@
-"""The analytic benchmark of SMILE (SMILE.md §5) as part of the sampler card: known 10-D targets under structured
+"""The analytic benchmark of SMILE (docs/evaluation.md, "The analytic benchmark") as part of the sampler card: known 10-D targets under structured
 and heavy-tailed gradient noise, a step-size sweep per sampler, seeds.
 
 Targets (d = 10, exact reference moments): an ill-conditioned Gaussian (σ log-spaced 0.1…10, rotated by the
@@ -40,6 +40,8 @@ import numpy as np
 
 import l2e
 import l2e.smile
+from evaluate.card.run import always
+from l2e.diagnostics import virial
 from l2e.io import ConfigError
 from l2e.types import Posterior
 
@@ -191,16 +193,12 @@ def _posterior(target: AnalyticTarget, cfg: AnalyticConfig, spatial) -> Posterio
     return Posterior(nll, lambda params: jnp.zeros(()), cfg.data_size)
 
 
-def _always(state):  # every kept state counts
-    return jnp.ones(())
-
-
 def smile_builders() -> dict:
     """The card's builder signature (post, eps, c, smin, steps) -> (alg, weight) for SMILE, pSMILE and their
     naive (fixed-step) forms; eps is SMILE's (initial) ε."""
 
     def make(pre: bool, tuner: bool):
-        return lambda post, eps, c, smin, steps: (l2e.smile.smile(post, eps, tuner, pre), _always)
+        return lambda post, eps, c, smin, steps: (l2e.smile.smile(post, eps, tuner, pre), always)
 
     return {"smile": make(False, True), "psmile": make(True, True), "smile-naive": make(False, False),
             "psmile-naive": make(True, False)}
@@ -226,7 +224,7 @@ def _lane(builder, target: AnalyticTarget, cfg: AnalyticConfig, a, law, spatial,
         w = jnp.where(keep, weight(state), 0.0)
         kin = getattr(info, "kinetic", jnp.zeros(()))
         new = (sums[0] + w, sums[1] + w * x, sums[2] + w * x * x, sums[3] + w * kin,
-               sums[4] + w * jnp.dot(x, grad_u(x)), sums[5] & jnp.all(jnp.isfinite(x)))
+               sums[4] + w * virial(x, grad_u), sums[5] & jnp.all(jnp.isfinite(x)))
         return (state, new), None
 
     zero, zd = jnp.zeros(()), jnp.zeros(10)

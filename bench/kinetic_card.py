@@ -1,6 +1,6 @@
 """The sampler card of Kinetic-L2E next to SGHMC and the paper-form L2E (how checkpoints/kinetic/card.md was made).
 
-    python checkpoints/kinetic/make_card.py [--set step_factor=0.1 ...] [--output checkpoints/kinetic]
+    python -m bench.kinetic_card [--set step_factor=0.1 ...] [--output checkpoints/kinetic]
 
 Rows: the hand-designed SGHMC; the shipped paper-form L2E ("paper-form"); Kinetic-L2E at meta-training's start
 (μ ≡ 0, i.e. SGHMC), at one random μ-MLP (mu_scale 1 and 0.3) and the shipped meta-trained one ("kinetic").
@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 import l2e
-from evaluate.card import CardConfig, _hand_designed, card_markdown, learned_builder, sampler_card
+from evaluate.card import CardConfig, card_markdown, hand_designed, learned_builder, sampler_card
 from l2e.io import apply_overrides, atomic_write_text
 from l2e.kinetic import KineticConfig, kinetic
 from l2e.meta_model import init_mu_params
@@ -32,7 +32,7 @@ def kinetic_builder(meta_params, config: KineticConfig):
 
 
 def samplers(checkpoint=None) -> dict:
-    out = {"sghmc": _hand_designed()["sghmc"]}
+    out = {"sghmc": hand_designed()["sghmc"]}
     params, config, _ = l2e.load_meta_params("paper-form")
     out["l2e (paper-form)"] = learned_builder(params, config)
     out["kinetic (init: mu=0)"] = kinetic_builder(init_mu_params(jax.random.PRNGKey(0)), KineticConfig())
@@ -50,7 +50,7 @@ def samplers(checkpoint=None) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", dest="overrides", action="append", default=[])
-    ap.add_argument("--output", default=str(Path(__file__).resolve().parent))
+    ap.add_argument("--output", default=str(Path(__file__).resolve().parents[1] / "checkpoints" / "kinetic"))
     ap.add_argument("--checkpoint", default=None, help="the meta-trained Kinetic-L2E (default: the shipped \"kinetic\")")
     args = ap.parse_args()
     cfg = apply_overrides(CardConfig(), args.overrides).check()

@@ -1,5 +1,5 @@
 """`python -m evaluate card`: the sampler card (evaluate.card) for every minibatch sampler, written as
-card.json, card.md and card.png in --output; with --analytic, SMILE's analytic benchmark (evaluate.card_analytic)
+card.json, card.md and card.png in --output; with --analytic, SMILE's analytic benchmark (evaluate.card.analytic)
 for the same samplers and the SMILE family, written as analytic.json, analytic.md and analytic.png."""
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 
 import l2e
+from evaluate.card.report import card_markdown, plot_card
+from evaluate.card.run import hand_designed, learned_builder, sampler_card
+from evaluate.card.targets import CardConfig
 from evaluate.methods.l2e_released import default_released_path
-from evaluate.card import CardConfig, _hand_designed, card_markdown, learned_builder, plot_card, sampler_card
 from l2e.io import ConfigError, apply_overrides, atomic_write_text
 
 
@@ -30,7 +32,7 @@ def card_samplers(sampler_path=None, released_path=None, learned=learned_builder
     from l2e.checkpoint import sampler_kind
     from l2e.learned import REGISTRY, shipped
 
-    samplers, notes = dict(_hand_designed()), []
+    samplers, notes = dict(hand_designed()), []
     checkpoints = [(_shipped_label(name), name) for name in shipped()]
     checkpoints += [(f"learned ({sampler_path})", sampler_path)] if sampler_path is not None else []
     for label, where in checkpoints:
@@ -66,7 +68,7 @@ def run_analytic_card(out: Path, sampler_path=None, released_path=None, override
                       large: bool = False) -> dict:
     """Validate everything, run the analytic benchmark (AnalyticConfig(), or LARGE with `large`, then `overrides`)
     for the card's samplers and the SMILE family, write analytic.json / .md / .png into `out` (created)."""
-    from evaluate import card_analytic as ca
+    from evaluate.card import analytic as ca
 
     cfg = apply_overrides(ca.LARGE if large else ca.AnalyticConfig(), list(overrides)).check()
     freeze = cfg.burn_in or cfg.num_steps // 10  # Mass-L2E needs a burn-in to set its constants from
@@ -95,7 +97,7 @@ def build_card_parser():
                    help="override a CardConfig field, e.g. --set num_steps=100000 --set noise=0 (with --analytic: "
                         "an AnalyticConfig field, e.g. --set seeds=7)")
     p.add_argument("--analytic", nargs="?", const="default", choices=("default", "large"), default=None,
-                   help="run SMILE's analytic benchmark instead (evaluate.card_analytic; 'large': its LARGE budget)")
+                   help="run SMILE's analytic benchmark instead (evaluate.card.analytic; 'large': its LARGE budget)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing card in --output")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
@@ -122,7 +124,7 @@ def card_main(argv) -> int:
         if args.analytic:
             res = run_analytic_card(out, args.sampler, args.released, args.overrides, progress,
                                     args.analytic == "large")
-            from evaluate.card_analytic import analytic_markdown
+            from evaluate.card.analytic import analytic_markdown
 
             print(analytic_markdown(res))
             print(f"analytic: {out / 'analytic.md'} (json: {out / 'analytic.json'}, plot: {out / 'analytic.png'})")
