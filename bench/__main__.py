@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -58,11 +57,12 @@ def run_b6(quick: bool) -> float:
 
 def _b1_b2(q: bool, skip: set, results: dict, emit) -> None:
     from bench.inner_loop import default_meta_params, make_task, step_costs
+    from tasks.data.base import local_dir
 
     phi = default_meta_params()
     cases = [("digits", 8, 2, 64, 20 if q else 100), ("mnist", 8, 2, 128, 10 if q else 50)]
     for ds, ch, dep, bs, steps in cases:
-        if ds == "mnist" and (q or not os.path.isdir("/work/shared/data/mnist")):
+        if ds == "mnist" and (q or local_dir(None, "mnist") is None):  # $L2E_DATA_DIR/mnist or ~/.cache/l2e/mnist
             continue
         t0 = time.perf_counter()
         r = step_costs(make_task(ds, ch, dep), steps=steps, repeats=2 if q else 5, batch_size=bs, scan=False,

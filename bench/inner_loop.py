@@ -34,9 +34,6 @@ from l2e.meta_model import features, sghmc_like_meta_params
 from l2e.sghmc import sghmc
 from tasks import ModelSpec, Task, TaskSpec, build_task
 
-MNIST_DIR = "/work/shared/data/mnist"
-
-
 def default_meta_params():
     """SGHMC-like meta-parameters (a 500-step jitted fit; callers compute them once and pass them on)."""
     return sghmc_like_meta_params(jax.random.PRNGKey(0))
@@ -113,8 +110,6 @@ def _feats_meta_fn(meta_params, grad, position, momentum, averages):
 
 def make_task(dataset: str, channels: int, depth: int, residual: bool = False, data_dir: str | None = None,
               max_train: int = 2000) -> Task:
-    if dataset == "mnist" and data_dir is None:
-        data_dir = MNIST_DIR
     return build_task(TaskSpec(dataset, ModelSpec("cnn", channels=channels, depth=depth, residual=residual),
                                data_dir=data_dir, max_train=max_train))
 

@@ -47,11 +47,13 @@ import optax
 
 from l2e.mclmc import mile
 from l2e.nuts import nuts_chains
+from tasks.data.base import default_path
 from tasks.likelihoods.gaussian import regression_metrics
 from tasks.regression import RegressionSpec, build_regression_task
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "uci"
+DEFAULT_DATA = default_path("uci")
+"""$L2E_DATA_DIR/uci, else ~/.cache/l2e/uci (the first that exists)."""
 
 # METRICS §7.2: MILE paper (Tables 1/3), mean ± s.e. over 3 splits.
 PAPER = {

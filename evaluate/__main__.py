@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="wall seconds per run of every minibatch method under --budget seconds")
     p.add_argument("--released", default=None, metavar="PATH",
                    help="the L2E authors' meta_params.pickle (or its directory) for method l2e_released (default: "
-                        "$L2E_DATA_DIR/l2e_released or ../shared/data/l2e_released)")
+                        "$L2E_DATA_DIR/l2e_released, else ~/.cache/l2e/l2e_released)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field, e.g. --set num_steps=500 --set settings.sghmc.lrs=0.01,0.1 "
                         "--set methods=l2e,sghmc --set tune=false (method settings: settings.<method>.<field>)")

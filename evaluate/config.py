@@ -40,7 +40,7 @@ class EvalConfig:
     tune: tune each method over its grid (else the first grid point is used); tune_examples: the first this
       many `inner_valid` examples score the grid (`task.score`: BMA NLL; regression −LPPD of the pooled mixture).
     settings: the settings of every registered method (tuning grids in mean-loss units, see
-      shared/spec/BASELINES.md §0; full-batch methods' chains and budgets).
+      docs/samplers.md; full-batch methods' chains and budgets).
     barrier_examples: test examples of the loss-barrier path (METRICS §4).
     seeds: evaluation seeds (None → (seed,)); each repeats every method, tuning included, with the task keys
       folded from PRNGKey(seed) as for `seed`; with more than one the report gives mean ± standard error per
@@ -214,12 +214,13 @@ PRESETS: dict[str, EvalConfig] = {
         num_steps=1000, num_samples=10, batch_size=64, chunk=2,
     ),
     # every method on a UCI regression task and a small image task (≲ 15 min on 2 CPU cores before the tempered
-    # SGHMC control, the released L2E (when ../shared/data/l2e_released exists) and grid extension).  FULL_GRID_POINTS
+    # SGHMC control, the released L2E (when the data root holds l2e_released/) and grid extension).  FULL_GRID_POINTS
     # grid points per tuned method, an lr grid extended at its edges (extend_grid).  MILE / NUTS-BDE
     # budgets are scaled far down from MILE's
     # (50k warm-up + 10k sampling steps; NUTS 100 warm-up, 1000 draws, 12 chains): 2 chains (the first 2 DE
     # members), MILE warm-up (n1, n2, n3) = (800, 100, 100) + 10 draws 10 steps apart, NUTS 100 warm-up + 10 draws
-    # with trees capped at 2^7 leapfrog steps.  yacht needs shared/data/uci (or $L2E_DATA_DIR/uci).
+    # with trees capped at 2^7 leapfrog steps.  yacht needs uci/yacht in the data root
+    # ($L2E_DATA_DIR, else ~/.cache/l2e).
     "full": EvalConfig(
         tasks=(
             RegressionSpec("uci:yacht"),
@@ -252,7 +253,7 @@ PRESETS: dict[str, EvalConfig] = {
     ),
     # the paper's CIFAR-10 comparison (spec §6, the released code's schedule) on a machine with the data (TFDS
     # cifar10 train[:40960] / test, fashion_mnist) and, for agreement / TV against HMC, the reference file:
-    #   python -m evaluate --preset paper --reference cifar10/resnet20-frn=../shared/data/hmc_reference/cifar10/probs.csv
+    #   python -m evaluate --preset paper --reference cifar10/resnet20-frn=PATH/hmc_reference/cifar10/probs.csv
     # ResNet20-FRN-Swish with prior N(0, 1/5), batch 128; 600 CIFAR epochs (320 steps each) = 192,000 gradients
     # per method, 10 samples at the end of epochs 150, 200, …, 600; L2E lr (ε²N) 2.0 as the paper's CIFAR-10
     # evaluation; cSGHMC 12 cycles of 50 epochs, exploration 0.94, momentum decay 0.01 (L2E Table 13; lr₀ 0.5

@@ -1,4 +1,4 @@
-"""Predictive metrics evaluate reports (see shared/spec/METRICS.md §1).
+"""Predictive metrics evaluate reports (docs/evaluation.md, "Metrics").
 
 The metrics of a task's own likelihood — BMA accuracy / NLL / ECE / pairwise KLD of classifiers, LPPD / RMSE /
 calibration of Gaussian regressors — live with the likelihoods in tasks.likelihoods and are re-exported here

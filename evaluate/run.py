@@ -238,9 +238,9 @@ def evaluate(cfg: EvalConfig, out_dir=None, sampler_path=None, progress: bool = 
              released_path=None, released: dict | None = None, shipped: dict | None = None) -> dict:
     """Run the evaluation described by `cfg`; write the report (evaluate.report.write_report) into out_dir (if
     given).  `sampler` (from `load_l2e`) overrides `sampler_path`; `released` (from
-    evaluate.methods.l2e_released.load_released_sampler) overrides `released_path` (default: the shared data's
-    l2e_released).  `references`: {task name (or None for the only task): path} (evaluate.reference.
-    load_references); every input is checked before anything is computed.  cache: a CompileCache to reuse
+    evaluate.methods.l2e_released.load_released_sampler) overrides `released_path` (default: l2e_released/ of the
+    data root, `evaluate.methods.l2e_released.default_released_path`).  `references`: {task name (or None for the
+    only task): path} (evaluate.reference.load_references); every input is checked before anything is computed.  cache: a CompileCache to reuse
     (default: a new one for this evaluation).  samples: also write every method's final-run samples
     (`save_samples`; needs out_dir).  shipped: {shipped name (l2e.checkpoint.SHIPPED, e.g. "meta-sgmcmc"): a
     `load_l2e` dict} run instead of that shipped checkpoint by the method that names it (Method.needs_sampler),

@@ -13,7 +13,7 @@ GRAMMAR = """\
 TASK   := DATA ["/" MODEL] {":" KEY "=" VALUE}
 DATA   := NAME          a registered set: digits, breast_cancer, wine, iris, synthetic_images, mnist,
                         fashion_mnist, kmnist, bloodmnist (MedMNIST), cifar10, emnist_byclass, ...
-        | "uci:" NAME   a UCI regression set ($L2E_DATA_DIR/uci/NAME or ../shared/data/uci/NAME):
+        | "uci:" NAME   a UCI regression set ($L2E_DATA_DIR/uci/NAME or ~/.cache/l2e/uci/NAME):
                         naval-propulsion-plant, power-plant, wine-quality-red, yacht, energy, concrete, ...
         | "tfds:" NAME  a TensorFlow Datasets image classification set
         | "npz:" PATH   your arrays: x_train, y_train, x_test, y_test (x_valid, y_valid optional)
@@ -34,12 +34,12 @@ KEY=VALUE (each at most once; they may also stand between DATA and "/MODEL"):
   seed=S           csv: row-shuffle seed (default 0); uci: the MILE protocol's shuffle seed (default 1)
   protocol=P       uci: mile (70/10/20 shuffle, default) | standard (Gal & Ghahramani split files)
   split=K          uci, protocol=standard: split index (default 0)
-  data=DIR         registered / uci sets: the data folder (default $L2E_DATA_DIR or ../shared/data)
+  data=DIR         registered / uci sets: the data folder (default $L2E_DATA_DIR, else ~/.cache/l2e)
   weight=W         meta-training task lists only: relative probability of drawing this task (default 1)
 Without MODEL the model is `--model pkg.module:Factory` (Factory(input_shape, num_outputs) -> flax module).
 Examples: uci:naval-propulsion-plant/mlp-50   kmnist/cnn-c8-d2-res   breast_cancer/mlp-32x32-tanh
           npz:data/mine.npz/mlp-64   csv:data/mine.csv:target=price/mlp-32x32   cifar10/resnet20-frn:prior=0.2"""
-"""The task-string grammar, as printed by `--help` and the README."""
+"""The task-string grammar, as printed by `--help` and docs/data.md."""
 
 SOURCES = ("uci", "tfds", "npz", "csv")
 """Prefixes of DATA (a bare NAME is a registered set)."""

@@ -182,11 +182,28 @@ def test_yacht_mile_protocol():
 
 
 @needs_uci
-def test_default_data_dir(monkeypatch):
-    monkeypatch.delenv("L2E_DATA_DIR", raising=False)
-    assert np.array_equal(load_uci("yacht").y_test, load_uci("yacht", UCI_DIR).y_test)
+def test_default_data_dir(monkeypatch, tmp_path):
+    """Without data_dir: $L2E_DATA_DIR/uci/<name>, else $XDG_CACHE_HOME/l2e/uci/<name>; neither: one line naming
+    both."""
     monkeypatch.setenv("L2E_DATA_DIR", str(UCI_DIR.parent))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert load_uci("yacht", protocol="mile").x_train.shape == (215, 6)
+    monkeypatch.delenv("L2E_DATA_DIR")
+    (tmp_path / "cache" / "l2e" / "uci").mkdir(parents=True)
+    (tmp_path / "cache" / "l2e" / "uci" / "yacht").symlink_to(UCI_DIR / "yacht")
+    assert np.array_equal(load_uci("yacht").y_test, load_uci("yacht", UCI_DIR).y_test)
+    monkeypatch.setenv("L2E_DATA_DIR", str(tmp_path / "empty"))  # not there: the cache folder still serves
+    assert np.array_equal(load_uci("yacht").y_test, load_uci("yacht", UCI_DIR).y_test)
+    with pytest.raises(DatasetError) as e:
+        load_uci("concrete")
+    msg = str(e.value)
+    assert "\n" not in msg and str(tmp_path / "empty" / "uci" / "concrete") in msg, msg
+    assert str(tmp_path / "cache" / "l2e" / "uci" / "concrete") in msg, msg
+    monkeypatch.delenv("L2E_DATA_DIR")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    with pytest.raises(DatasetError, match=r"L2E_DATA_DIR unset\) nor .*home/\.cache/l2e/uci/concrete"):
+        load_uci("concrete")
 
 
 # ----------------------------------------------------------------------------- synthetic 1-D

@@ -104,11 +104,12 @@ def test_resolve_specs_and_likelihoods():
             resolve_task(text)
 
 
-def test_grammar_is_in_help_and_readme():
+def test_grammar_is_in_help_and_docs():
     from evaluate.__main__ import build_parser, build_reference_parser
 
     assert GRAMMAR in build_parser().format_help() and GRAMMAR in build_reference_parser().format_help()
-    assert GRAMMAR in (ROOT / "README.md").read_text()
+    assert GRAMMAR in (ROOT / "docs" / "data.md").read_text()
+    assert "../shared" not in GRAMMAR
 
 
 # ----------------------------------------------------------------------------- the loaders

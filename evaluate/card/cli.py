@@ -91,8 +91,8 @@ def build_card_parser():
     p.add_argument("--output", default="runs/card", help="card directory (default: runs/card)")
     p.add_argument("--sampler", default=None, help="also card this L2E checkpoint (run dir, checkpoints/ or step dir)")
     p.add_argument("--released", default=None,
-                   help="the L2E authors' meta_params.pickle or its directory (default: ../shared/data/l2e_released "
-                        "or $L2E_DATA_DIR/l2e_released; skipped with a note when absent)")
+                   help="the L2E authors' meta_params.pickle or its directory (default: $L2E_DATA_DIR/l2e_released, "
+                        "else ~/.cache/l2e/l2e_released; skipped with a note when absent)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a CardConfig field, e.g. --set num_steps=100000 --set noise=0 (with --analytic: "
                         "an AnalyticConfig field, e.g. --set seeds=7)")

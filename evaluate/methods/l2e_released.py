@@ -9,14 +9,17 @@ value wins whenever it is the best one.  Path: `--released PATH` (default `defau
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 from evaluate.budget import single_chain_schedule
 from evaluate.methods.base import Method, check_grid, lr_grid
 from evaluate.methods.l2e import run_l2e
+from tasks.data.base import default_path, searched
 
-__all__ = ["L2EReleasedSettings", "METHOD", "default_released_path", "load_released_sampler"]
+__all__ = ["L2EReleasedSettings", "METHOD", "RELEASED_DIR", "default_released_path", "load_released_sampler"]
+
+RELEASED_DIR = "l2e_released"
+"""The released meta-parameters' folder name under a data root ($L2E_DATA_DIR or ~/.cache/l2e)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,10 +33,8 @@ class L2EReleasedSettings:
 
 
 def default_released_path() -> Path:
-    """$L2E_DATA_DIR/l2e_released, else ../shared/data/l2e_released next to the repository."""
-    if env := os.environ.get("L2E_DATA_DIR"):
-        return Path(env) / "l2e_released"
-    return Path(__file__).resolve().parents[3] / "shared" / "data" / "l2e_released"
+    """$L2E_DATA_DIR/l2e_released if it exists, else ~/.cache/l2e/l2e_released (tasks.data.base.default_path)."""
+    return default_path(RELEASED_DIR)
 
 
 def released_file(path=None) -> Path:
@@ -49,7 +50,8 @@ def load_released_sampler(path=None) -> dict:
 
     file = released_file(path)
     if not file.is_file():
-        raise FileNotFoundError(f"released meta-parameters not found: {file}")
+        where = file if path is not None else f"neither {searched(RELEASED_DIR)} holds meta_params.pickle"
+        raise FileNotFoundError(f"released meta-parameters not found: {where}")
     meta_params, sampler = load_released(file)
     return {"meta_params": meta_params, "sampler": sampler, "path": str(file)}
 

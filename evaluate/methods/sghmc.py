@@ -16,7 +16,7 @@ __all__ = ["METHOD", "SGHMCSettings", "run_sghmc"]
 
 @dataclasses.dataclass(frozen=True)
 class SGHMCSettings:
-    """lrs: learning rates lr = ε²·N (mean-loss units, shared/spec/BASELINES.md §0); frictions: C.  Tuned over
+    """lrs: learning rates lr = ε²·N (mean-loss units, docs/samplers.md); frictions: C.  Tuned over
     lrs × frictions (with C = 0.1 the chain is underdamped for ~10⁴ steps and diverges at useful lrs)."""
 
     lrs: tuple[float, ...] = (0.01, 0.03, 0.1)

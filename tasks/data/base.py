@@ -1,5 +1,6 @@
 """Shared pieces of the dataset loaders: the `Dataset` record, `DatasetError`, file readers, image / z-score
-conversion and the default data folders ($L2E_DATA_DIR/<name> or ../shared/data/<name>)."""
+conversion and the default data folders: $L2E_DATA_DIR/<name>, else the per-user cache folder
+$XDG_CACHE_HOME/l2e/<name> (default ~/.cache/l2e/<name>); docs/data.md, "Data folders"."""
 from __future__ import annotations
 
 import gzip
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
+DATA_ENV = "L2E_DATA_DIR"
+"""The environment variable naming the data root."""
 
 
 class DatasetError(ValueError):
@@ -146,13 +148,39 @@ def zscore(x_train: np.ndarray, x_test: np.ndarray) -> tuple[np.ndarray, np.ndar
     return ((x_train - mu) / sd).astype(np.float32), ((x_test - mu) / sd).astype(np.float32)
 
 
+def cache_dir() -> Path:
+    """The per-user data folder: $XDG_CACHE_HOME/l2e, by default ~/.cache/l2e."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    return (Path(base) if base else Path.home() / ".cache") / "l2e"
+
+
+def data_candidates(sub: str) -> list[Path]:
+    """Where a data set `sub` (e.g. "mnist", "uci/yacht", "l2e_released") is looked up, in order:
+    $L2E_DATA_DIR/sub (when the variable is set), then cache_dir()/sub."""
+    env = os.environ.get(DATA_ENV)
+    return ([Path(env) / sub] if env else []) + [cache_dir() / sub]
+
+
+def searched(sub: str) -> str:
+    """Both places of `sub` for a message: "$L2E_DATA_DIR/sub (PATH or unset) nor CACHE/sub"."""
+    env = os.environ.get(DATA_ENV)
+    first = f"${DATA_ENV}/{sub} ({Path(env) / sub if env else DATA_ENV + ' unset'})"
+    return f"{first} nor {cache_dir() / sub}"
+
+
+def default_path(sub: str) -> Path:
+    """The first of `data_candidates(sub)` that exists, else the last (the cache folder, for messages)."""
+    candidates = data_candidates(sub)
+    return next((d for d in candidates if d.exists()), candidates[-1])
+
+
 def default_dir(sub: str) -> Path:
-    if env := os.environ.get("L2E_DATA_DIR"):
-        return Path(env) / sub
-    shared = _REPO_ROOT.parent / "shared" / "data" / sub
-    if shared.is_dir():
-        return shared
-    raise DatasetError(f"{sub}: no data_dir given and neither $L2E_DATA_DIR/{sub} nor {shared} exists")
+    """The folder of data set `sub` without a data_dir: the first existing of $L2E_DATA_DIR/sub and
+    ~/.cache/l2e/sub; DatasetError (one line naming both) if neither exists."""
+    d = default_path(sub)
+    if not d.is_dir():
+        raise DatasetError(f"{sub}: no data_dir given and neither {searched(sub)} exists")
+    return d
 
 
 def find_file(data_dir: Path, stem: str) -> Path | None:
@@ -162,7 +190,7 @@ def find_file(data_dir: Path, stem: str) -> Path | None:
 
 def local_dir(data_dir: Path | None, sub: str) -> Path | None:
     """The folder holding `sub`'s local files: data_dir itself, or data_dir/sub (so one data root serves all
-    datasets); without data_dir, $L2E_DATA_DIR/sub or ../shared/data/sub; None if there is none."""
+    datasets); without data_dir, `default_dir(sub)`; None if there is none."""
     if data_dir is not None:
         data_dir = Path(data_dir)
         return data_dir / sub if (data_dir / sub).is_dir() else data_dir

@@ -9,7 +9,8 @@ from typing import Callable
 
 import numpy as np
 
-from tasks.data.base import Dataset, DatasetError, as_images, find_file, local_dir, read_bytes, read_npz
+from tasks.data.base import (Dataset, DatasetError, as_images, find_file, local_dir, read_bytes, read_npz,
+                             searched)
 from tasks.data.tfds import TFDSSource, tfds_available, tfds_named
 
 
@@ -83,7 +84,7 @@ def _has_idx(d: Path | None) -> bool:
 def idx_dataset(name: str, tfds_name: str | None = None) -> Callable[[Path | None], Dataset]:
     """MNIST-format loader: the 4 IDX files in data_dir (KMNIST may instead use its .npz release).
 
-    Without data_dir and without a local copy ($L2E_DATA_DIR/<name>, ../shared/data/<name>), falls back to
+    Without data_dir and without a local copy ($L2E_DATA_DIR/<name>, ~/.cache/l2e/<name>), falls back to
     TFDS `tfds_name` when tensorflow_datasets is installed (the paper-scale setting).
     """
 
@@ -94,12 +95,11 @@ def idx_dataset(name: str, tfds_name: str | None = None) -> Callable[[Path | Non
                 return tfds_named(name, TFDSSource(tfds_name, 10), None)
             if d is None:
                 raise DatasetError(
-                    f"{name}: no data_dir given, no local copy in $L2E_DATA_DIR/{name} or ../shared/data/{name}, "
+                    f"{name}: no data_dir given, no local copy in {searched(name).replace(' nor ', ' or ')}, "
                     f"and tensorflow_datasets is not installed (pip install tensorflow-datasets)"
                 )
         if d is None:
-            raise DatasetError(f"{name}: no data_dir given and neither $L2E_DATA_DIR/{name} nor "
-                               f"../shared/data/{name} exists")
+            raise DatasetError(f"{name}: no data_dir given and neither {searched(name)} exists")
         arrays = {}
         for split, prefix in (("train", "train"), ("test", "t10k")):
             for part, kind in (("x", "images-idx3-ubyte"), ("y", "labels-idx1-ubyte")):
@@ -139,15 +139,14 @@ MEDMNIST_CLASSES: dict[str, int] = {
 
 def medmnist(name: str) -> Callable[[Path | None], Dataset]:
     """MedMNIST v2 release file `<name>.npz` (keys {train,val,test}_{images,labels}; images (n, 28, 28[, 3])
-    uint8, labels (n, 1)) from data_dir, data_dir/medmnist, $L2E_DATA_DIR/medmnist or ../shared/data/medmnist.
+    uint8, labels (n, 1)) from data_dir, data_dir/medmnist, $L2E_DATA_DIR/medmnist or ~/.cache/l2e/medmnist.
     The official validation split is kept (Dataset.x_valid) and serves both validation roles."""
     num_classes = MEDMNIST_CLASSES[name]
 
     def load(data_dir: Path | None) -> Dataset:
         d = local_dir(data_dir, "medmnist")
         if d is None:
-            raise DatasetError(f"{name}: no data_dir given and neither $L2E_DATA_DIR/medmnist nor "
-                               f"../shared/data/medmnist exists")
+            raise DatasetError(f"{name}: no data_dir given and neither {searched('medmnist')} exists")
         path = d / f"{name}.npz"
         if not path.is_file() and data_dir is not None and (Path(data_dir) / f"{name}.npz").is_file():
             path = Path(data_dir) / f"{name}.npz"

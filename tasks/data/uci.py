@@ -1,7 +1,7 @@
 """Regression data: UCI benchmark loaders (standard Gal & Ghahramani splits or the MILE protocol) and the 1-D
 "in-between uncertainty" toy problem, as standardised `RegressionData`.
 
-Data format of a UCI folder (shared/data/uci/<name>/, Hernandez-Lobato & Adams 2015 splits): `data.txt` holds
+Data format of a UCI folder (uci/<name>/ of the data root, Hernandez-Lobato & Adams 2015 splits): `data.txt` holds
 whitespace-separated numbers, one row per example; `index_features.txt` / `index_target.txt` hold 0-based column
 indices; `index_train_<k>.txt` / `index_test_<k>.txt` hold 0-based row indices of split k.
 
@@ -26,7 +26,7 @@ UCI_DATASETS = (
     "bostonHousing", "concrete", "energy", "kin8nm", "naval-propulsion-plant", "power-plant",
     "protein-tertiary-structure", "wine-quality-red", "yacht",
 )
-"""The UCI sets in shared/data/uci (airfoil, used by MILE, is not available)."""
+"""The UCI sets this project uses (airfoil, used by MILE, is not available)."""
 PROTOCOLS = ("standard", "mile")
 
 
@@ -144,12 +144,12 @@ def _is_float(tok: str) -> bool:
 
 
 def _uci_dir(name: str, data_dir: str | os.PathLike | None) -> Path:
-    """data_dir/<name>, or data_dir itself when it holds data.txt (and no <name> folder); default $L2E_DATA_DIR/uci/<name> or ../shared/data/uci."""
+    """data_dir/<name>, or data_dir itself when it holds data.txt (and no <name> folder); without data_dir
+    $L2E_DATA_DIR/uci/<name>, else ~/.cache/l2e/uci/<name> (tasks.data.base.default_dir)."""
     if data_dir is None:
-        d = default_dir("uci") / name
-    else:
-        data_dir = Path(data_dir)
-        d = data_dir if (data_dir / "data.txt").is_file() and not (data_dir / name).is_dir() else data_dir / name
+        return default_dir(f"uci/{name}")
+    data_dir = Path(data_dir)
+    d = data_dir if (data_dir / "data.txt").is_file() and not (data_dir / name).is_dir() else data_dir / name
     if not d.is_dir():
         raise DatasetError(f"{d}: UCI dataset directory {name!r} not found")
     return d
