@@ -173,7 +173,8 @@ def _write_references(args, cfg, names, selected, out: Path, built: dict) -> Non
     import jax
     from tqdm import tqdm
 
-    from evaluate.hmc_reference import compute_reference, summary_line, write_reference
+    from evaluate.hmc_reference import compute_reference, summary_line
+    from tasks.reference import write_reference
 
     root = jax.random.PRNGKey(cfg.seed)
     for i in selected:

@@ -14,6 +14,7 @@ from evaluate.methods.registry import METHODS, MethodSettings, get_method, metho
 from l2e.chains import ChainSchedule
 from l2e.io import ConfigError, apply_overrides, check_seed
 from tasks.models import ModelSpec
+from tasks.reference import task_name
 from tasks.regression import RegressionSpec
 from tasks.task import TaskSpec
 
@@ -160,8 +161,7 @@ class EvalConfig:
         """Report names of the tasks: spec.name (+ "-n<max_train>"), "#2", "#3"… for repeats."""
         names, seen = [], {}
         for spec in self.tasks:
-            max_train = getattr(spec, "max_train", None)
-            name = spec.name if max_train is None else f"{spec.name}-n{max_train}"
+            name = task_name(spec)
             seen[name] = seen.get(name, 0) + 1
             names.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
         return names

@@ -18,24 +18,18 @@ Convergence (all in the metadata): function-space split R̂ (rank-normalised, ac
 the per-draw probability of the BMA-predicted class (classification) or of the loc (regression);
 weight-space bulk ESS and split R̂ per parameter; chainwise cR̂ (4 splits); per-chain NUTS statistics.
 `converged` = function-space max split R̂ < 1.1 and no divergent transition (CONVERGENCE_RULE).
-Dispersion (metadata "dispersion", read back by `evaluate.reference.load_references`): the
+Dispersion (metadata "dispersion", read back by `tasks.reference.load_task_dir`): the
 `evaluate.dispersion.dispersion_stats` of all draws (weight norm, pooled and within-chain pairwise distance over at
 most 200 draws, predictive variance on the test split), the yardstick of every method's dispersion ratios.
 
-Files (`write_reference`): OUT/<slug>/probs.txt (classification; NeurIPS-2021 BDL text layout, "%.18e",
-read by `evaluate.reference.load_reference_probs`) or OUT/<slug>/predictive.npz (regression: loc, scale
-float32 (S, n)), OUT/<slug>/metadata.json, and the index OUT/reference.json
-{task name: {"dir": slug, "kind": ..., "metadata": "<slug>/metadata.json"}}.  Every file is written atomically
-(l2e.io).
+Files: `tasks.reference.write_reference` (the format and its reader are there).
 """
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import io
 import json
 import math
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -44,17 +38,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from l2e import diagnostics
 from evaluate.dispersion import dispersion_stats
 from evaluate.metrics import agreement
-from l2e.io import atomic_write_bytes, atomic_write_text
+from l2e import diagnostics
 from tasks.likelihoods import categorical, gaussian
+from tasks.reference import INDEX, data_fingerprint
 
-__all__ = ["CONVERGENCE_RULE", "INDEX", "INITS", "check_reference_output", "compute_reference", "slugify",
-           "summary_line", "write_reference"]
+__all__ = ["CONVERGENCE_RULE", "INITS", "check_reference_output", "compute_reference", "summary_line"]
 
-INDEX = "reference.json"
-"""Name of the index file that marks a reference directory."""
 INITS = ("init_params", "prior")
 CONVERGENCE_RULE = "function-space max split R-hat < 1.1 and no divergent transitions"
 FOREIGN_MARKERS = ("report.json", "config.json", "log.jsonl", "checkpoints")
@@ -133,41 +124,55 @@ def _dispersion(flat: np.ndarray, preds: np.ndarray, kind: str) -> dict | None:
     return stats
 
 
-def _classification_summary(task, lp: np.ndarray, y: np.ndarray) -> dict:
-    """Reference files, function-space R̂, test metrics and data record of classification draws lp (m, s, n, C)."""
-    m, s, n, c = lp.shape
-    probs = categorical.bma_probs(lp.reshape(m * s, n, c))
-    chain_probs = np.stack([categorical.bma_probs(lp[i]) for i in range(m)])
-    pred_class = probs.argmax(1)
-    p_pred = np.exp(np.take_along_axis(lp, pred_class[None, None, :, None], axis=3)[..., 0])  # (m, s, n)
-    fs = {"quantity": "per-draw probability of the BMA-predicted class, per test point",
-          "split_rhat": _rhat_summary(diagnostics.split_rhat(p_pred)),
-          "chain_accuracy": [categorical.accuracy(p, y) for p in chain_probs],
-          "chain_agreement_min": float(min(agreement(p, probs) for p in chain_probs))}
-    test = {"accuracy": categorical.accuracy(probs, y), "nll": categorical.nll(probs, y),
-            "ece": categorical.ece(probs, y)}
-    data = {"classes": int(task.num_classes), "test_labels_sha256": labels_sha256(y)}
-    return {"arrays": {"probs": probs, "chain_probs": chain_probs}, "function_space": fs, "test": test,
-            "data": data}
+class _ClassSummary:
+    """Classification draws: BMA and per-chain probabilities, R̂ of the BMA class's probability, acc / nll / ece."""
+
+    @staticmethod
+    def summarise(lp: np.ndarray, y: np.ndarray) -> dict:
+        """Reference arrays, function-space R̂ and test metrics of log-probabilities lp (m, s, n, C)."""
+        m, s, n, c = lp.shape
+        probs = categorical.bma_probs(lp.reshape(m * s, n, c))
+        chain_probs = np.stack([categorical.bma_probs(lp[i]) for i in range(m)])
+        pred_class = probs.argmax(1)
+        p_pred = np.exp(np.take_along_axis(lp, pred_class[None, None, :, None], axis=3)[..., 0])  # (m, s, n)
+        fs = {"quantity": "per-draw probability of the BMA-predicted class, per test point",
+              "split_rhat": _rhat_summary(diagnostics.split_rhat(p_pred)),
+              "chain_accuracy": [categorical.accuracy(p, y) for p in chain_probs],
+              "chain_agreement_min": float(min(agreement(p, probs) for p in chain_probs))}
+        test = {"accuracy": categorical.accuracy(probs, y), "nll": categorical.nll(probs, y),
+                "ece": categorical.ece(probs, y)}
+        return {"arrays": {"probs": probs, "chain_probs": chain_probs}, "function_space": fs, "test": test}
+
+    @staticmethod
+    def score(test: dict) -> str:
+        return f"acc {test['accuracy']:.4f} nll {test['nll']:.4f}"
 
 
-def _regression_summary(task, out: np.ndarray, y: np.ndarray) -> dict:
-    """Reference files, function-space R̂, test metrics and data record of regression draws out (m, s, n, 2)."""
-    loc, scale = out[..., 0], out[..., 1]  # (m, s, n)
-    m, s, n = loc.shape
-    arrays = {"loc": loc.reshape(m * s, n).astype(np.float32), "scale": scale.reshape(m * s, n).astype(np.float32)}
-    fs = {"quantity": "per-draw predictive loc, per test point",
-          "split_rhat": _rhat_summary(diagnostics.split_rhat(loc)),
-          "split_rhat_scale": _rhat_summary(diagnostics.split_rhat(scale))}
-    lppd = gaussian.regression_lppd(y, arrays["loc"], arrays["scale"])
-    test = {"lppd": lppd, "nll": -lppd, "rmse": gaussian.regression_rmse(y, arrays["loc"]),
-            "units": "standardised target (MILE convention)"}
-    return {"arrays": arrays, "function_space": fs, "test": test,
-            "data": {"test_y_mean": float(np.mean(y)), "test_y_std": float(np.std(y))}}
+class _GaussianSummary:
+    """Regression draws: per-draw loc / scale, R̂ of both, LPPD / RMSE of the pooled mixture."""
+
+    @staticmethod
+    def summarise(out: np.ndarray, y: np.ndarray) -> dict:
+        """Reference arrays, function-space R̂ and test metrics of [loc, scale] draws out (m, s, n, 2)."""
+        loc, scale = out[..., 0], out[..., 1]  # (m, s, n)
+        m, s, n = loc.shape
+        arrays = {"loc": loc.reshape(m * s, n).astype(np.float32),
+                  "scale": scale.reshape(m * s, n).astype(np.float32)}
+        fs = {"quantity": "per-draw predictive loc, per test point",
+              "split_rhat": _rhat_summary(diagnostics.split_rhat(loc)),
+              "split_rhat_scale": _rhat_summary(diagnostics.split_rhat(scale))}
+        lppd = gaussian.regression_lppd(y, arrays["loc"], arrays["scale"])
+        test = {"lppd": lppd, "nll": -lppd, "rmse": gaussian.regression_rmse(y, arrays["loc"]),
+                "units": "standardised target (MILE convention)"}
+        return {"arrays": arrays, "function_space": fs, "test": test}
+
+    @staticmethod
+    def score(test: dict) -> str:
+        return f"lppd {test['lppd']:.4f} rmse {test['rmse']:.4f}"
 
 
-_SUMMARY = {"classification": _classification_summary, "regression": _regression_summary}
-"""task.kind -> the summary of its draws' test predictions (the reference file formats differ by kind)."""
+_SUMMARIES = {"classification": _ClassSummary, "regression": _GaussianSummary}
+"""The summary of a reference's draws by the task's likelihood kind (its files: tasks.reference.FORMATS)."""
 
 
 def compute_reference(task, key: jax.Array, num_chains: int = 4, num_warmup: int = 200, num_samples: int = 100,
@@ -194,7 +199,7 @@ def compute_reference(task, key: jax.Array, num_chains: int = 4, num_warmup: int
     flat = _flat_draws(samples)
     y = np.asarray(task.splits.test[1])
     preds = _predict(task, samples, num_chains)
-    summary = _SUMMARY[task.kind](task, preds, y)
+    summary = _SUMMARIES[task.kind].summarise(preds, y)
     summary["dispersion"] = _dispersion(flat, preds, task.kind)
     sampler = {"algorithm": "NUTS (blackjax) after Stan window adaptation, diagonal mass matrix, full batch",
                "chains": int(num_chains), "warmup": int(num_warmup), "samples_per_chain": int(num_samples),
@@ -214,7 +219,7 @@ def _metadata(task, name, seed, sampler: dict, info, flat: np.ndarray, summary: 
     fs_max = summary["function_space"]["split_rhat"]["max"]
     spec = task.spec
     data = {"train": int(task.data_size), "test": int(task.splits.test[1].shape[0]),
-            "input_shape": list(task.input_shape), **summary["data"]}
+            "input_shape": list(task.input_shape), **data_fingerprint(task)}
     return {
         "task": name or spec.name, "kind": task.kind, "spec": json.loads(json.dumps(dataclasses.asdict(spec))),
         "prior_variance": float(spec.prior_variance), "temperature": 1.0, "data": data, "sampler": sampler,
@@ -240,18 +245,10 @@ def nuts_chains_fn():
     return nuts_chains
 
 
-def labels_sha256(labels) -> str:
-    """Fingerprint of integer test labels (int64, in test order)."""
-    import hashlib
-
-    return hashlib.sha256(np.ascontiguousarray(np.asarray(labels).astype(np.int64).ravel()).tobytes()).hexdigest()
-
-
 def summary_line(metadata: dict) -> str:
     """One line: task, function-space R̂, weight-space ESS, test metric, divergences, seconds, converged."""
     fs, ws, t = metadata["function_space"]["split_rhat"], metadata["weight_space"], metadata["test"]
-    score = (f"acc {t['accuracy']:.4f} nll {t['nll']:.4f}" if metadata["kind"] == "classification"
-             else f"lppd {t['lppd']:.4f} rmse {t['rmse']:.4f}")
+    score = _SUMMARIES[metadata["kind"]].score(t)
     rhat = "nan" if fs["max"] is None else f"{fs['max']:.3f}"
     ess = f"{ws['ess_bulk_min']:.0f}/{ws['ess_bulk_median']:.0f}" if "ess_bulk_min" in ws else "—"
     return (f"{metadata['task']}: fn-space R-hat max {rhat} (<1.1: {fs['frac_below_1.1']:.3f}), "
@@ -260,18 +257,6 @@ def summary_line(metadata: dict) -> str:
 
 
 # --------------------------------------------------------------------------- files
-
-
-def slugify(name: str) -> str:
-    """Directory name of a task: characters other than [A-Za-z0-9._-] become "_"."""
-    slug = re.sub(r"[^A-Za-z0-9._-]", "_", name).strip(".")
-    return slug or "task"
-
-
-def _npy_bytes(save: Callable[[io.BytesIO], None]) -> bytes:
-    buf = io.BytesIO()
-    save(buf)
-    return buf.getvalue()
 
 
 def check_reference_output(out: Path, overwrite: bool, error=ValueError) -> None:
@@ -293,36 +278,3 @@ def check_reference_output(out: Path, overwrite: bool, error=ValueError) -> None
     from evaluate.report import probe_writable
 
     probe_writable(out, error)
-
-
-def _read_index(out: Path) -> dict:
-    try:
-        index = json.loads((out / INDEX).read_text())
-    except (OSError, ValueError):
-        return {}
-    return index if isinstance(index, dict) else {}
-
-
-def write_reference(out, name: str, arrays: dict, metadata: dict) -> Path:
-    """Write one task's reference into out/<slug>/ and add it to out/reference.json (other entries are kept).
-    Returns the task directory."""
-    out = Path(out)
-    index = _read_index(out)
-    slug = index.get(name, {}).get("dir") or slugify(name)
-    taken = {v.get("dir") for k, v in index.items() if k != name and isinstance(v, dict)}
-    base, i = slug, 2
-    while slug in taken:
-        slug, i = f"{base}-{i}", i + 1
-    task_dir = out / slug
-    if "probs" in arrays:  # a predictive per test point (classification)
-        atomic_write_bytes(task_dir / "probs.txt", _npy_bytes(lambda f: np.savetxt(f, arrays["probs"], fmt="%.18e")))
-        atomic_write_bytes(task_dir / "chain_probs.npz", _npy_bytes(
-            lambda f: np.savez_compressed(f, probs=arrays["chain_probs"].astype(np.float32))))
-    else:  # per-draw Gaussian predictives (regression)
-        atomic_write_bytes(task_dir / "predictive.npz", _npy_bytes(
-            lambda f: np.savez(f, loc=arrays["loc"].astype(np.float32), scale=arrays["scale"].astype(np.float32))))
-    atomic_write_text(task_dir / "metadata.json", json.dumps(metadata, indent=2) + "\n")
-    index[name] = {"dir": slug, "kind": metadata["kind"], "metadata": f"{slug}/metadata.json",
-                   "converged": metadata["converged"]}
-    atomic_write_text(out / INDEX, json.dumps(index, indent=2) + "\n")
-    return task_dir

@@ -201,7 +201,7 @@ def save_samples(out_dir, task_name: str, runs: dict, methods, prefix: str | Non
     """Write the kept samples of each method's final run as ArviZ InferenceData (netCDF;
     evaluate.samples.write_inference_data) to out_dir/samples/[<prefix>/]<task slug>/<method>.nc; returns
     {method: path relative to out_dir} (methods without a finite sample are skipped)."""
-    from evaluate.hmc_reference import slugify
+    from tasks.reference import slugify
     from evaluate.samples import write_inference_data
 
     paths = {}

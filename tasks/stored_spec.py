@@ -1,6 +1,5 @@
-"""A task spec stored with a result (a NUTS reference's metadata.json) against the configured task's spec.
-
-Shared by evaluate.reference and meta_train.reference (layers that cannot import each other)."""
+"""A task spec stored with a result (a NUTS reference's metadata.json) against the configured task's spec
+(used by tasks.reference when it reads a reference for evaluate and meta_train)."""
 from __future__ import annotations
 
 import dataclasses

@@ -15,10 +15,11 @@ from evaluate.dispersion import (
     FLAG_HIGH, FLAG_LOW, dispersion_entry, dispersion_ratios, dispersion_stats, mean_pairwise_distance,
     predictive_variance,
 )
-from evaluate.hmc_reference import compute_reference, write_reference
+from evaluate.hmc_reference import compute_reference
 from evaluate.methods import MethodResult
 from evaluate.reference import load_references
 from tasks import ModelSpec, TaskSpec, build
+from tasks.reference import write_reference
 
 D, N_TEST, C = 30, 200, 4
 RNG = np.random.default_rng(0)

@@ -20,9 +20,10 @@ import evaluate.config as config_mod
 from evaluate.__main__ import main
 from evaluate.config import EvalConfig
 from l2e.diagnostics import split_rhat
-from evaluate.hmc_reference import _rhat_summary, compute_reference, write_reference
+from evaluate.hmc_reference import _rhat_summary, compute_reference
 from evaluate.reference import ReferenceDataError, load_reference_probs, load_references
 from tasks import ModelSpec, TaskSpec, build
+from tasks.reference import write_reference
 from tasks.regression import RegressionSpec
 
 ROOT = Path(__file__).resolve().parents[1]

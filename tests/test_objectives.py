@@ -125,7 +125,7 @@ def test_reference_reader_finds_checks_and_refuses(tmp_path):
     assert stored  # the first directory is untouched
     with pytest.raises(ReferenceError, match="359 test examples stored"):
         load_task_reference(write_reference(tmp_path / "bad_n", task, q, test=359), task)
-    with pytest.raises(ReferenceError, match="expected 360×10"):
+    with pytest.raises(ReferenceError, match="359 rows, expected 360"):
         load_task_reference(write_reference(tmp_path / "bad_rows", task, q[:-1]), task)
     regression = types.SimpleNamespace(kind="regression", spec=task.spec)
     with pytest.raises(ReferenceError, match="needs classification"):
