@@ -22,6 +22,8 @@ import math
 import jax
 import numpy as np
 
+from tasks.likelihoods import likelihood_of
+
 __all__ = ["FLAG_HIGH", "FLAG_LOW", "MAX_PAIRWISE_DRAWS", "STATS", "dispersion_entry", "dispersion_ratios",
            "dispersion_stats", "flat_samples", "mean_pairwise_distance", "predictive_variance"]
 
@@ -77,8 +79,7 @@ def predictive_variance(outputs: np.ndarray, kind: str) -> float:
 
     outputs: (K, n, C) log-probabilities (classification) or (K, n, 2) [loc, scale] (regression)."""
     out = np.asarray(outputs)
-    value = (lambda o: np.exp(np.asarray(o, np.float64))) if kind == "classification" else \
-        (lambda o: np.asarray(o[..., 0], np.float64))
+    value = likelihood_of(kind).point_prediction
     mean = sum(value(o) for o in out) / out.shape[0]
     return float(np.mean(sum((value(o) - mean) ** 2 for o in out) / out.shape[0]))
 

@@ -7,13 +7,13 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy.special import ndtr
 
 from evaluate import budget
-from l2e.diagnostics import chainwise_rhat, ess_single_chain
 from evaluate.methods import MethodResult, get_method, predict_outputs, split_data
 from evaluate.metrics import agreement, total_variation
+from l2e.diagnostics import chainwise_rhat, ess_single_chain
 from tasks.likelihoods.categorical import accuracy, bma_probs, ece, nll
+from tasks.likelihoods.gaussian import BAND_NOTE, mixture_interval
 
 __all__ = ["BAND_NOTE", "ESS_ESTIMATOR", "FS_ESS_FUNCTION", "band", "barrier_entry", "cost_entries", "ess_entry", "hmc_entry",
            "method_entry", "mixture_interval", "temperature_entries"]
@@ -26,8 +26,6 @@ ESS_ESTIMATOR = ("Geyer single-chain ESS (FFT autocovariance, initial monotone s
                  "points' pointwise functions (FS_ESS_FUNCTION) instead of parameter coordinates")
 FS_ESS_FUNCTION = ("classification: the log predictive probability of the true label, log p(y_i | x_i, θ_s); "
                    "regression: the predicted mean loc(x_i; θ_s) (standardised units); one function per test point")
-BAND_NOTE = ("95 % central interval of the pooled Gaussian predictive mixture (equal weights over samples): "
-             "exact quantiles by bisection on the mixture CDF; mean = mixture mean")
 
 
 def _finite_or_none(metrics: dict) -> dict:
@@ -35,11 +33,9 @@ def _finite_or_none(metrics: dict) -> dict:
 
 
 def pointwise_functions(task, outputs: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """(K, n) float64: FS_ESS_FUNCTION of each kept sample's outputs (K, n, C) at the n test points."""
-    out = np.asarray(outputs, np.float64)
-    if task.kind == "regression":
-        return out[..., 0]
-    return np.take_along_axis(out, np.asarray(y, np.int64)[None, :, None], axis=-1)[..., 0]
+    """(K, n) float64: FS_ESS_FUNCTION of each kept sample's outputs (K, n, ...) at the n test points
+    (`task.likelihood.pointwise_function`)."""
+    return task.likelihood.pointwise_function(outputs, y)
 
 
 def ess_entry(res: MethodResult, functions: np.ndarray | None = None) -> dict | None:
@@ -225,37 +221,22 @@ def hmc_entry(ref: dict, task) -> dict:
     return entry
 
 
-def mixture_interval(loc, scale, level: float = 0.95, iters: int = 60) -> tuple[np.ndarray, ...]:
-    """(mean, lower, upper), each (n,), of the equal-weight Gaussian mixture of loc / scale (S, n): the mixture
-    mean and its exact (1 − level)/2 and (1 + level)/2 quantiles (bisection on the mixture CDF)."""
-    loc = np.asarray(loc, np.float64)
-    scale = np.clip(np.asarray(scale, np.float64), 1e-6, 1e6)
-
-    def quantile(p):
-        a, b = (loc - 12 * scale).min(0), (loc + 12 * scale).max(0)
-        for _ in range(iters):
-            mid = 0.5 * (a + b)
-            below = ndtr((mid[None] - loc) / scale).mean(0) < p
-            a, b = np.where(below, mid, a), np.where(below, b, mid)
-        return 0.5 * (a + b)
-
-    return loc.mean(0), quantile((1 - level) / 2), quantile((1 + level) / 2)
-
-
 def band(task, results: dict, ref: dict | None) -> dict | None:
-    """The 1-D predictive band (BAND_NOTE) of every method's final run in `results` ({method: MethodResult})
-    and of the reference, on the sorted test inputs; None unless the task is a regression with 1-D inputs."""
+    """The 1-D predictive band (`task.likelihood.band_note`, `task.likelihood.interval`) of every method's final
+    run in `results` ({method: MethodResult}) and of the reference, on the sorted test inputs; None unless the
+    likelihood has a predictive interval and the inputs are 1-D."""
     x_test, y_test = (np.asarray(a) for a in split_data(task, "test"))
-    if task.kind != "regression" or x_test.ndim != 2 or x_test.shape[1] != 1:
-        return None  # the band is an interval of a Gaussian predictive mixture over a 1-D input
+    note = task.likelihood.band_note
+    if note is None or x_test.ndim != 2 or x_test.shape[1] != 1:
+        return None  # the band is a predictive interval over a 1-D input
     order = np.argsort(x_test[:, 0], kind="stable")
     x_tr, y_tr = (np.asarray(a) for a in split_data(task, "train"))
-    out = {"note": BAND_NOTE, "x_train": x_tr[:, 0].tolist(), "y_train": y_tr.tolist(),
+    out = {"note": note, "x_train": x_tr[:, 0].tolist(), "y_train": y_tr.tolist(),
            "x": x_test[order, 0].tolist(), "y": y_test[order].tolist(), "methods": {}}
-    draws = {m: (r.outputs[..., 0], r.outputs[..., 1]) for m, r in results.items() if r.num_finite}
+    draws = {m: r.outputs for m, r in results.items() if r.num_finite}
     if ref is not None and "loc" in ref:
-        draws["hmc"] = (np.asarray(ref["loc"]), np.asarray(ref["scale"]))
-    for m, (loc, scale) in draws.items():
-        mean, lo, hi = mixture_interval(loc[:, order], scale[:, order])
+        draws["hmc"] = np.stack([np.asarray(ref["loc"]), np.asarray(ref["scale"])], axis=-1)
+    for m, outputs in draws.items():
+        mean, lo, hi = task.likelihood.interval(outputs[:, order])
         out["methods"][m] = {"mean": mean.tolist(), "lower": lo.tolist(), "upper": hi.tolist()}
     return out

@@ -10,19 +10,19 @@ from pathlib import Path
 import numpy as np
 
 from l2e.io import atomic_write_bytes
+from tasks.likelihoods import likelihood_of
 
-__all__ = ["CURVE_METRICS", "band_tasks", "has_entry", "plot_band", "plot_barriers", "plot_curves", "plot_ess"]
+__all__ = ["band_tasks", "has_entry", "plot_band", "plot_barriers", "plot_curves", "plot_ess"]
 
-CURVE_METRICS = {"classification": (("acc", "BMA accuracy"), ("nll", "BMA NLL")),
-                 "regression": (("lppd", "LPPD"), ("rmse", "RMSE"))}
 
 
 def _tasks(results: dict) -> dict:
     return results.get("tasks", {}) or {}
 
 
-def _kind(task: dict) -> str:
-    return task.get("kind") or "classification"
+def _likelihood(task: dict):
+    """The likelihood of a report's task entry (by its "kind" label; classification when absent)."""
+    return likelihood_of(task.get("kind") or "classification")
 
 
 def _is_real(v) -> bool:
@@ -66,7 +66,7 @@ def plot_curves(results: dict, path) -> Path:
     for row, name in enumerate(names):
         task = _tasks(results)[name]
         methods = task.get("methods", {}) or {}
-        for col, (key, label) in enumerate(CURVE_METRICS[_kind(task)]):
+        for col, (key, label) in enumerate(_likelihood(task).curve_plot):
             ax = axes[row, col]
             drawn = 0
             for mname in sorted(methods):
@@ -127,7 +127,7 @@ def plot_barriers(results: dict, path) -> Path:
     fig, axes = _figure(max(1, len(names)), 2, 11, 3.4)
     for row, name in enumerate(names):
         task = _tasks(results)[name]
-        err_label = "RMSE" if _kind(task) == "regression" else "test error"
+        err_label = _likelihood(task).error_label
         for col, (key, label) in enumerate((("error", err_label), ("nll", "NLL"))):
             ax = axes[row, col]
             drawn = 0

@@ -33,12 +33,13 @@ import numpy as np
 
 from evaluate import plots
 from evaluate.tables import (
-    BUDGET_COLUMNS, REFERENCE_METHOD, TABLE_METRICS, TEMPERATURE_COLUMNS, beats, bold_cells, columns, cost_section,
+    BUDGET_COLUMNS, REFERENCE_METHOD, TEMPERATURE_COLUMNS, beats, bold_cells, columns, cost_section,
     diagnostics_section, dispersion_section, fmt, metric_table, multi_seed, number,
 )
 from l2e.io import atomic_write_bytes, publish_dir
+from tasks.likelihoods import likelihood_of
 
-__all__ = ["REFERENCE_METHOD", "REPORT_ENTRIES", "TABLE_METRICS", "beats", "bold_cells", "format_table",
+__all__ = ["REFERENCE_METHOD", "REPORT_ENTRIES", "beats", "bold_cells", "format_table",
            "probe_writable", "publish_report", "render_markdown", "write_json", "write_markdown", "write_report"]
 
 REPORT_ENTRIES = ("report.json", "report.md", "bma_curves.png", "ess.png", "barriers.png", "regression_band.png",
@@ -75,8 +76,9 @@ def _json_default(obj):
     raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
 
 
-def _kind(task: dict) -> str:
-    return task.get("kind") or "classification"
+def _likelihood(task: dict):
+    """The likelihood of a report's task entry (by its "kind" label; classification when absent)."""
+    return likelihood_of(task.get("kind") or "classification")
 
 
 def _tasks(results: dict) -> dict:
@@ -105,7 +107,6 @@ def _config_lines(config: dict) -> list[str]:
 
 def _task_section(name: str, task: dict) -> list[str]:
     methods = task.get("methods", {}) or {}
-    kind = _kind(task)
     lines = [f"## {name}", ""]
     if task.get("held_out") is not None:
         lines += [f"Held out: {task['held_out']}", ""]
@@ -122,7 +123,7 @@ def _task_section(name: str, task: dict) -> list[str]:
             lines += [f"Reference convergence: {state} by the rule '{meta.get('convergence_rule', '?')}' "
                       f"(function-space split R̂ max {fmt('x', rhat)}, divergent transitions "
                       f"{fmt('x', meta.get('num_divergent'))}).", ""]
-    cols = columns(methods, TABLE_METRICS[kind] + TEMPERATURE_COLUMNS + BUDGET_COLUMNS)
+    cols = columns(methods, _likelihood(task).table_metrics + TEMPERATURE_COLUMNS + BUDGET_COLUMNS)
     lines += metric_table(methods, cols, bold_cells(methods))
     counts = {k: m.get("num_samples") for k, m in methods.items() if m.get("num_samples") is not None}
     if counts:
@@ -222,9 +223,7 @@ def format_table(results: dict) -> str:
 
     lines = []
     for tname, task in results["tasks"].items():
-        reg = task.get("kind") == "regression"
-        c1, c3, c4 = ("lppd", "rmse", "cal") if reg else ("acc", "ece", "kld")
-        k1, k3, k4 = ("lppd", "rmse", "calibration_error") if reg else ("acc", "ece", "pairwise_kld")
+        (c1, k1), (c3, k3), (c4, k4) = _likelihood(task).summary_columns
         header = (f"{'task':<34} {'method':<14} {c1:>7} {'nll':>7} {c3:>7} {c4:>7} {'grads':>8} {'epochs':>7} "
                   f"{'K':>4} {'div':>3} {'sec':>7} {'ess':>6} {'T_kin':>6}")
         lines += [header, "-" * len(header)]

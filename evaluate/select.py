@@ -35,9 +35,12 @@ import math
 import time
 from pathlib import Path
 
+from tasks.likelihoods import likelihood_of
+
 __all__ = ["KIND_METHODS", "METRICS", "SELECTION_FILES", "Selection", "learned_method_for", "metric_value",
            "prepare_selection", "run_checkpoints", "run_selection", "select_checkpoints", "selection_markdown",
            "write_selection"]  # the command line: evaluate.select_cli
+
 
 def _kind_methods() -> dict[str, str]:
     from l2e.learned import REGISTRY
@@ -138,12 +141,7 @@ def _load_steps(root: Path, steps: list[int]) -> tuple[str, list[dict]]:
 
 def metric_value(entry: dict, kind: str, metric: str) -> float | None:
     """The selection metric of one method entry (None when the entry has none, e.g. every sample diverged)."""
-    if metric == "tv":
-        value = entry.get("total_variation")
-    elif kind == "regression":
-        value = None if entry.get("lppd") is None else -float(entry["lppd"])
-    else:
-        value = entry.get("nll")
+    value = entry.get("total_variation") if metric == "tv" else likelihood_of(kind).score_from_metrics(entry)
     return None if value is None or not math.isfinite(float(value)) else float(value)
 
 

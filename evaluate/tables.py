@@ -10,14 +10,10 @@ from numbers import Integral, Real
 
 import numpy as np
 
-__all__ = ["BUDGET_COLUMNS", "COST_COLUMNS", "REFERENCE_METHOD", "TABLE_METRICS", "TEMPERATURE_COLUMNS", "beats",
+__all__ = ["BUDGET_COLUMNS", "COST_COLUMNS", "REFERENCE_METHOD", "TEMPERATURE_COLUMNS", "beats",
            "bold_cells", "columns", "cost_section", "diagnostics_section", "dispersion_section", "fmt", "metric_table", "multi_seed",
            "number"]
 
-TABLE_METRICS = {
-    "classification": ("acc", "nll", "ece", "pairwise_kld", "agreement", "total_variation"),
-    "regression": ("lppd", "nll", "rmse", "calibration_error"),
-}
 TEMPERATURE_COLUMNS = ("temperature", "t_kin")
 BUDGET_COLUMNS = ("gradient", "grad_evals", "epochs", "seconds")
 COST_COLUMNS = ("flops_per_step", "seconds_per_step", "tuning_runs", "tuning_grad_evals", "tuning_seconds",

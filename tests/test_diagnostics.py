@@ -171,6 +171,7 @@ def test_function_space_ess_of_the_report_entry():
     fs_mean_ess must be within 25 % of the AR(1) value n(1 − ρ)/(1 + ρ) = 44.4 while the weight-space mean ESS
     is within 25 % of n = 400, and the per-cost numbers are the chains' sum ÷ seconds and per 1000 gradients."""
     from evaluate.entries import ess_entry, pointwise_functions
+    from tasks.likelihoods import Classification
     from evaluate.methods import MethodResult
 
     rng = np.random.default_rng(0)
@@ -182,7 +183,7 @@ def test_function_space_ess_of_the_report_entry():
     logits = np.stack([z, np.zeros_like(z)], axis=-1).reshape(chains * n, pts, 2)
     outputs = logits - np.logaddexp(logits[..., :1], logits[..., 1:])  # log-softmax; label 0 → its log-prob
     y = np.zeros(pts, np.int64)
-    fx = pointwise_functions(type("T", (), {"kind": "classification"})(), outputs, y)
+    fx = pointwise_functions(type("T", (), {"likelihood": Classification()})(), outputs, y)
     np.testing.assert_allclose(fx, outputs[..., 0])
     res = MethodResult(outputs=outputs.astype(np.float32), grad_evals=8000, seconds=4.0, divergent_chains=0,
                        hyperparameters={}, samples={"w": rng.standard_normal((chains * n, 30))},

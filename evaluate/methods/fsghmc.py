@@ -111,69 +111,125 @@ def _adam(loss, p0: dict, data: tuple, steps: int):
     return p, float(value)
 
 
+def _train_and_box(task, m_train: int, m_box: int, replace: bool):
+    """sampler(key, batch) -> m_train random training inputs (with or without replacement) + m_box uniform in the
+    training inputs' box."""
+    x_train, n = task.train_data[0], task.data_size
+    lo, hi = jnp.min(x_train, axis=0), jnp.max(x_train, axis=0)
+
+    def sampler(key, batch):
+        k1, k2 = jax.random.split(key)
+        idx = jax.random.choice(k1, n, (m_train,), replace=replace)
+        u = jax.random.uniform(k2, (m_box,) + x_train.shape[1:], x_train.dtype, lo, hi)
+        return jnp.concatenate([x_train[idx], u])
+
+    return sampler
+
+
+class _DirichletGP:
+    """Classification: the Dirichlet-based GP (Milios et al. 2018) on every logit, fixed heteroscedastic noise and a
+    constant mean per class; measurement points: random training inputs."""
+
+    note = "; Dirichlet-based GP targets (alpha_eps 0.01)"
+
+    @staticmethod
+    def outputs(task) -> int:
+        return task.num_classes
+
+    @staticmethod
+    def problem(x, y: np.ndarray, lengthscale: float, outputs: int):
+        """(initial parameters, data, loss) of the type-II ML fit (called with 64-bit jax enabled)."""
+        alpha = np.eye(outputs)[y.astype(int)] + DIRICHLET_ALPHA
+        noise = jnp.asarray(np.log(1.0 / alpha + 1.0))
+        targets = jnp.asarray(np.log(alpha)) - 0.5 * noise
+        p0 = {"log_ls": jnp.log(lengthscale), "log_var": jnp.log(jnp.var(targets)), "mean": targets.mean(0)}
+        return p0, (x, targets, noise), _neg_log_marginal
+
+    @staticmethod
+    def fitted(p) -> tuple[list, dict]:
+        """(the prior mean per output, further fitted values) of the fitted parameters."""
+        return np.asarray(p["mean"]).tolist(), {}
+
+    @staticmethod
+    def function(task, fit: dict):
+        """(params, x) -> the function values under the GP prior (logits (B, C)), and the prior mean or None."""
+        mean = jnp.asarray(fit["mean"], jnp.float32)
+        prior_mean = None if not np.any(fit["mean"]) else (lambda x: jnp.broadcast_to(mean, (x.shape[0], mean.size)))
+        return task.logits, prior_mean
+
+    @staticmethod
+    def points(task, m_setting: int):
+        m = min(m_setting or 40, task.data_size)
+        return _train_and_box(task, m, 0, False), None, f"{m} random training inputs per update"
+
+
+class _RegressionGP:
+    """Regression: a zero-mean GP regression of the standardised targets with a learned noise variance on the
+    predicted mean; measurement points: the 1-D / UCI rules (module doc)."""
+
+    note = ""
+
+    @staticmethod
+    def outputs(task) -> int:
+        return 1
+
+    @staticmethod
+    def problem(x, y: np.ndarray, lengthscale: float, outputs: int):
+        targets = jnp.asarray(y, jnp.float64)[:, None]
+        p0 = {"log_ls": jnp.log(lengthscale), "log_var": jnp.log(jnp.var(targets)),
+              "log_noise": jnp.log(0.1 * jnp.var(targets))}
+        loss = lambda p, x, t: _neg_log_marginal({**p, "mean": jnp.zeros(1)}, x, t, None)  # noqa: E731
+        return p0, (x, targets), loss
+
+    @staticmethod
+    def fitted(p) -> tuple[list, dict]:
+        return [0.0], {"noise_variance": float(jnp.exp(p["log_noise"]))}
+
+    @staticmethod
+    def function(task, fit: dict):
+        return (lambda p, x: task.apply(p, x)[0]), None
+
+    @staticmethod
+    def points(task, m_setting: int):
+        x_train, n = task.train_data[0], task.data_size
+        if m_setting:
+            m = min(m_setting, n)
+            return (_train_and_box(task, m - m // 2, m // 2, False), None,
+                    f"{m - m // 2} training inputs + {m // 2} uniform in the training box per update")
+        if task.input_shape == (1,):
+            return (_train_and_box(task, 40, 40, True), None,
+                    "40 training inputs (with replacement) + 40 uniform in the training box per update (1-D rule)")
+        if n < 1000:
+            return (lambda key, batch: x_train), x_train, f"all {n} training inputs, fixed (UCI rule, N < 1000)"
+        return _train_and_box(task, 1000, 0, False), None, "1000 random training inputs per update (UCI rule, N ≥ 1000)"
+
+
+_GP_PRIORS = {"classification": _DirichletGP, "regression": _RegressionGP}
+"""fSGHMC's GP prior by the task's likelihood kind: what it is on, how it is fitted, where it is measured."""
+
+
 def fit_gp(task, s: FSGHMCSettings) -> dict:
     """The GP prior's hyperparameters (see the module docstring): {"lengthscale", "variance", "mean" (list, one per
     output), "noise_variance" (regression fit) , "nlml", "fit"}."""
+    gp = _GP_PRIORS[task.kind]
     x_all, y_all = (np.asarray(a) for a in task.train_data)
     lengthscale = _median_distance(x_all)
-    outputs = task.num_classes if task.kind == "classification" else 1
+    outputs = gp.outputs(task)
     if s.kernel_fit_steps == 0:
         return {"lengthscale": lengthscale, "variance": s.kernel_variance, "mean": [0.0] * outputs,
                 "fit": "none (fixed GP: median-distance lengthscale, variance kernel_variance, zero mean)"}
     n = min(s.kernel_fit_points, len(x_all))
     idx = np.sort(np.random.default_rng(0).permutation(len(x_all))[:n])
-    classification = task.kind == "classification"
     with jax.enable_x64(True):
         x = jnp.asarray(x_all[idx].reshape(n, -1), jnp.float64)
-        if classification:  # Dirichlet-based GP targets and their fixed heteroscedastic noise
-            alpha = np.eye(outputs)[y_all[idx].astype(int)] + DIRICHLET_ALPHA
-            noise = jnp.asarray(np.log(1.0 / alpha + 1.0))
-            targets = jnp.asarray(np.log(alpha)) - 0.5 * noise
-            p0 = {"log_ls": jnp.log(lengthscale), "log_var": jnp.log(jnp.var(targets)), "mean": targets.mean(0)}
-            data = (x, targets, noise)
-            loss = _neg_log_marginal
-        else:  # zero-mean GP regression of the standardised targets, learned noise variance
-            targets = jnp.asarray(y_all[idx], jnp.float64)[:, None]
-            p0 = {"log_ls": jnp.log(lengthscale), "log_var": jnp.log(jnp.var(targets)),
-                  "log_noise": jnp.log(0.1 * jnp.var(targets))}
-            data = (x, targets)
-            loss = lambda p, x, t: _neg_log_marginal({**p, "mean": jnp.zeros(1)}, x, t, None)  # noqa: E731
+        p0, data, loss = gp.problem(x, y_all[idx], lengthscale, outputs)
         p, nlml = _adam(loss, jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), p0), data, s.kernel_fit_steps)
+        mean, extra = gp.fitted(p)
         fit = {"lengthscale": float(jnp.exp(p["log_ls"])), "variance": float(jnp.exp(p["log_var"])),
-               "mean": np.asarray(p["mean"]).tolist() if classification else [0.0], "nlml": nlml,
+               "mean": mean, "nlml": nlml,
                "fit": f"type-II ML: Adam lr {FIT_LR}, {s.kernel_fit_steps} full-batch steps on {n} training points, "
-                      "float64" + ("; Dirichlet-based GP targets (alpha_eps 0.01)" if classification else "")}
-        if not classification:
-            fit["noise_variance"] = float(jnp.exp(p["log_noise"]))
+                      "float64" + gp.note, **extra}
     return fit
-
-
-def _measurement_points(task, m_setting: int):
-    """(sampler(key, batch) -> X_M, fixed X_M or None, description) per the module docstring."""
-    x_train, n = task.train_data[0], task.data_size
-    lo, hi = jnp.min(x_train, axis=0), jnp.max(x_train, axis=0)
-
-    def train_and_box(m_train, m_box, replace):
-        def sampler(key, batch):
-            k1, k2 = jax.random.split(key)
-            idx = jax.random.choice(k1, n, (m_train,), replace=replace)
-            u = jax.random.uniform(k2, (m_box,) + x_train.shape[1:], x_train.dtype, lo, hi)
-            return jnp.concatenate([x_train[idx], u])
-        return sampler
-
-    if task.kind == "classification":
-        m = min(m_setting or 40, n)
-        return train_and_box(m, 0, False), None, f"{m} random training inputs per update"
-    if m_setting:
-        m = min(m_setting, n)
-        return (train_and_box(m - m // 2, m // 2, False), None,
-                f"{m - m // 2} training inputs + {m // 2} uniform in the training box per update")
-    if task.input_shape == (1,):
-        return (train_and_box(40, 40, True), None,
-                "40 training inputs (with replacement) + 40 uniform in the training box per update (1-D rule)")
-    if n < 1000:
-        return (lambda key, batch: x_train), x_train, f"all {n} training inputs, fixed (UCI rule, N < 1000)"
-    return train_and_box(1000, 0, False), None, "1000 random training inputs per update (UCI rule, N ≥ 1000)"
 
 
 def fsghmc_posterior(task, s: FSGHMCSettings, fit: dict | None = None) -> tuple[l2e.FunctionalPosterior, dict]:
@@ -181,14 +237,11 @@ def fsghmc_posterior(task, s: FSGHMCSettings, fit: dict | None = None) -> tuple[
     here if None).  The GP is on the regression mean (loc) or on every logit; with s.weight_prior the task's Gaussian
     weight prior is added (flagged deviation: without it the θ-target is improper, and the regression scale head has
     no prior at all)."""
+    gp = _GP_PRIORS[task.kind]
     fit = fit_gp(task, s) if fit is None else fit
     kernel = l2e.fsghmc.rbf_kernel(fit["lengthscale"], fit["variance"])
-    sampler, fixed, where = _measurement_points(task, s.measurement_points)
-    if task.kind == "classification":
-        apply_fn, mean = task.logits, jnp.asarray(fit["mean"], jnp.float32)
-        prior_mean = None if not np.any(fit["mean"]) else (lambda x: jnp.broadcast_to(mean, (x.shape[0], mean.size)))
-    else:
-        apply_fn, prior_mean = (lambda p, x: task.apply(p, x)[0]), None
+    sampler, fixed, where = gp.points(task, s.measurement_points)
+    apply_fn, prior_mean = gp.function(task, fit)
     post = l2e.fsghmc.functional_posterior(apply_fn, task.nll, sampler, kernel, task.data_size, prior_mean=prior_mean,
                                            jitter=s.jitter,
                                            weight_log_prior=task.log_prior if s.weight_prior else None,

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["DIVERGENCE_RULE", "MethodResult", "SCALE_RATIO", "finalise", "finite_samples", "predict_outputs",
-           "prediction_scale", "probe_result", "scale_divergent", "split_data"]
+           "probe_result", "scale_divergent", "split_data"]
 
 SCALE_RATIO = 100.0
 DIVERGENCE_RULE = (f"a sample is divergent when it or its prediction is not finite, or when its prediction scale (RMS "
@@ -110,16 +110,6 @@ def finite_samples(tree) -> np.ndarray:
     return ok
 
 
-def prediction_scale(out: np.ndarray, regression: bool) -> np.ndarray:
-    """(K,) prediction scale per sample of (K, n, C) log-probabilities (RMS of the centred logits) or (K, n, 2)
-    [loc, scale] (RMS of both); non-finite entries give inf."""
-    out = np.asarray(out, np.float64)
-    centred = out if regression else out - out.mean(axis=2, keepdims=True)
-    with np.errstate(all="ignore"):
-        scale = np.sqrt(np.mean(np.square(centred), axis=(1, 2)))
-    return np.where(np.isfinite(scale), scale, np.inf)
-
-
 def scale_divergent(scales: np.ndarray, chain_of_sample, finite: np.ndarray) -> np.ndarray:
     """(K,) bool: finite samples whose scale exceeds SCALE_RATIO · m, m the median scale of the other chains' finite
     samples clipped to [1, SCALE_RATIO] (m = 1 when no other chain has a finite sample)."""
@@ -145,7 +135,7 @@ def finalise(ctx, samples, chain_of_sample: list[int], grad_evals: int, seconds:
     x, _ = split_data(ctx.task, ctx.split)
     out = predict_outputs(ctx.task, samples, x, ctx.cfg.eval_batch, ctx.cache)
     finite = finite_samples(samples) & np.all(np.isfinite(out), axis=(1, 2))
-    by_scale = scale_divergent(prediction_scale(out, ctx.task.kind == "regression"), chain_of_sample, finite)
+    by_scale = scale_divergent(ctx.task.likelihood.prediction_scale(out), chain_of_sample, finite)
     ok = finite & ~by_scale
     divergent = len({c for c, good in zip(chain_of_sample, ok) if not good})
     non_finite = {c for c, good in zip(chain_of_sample, finite) if not good}

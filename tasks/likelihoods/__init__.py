@@ -6,4 +6,13 @@ from tasks.likelihoods.gaussian import GaussianRegression, gaussian_nll
 
 Likelihood = Classification | GaussianRegression
 
-__all__ = ["Classification", "GaussianRegression", "Likelihood", "gaussian_nll"]
+LIKELIHOODS = {"classification": Classification(), "regression": GaussianRegression()}
+"""The likelihoods by `kind` (the label a report stores)."""
+
+
+def likelihood_of(kind: str) -> Likelihood:
+    """The likelihood whose `kind` is `kind` ("classification" or "regression"; KeyError otherwise)."""
+    return LIKELIHOODS[kind]
+
+
+__all__ = ["Classification", "GaussianRegression", "LIKELIHOODS", "Likelihood", "gaussian_nll", "likelihood_of"]

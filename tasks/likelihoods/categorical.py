@@ -213,3 +213,48 @@ class Classification:
         err = 1.0 - np.mean(np.argmax(out, -1) == yi[None], axis=1)
         nll_k = -np.mean(out[:, np.arange(out.shape[1]), yi], axis=1)
         return err, nll_k
+
+    # --- what evaluate reads from the likelihood instead of testing the task's kind
+
+    table_metrics = ("acc", "nll", "ece", "pairwise_kld", "agreement", "total_variation")
+    """The metric columns of the report's tables."""
+    summary_columns = (("acc", "acc"), ("ece", "ece"), ("kld", "pairwise_kld"))
+    """(header, metric key) of the plain-text summary's columns besides nll."""
+    curve_plot = (("acc", "BMA accuracy"), ("nll", "BMA NLL"))
+    """(metric key, axis label) of the BMA-curve plots."""
+    error_label = "test error"
+    """The axis label of `error_and_nll`'s error."""
+    band_note = None
+    """A class distribution has no predictive interval (no 1-D band)."""
+
+    @staticmethod
+    def score_from_metrics(metrics: dict) -> float | None:
+        """The tuning score (BMA NLL, nats) as `metrics` reports it; None when absent."""
+        return metrics.get("nll")
+
+    @staticmethod
+    def pointwise_function(outputs, y) -> np.ndarray:
+        """Per sample and test point, log p(y_i | x_i, θ_k) (nats) of outputs (K, n, C) and labels y (n,):
+        (K, n) float64 (the function-space ESS's functions)."""
+        out = np.asarray(outputs, np.float64)
+        return np.take_along_axis(out, np.asarray(y, np.int64)[None, :, None], axis=-1)[..., 0]
+
+    @staticmethod
+    def point_prediction(outputs) -> np.ndarray:
+        """The class probabilities of log-probability outputs (..., n, C), float64 (what the predictive variance
+        is the spread of)."""
+        return np.exp(np.asarray(outputs, np.float64))
+
+    @staticmethod
+    def prediction_scale(outputs) -> np.ndarray:
+        """Per sample, the RMS of the centred log-probabilities of outputs (K, n, C): (K,) float64, inf where not
+        finite (a diverged sample's scale)."""
+        out = np.asarray(outputs, np.float64)
+        with np.errstate(all="ignore"):
+            scale = np.sqrt(np.mean(np.square(out - out.mean(axis=2, keepdims=True)), axis=(1, 2)))
+        return np.where(np.isfinite(scale), scale, np.inf)
+
+    @staticmethod
+    def interval(outputs, level: float = 0.95) -> None:
+        """No predictive interval for a class distribution (see `band_note`)."""
+        return None

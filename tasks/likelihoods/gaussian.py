@@ -14,9 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["CALIBRATION_ESTIMATOR", "CALIBRATION_LEVELS", "GaussianRegression", "HALF_LOG_2PI", "SCALE_MAX",
-           "SCALE_MIN", "calibration_error", "gaussian_nll", "mixture_cdf", "regression_curve", "regression_lppd",
-           "loc_scale", "regression_metrics", "regression_rmse"]
+__all__ = ["BAND_NOTE", "CALIBRATION_ESTIMATOR", "CALIBRATION_LEVELS", "GaussianRegression", "HALF_LOG_2PI",
+           "SCALE_MAX", "SCALE_MIN", "calibration_error", "gaussian_nll", "loc_scale", "mixture_cdf", "mixture_interval",
+           "regression_curve", "regression_lppd", "regression_metrics", "regression_rmse"]
 
 SCALE_MIN, SCALE_MAX = 1e-6, 1e6
 HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -124,6 +124,35 @@ def regression_curve(y, pred) -> dict:
     return out
 
 
+BAND_NOTE = ("95 % central interval of the pooled Gaussian predictive mixture (equal weights over samples): "
+             "exact quantiles by bisection on the mixture CDF; mean = mixture mean")
+
+
+def mixture_interval(loc, scale, level: float = 0.95, iters: int = 60) -> tuple[np.ndarray, ...]:
+    """The mean and exact central interval of an equal-weight Gaussian mixture (bisection on the mixture CDF).
+
+    Args:
+      loc, scale: (S, n) per-sample locations and scales (scale clipped to [1e-6, 1e6]); level: the interval's mass.
+
+    Returns:
+      (mean, lower, upper), each (n,) float64: the mixture mean and its (1 − level)/2 and (1 + level)/2 quantiles.
+    """
+    from scipy.special import ndtr
+
+    loc = np.asarray(loc, np.float64)
+    scale = np.clip(np.asarray(scale, np.float64), 1e-6, 1e6)
+
+    def quantile(p):
+        a, b = (loc - 12 * scale).min(0), (loc + 12 * scale).max(0)
+        for _ in range(iters):
+            mid = 0.5 * (a + b)
+            below = ndtr((mid[None] - loc) / scale).mean(0) < p
+            a, b = np.where(below, mid, a), np.where(below, b, mid)
+        return 0.5 * (a + b)
+
+    return loc.mean(0), quantile((1 - level) / 2), quantile((1 + level) / 2)
+
+
 class GaussianRegression:
     """Gaussian likelihood p(y | x, θ) = N(y | μ(x; θ), σ(x; θ)²) of a location/scale network.
 
@@ -185,3 +214,45 @@ class GaussianRegression:
         loc, scale = out[..., 0], _clip_sigma(out[..., 1])
         err = np.sqrt(np.mean((y[None] - loc) ** 2, axis=1))
         return err, np.mean(gaussian_nll(y[None], loc, scale), axis=1)
+
+    # --- what evaluate reads from the likelihood instead of testing the task's kind
+
+    table_metrics = ("lppd", "nll", "rmse", "calibration_error")
+    """The metric columns of the report's tables."""
+    summary_columns = (("lppd", "lppd"), ("rmse", "rmse"), ("cal", "calibration_error"))
+    """(header, metric key) of the plain-text summary's columns besides nll."""
+    curve_plot = (("lppd", "LPPD"), ("rmse", "RMSE"))
+    """(metric key, axis label) of the curve plots."""
+    error_label = "RMSE"
+    """The axis label of `error_and_nll`'s error."""
+    band_note = BAND_NOTE
+    """What `interval` gives (the 1-D band of a report)."""
+
+    @staticmethod
+    def score_from_metrics(metrics: dict) -> float | None:
+        """The tuning score −LPPD (nats per test point) from `metrics`' "lppd"; None when absent."""
+        return None if metrics.get("lppd") is None else -float(metrics["lppd"])
+
+    @staticmethod
+    def pointwise_function(outputs, y) -> np.ndarray:
+        """Per sample and test point, the predicted mean loc(x_i; θ_k) (standardised units) of outputs (K, n, 2):
+        (K, n) float64 (the function-space ESS's functions)."""
+        return np.asarray(outputs, np.float64)[..., 0]
+
+    @staticmethod
+    def point_prediction(outputs) -> np.ndarray:
+        """The predicted mean loc of outputs (..., n, 2), float64 (what the predictive variance is the spread of)."""
+        return np.asarray(outputs[..., 0], np.float64)
+
+    @staticmethod
+    def prediction_scale(outputs) -> np.ndarray:
+        """Per sample, the RMS of [loc, scale] over outputs (K, n, 2): (K,) float64, inf where not finite."""
+        out = np.asarray(outputs, np.float64)
+        with np.errstate(all="ignore"):
+            scale = np.sqrt(np.mean(np.square(out), axis=(1, 2)))
+        return np.where(np.isfinite(scale), scale, np.inf)
+
+    @staticmethod
+    def interval(outputs, level: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(mean, lower, upper), each (n,), of the pooled predictive mixture of outputs (K, n, 2): `mixture_interval`."""
+        return mixture_interval(outputs[..., 0], outputs[..., 1], level)
