@@ -74,10 +74,17 @@ def _within_chain(flat: np.ndarray, chain_ids) -> float | None:
 
 
 def predictive_variance(outputs: np.ndarray, kind: str) -> float:
-    """Mean over points (and classes) of the across-sample variance of the predictive (float64, two passes over
-    the samples, so K × n × C float64 copies are never made).
+    """Mean over points (and classes) of the across-sample variance of the predictive's point prediction
+    (`point_prediction` of the likelihood of `kind`: class probabilities, or the predicted mean), float64, two
+    passes over the samples, so K × n × C float64 copies are never made.
 
-    outputs: (K, n, C) log-probabilities (classification) or (K, n, 2) [loc, scale] (regression)."""
+    Args:
+      outputs: (K, n, C) log-probabilities (classification) or (K, n, 2) [loc, scale] (regression).
+      kind: the task's likelihood kind ("classification" or "regression").
+
+    Returns:
+      The mean variance (probability² or standardised target units²).
+    """
     out = np.asarray(outputs)
     value = likelihood_of(kind).point_prediction
     mean = sum(value(o) for o in out) / out.shape[0]

@@ -248,3 +248,26 @@ def test_gaussian_likelihood_api():
     tiny = out.copy()
     tiny[..., 1] = 1e-12
     assert lik.error_and_nll(tiny, y)[1][0] == pytest.approx(0.5 * np.log(2 * np.pi) + np.log(G.SCALE_MIN))
+
+
+def test_likelihoods_answer_what_reports_used_to_branch_on():
+    """The kind-dependent pieces of evaluate's reports come from the likelihood (tasks.likelihoods.likelihood_of)."""
+    from tasks.likelihoods import likelihood_of
+
+    cls, reg = likelihood_of("classification"), likelihood_of("regression")
+    assert isinstance(cls, Classification) and isinstance(reg, GaussianRegression)
+    assert cls.score_from_metrics({"nll": 0.5}) == 0.5 and reg.score_from_metrics({"lppd": -1.25}) == 1.25
+    assert reg.score_from_metrics({"lppd": None}) is None and cls.score_from_metrics({}) is None
+    lp = np.log(np.array([[[0.7, 0.3], [0.2, 0.8]], [[0.5, 0.5], [0.4, 0.6]]]))  # (K=2, n=2, C=2)
+    np.testing.assert_allclose(cls.pointwise_function(lp, [0, 1]), np.log([[0.7, 0.8], [0.5, 0.6]]))
+    np.testing.assert_allclose(cls.point_prediction(lp), np.exp(lp))
+    centred = lp - lp.mean(2, keepdims=True)
+    np.testing.assert_allclose(cls.prediction_scale(lp), np.sqrt(np.mean(centred**2, axis=(1, 2))))
+    out = np.array([[[1.0, 2.0], [3.0, 0.5]], [[-1.0, 1.0], [np.inf, 1.0]]])  # (K=2, n=2, [loc, scale])
+    np.testing.assert_array_equal(reg.pointwise_function(out, [0.0, 0.0]), out[..., 0])
+    assert reg.prediction_scale(out)[1] == np.inf and cls.interval(lp) is None and cls.band_note is None
+    mean, lo, hi = reg.interval(np.stack([np.zeros((3, 1)), np.ones((3, 1))], -1))
+    np.testing.assert_allclose([mean[0], lo[0], hi[0]], [0.0, -1.959964, 1.959964], atol=1e-5)
+    for lk in (cls, reg):
+        assert set(lk.table_metrics) >= {k for _, k in lk.summary_columns} | {"nll"}
+        assert {k for k, _ in lk.curve_plot} <= set(lk.curve_keys) | {"nll"}

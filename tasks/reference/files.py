@@ -1,24 +1,5 @@
-"""Reference posteriors on disk (NUTS references, `python -m evaluate reference`): the format, writing and reading.
-
-One module for both users: evaluate writes references (evaluate.hmc_reference) and reads them for its reports;
-meta_train reads them for the "fidelity" objective.  A reference directory ROOT holds
-
-    ROOT/reference.json           the index {task name: {"dir": SUBDIR, "kind", "metadata": "SUBDIR/metadata.json",
-                                  "converged"}}; task names as `task_name` (evaluate's report names)
-    ROOT/SUBDIR/metadata.json     {"task", "kind", "spec" (the task spec as a dict), "data": {"train", "test", …, the
-                                  kind's fingerprint of the test split}, sampler, diagnostics, …}
-    classification: SUBDIR/probs.txt (BMA probabilities (n_test, C), one row per test point in the task's order,
-                    "%.18e"; the NeurIPS 2021 BDL text layout) and SUBDIR/chain_probs.npz (probs: per-chain BMA
-                    probabilities (chains, n_test, C) float32); fingerprint: "classes", "test_labels_sha256"
-    regression:     SUBDIR/predictive.npz (loc, scale: per-draw Gaussian predictives (S, n_test) float32, standardised
-                    target units); fingerprint: "test_y_mean", "test_y_std"
-
-Reading checks everything and refuses with one `ReferenceDataError` line: a stored spec that is not the task's
-(`tasks.stored_spec.comparable_specs`: every field but data_dir, fields added later at their old defaults), another
-test split (size, label fingerprint or target statistics), probabilities of the wrong shape, outside [0, 1] or with
-rows that do not sum to 1, a row order that does not beat the majority class (`check_alignment`).  A plain text
-file of probabilities (`load_reference_probs`) is read with the same checks.  Every file is written atomically.
-"""
+"""The reference format: file names, the per-kind files and test-split fingerprint, the probability-table reader and
+row-order check, writing (layout: the module doc of tasks.reference)."""
 from __future__ import annotations
 
 import hashlib
@@ -32,11 +13,10 @@ from typing import Callable
 import numpy as np
 
 from l2e.io import atomic_write_bytes, atomic_write_text, read_json
-from tasks.stored_spec import comparable_specs
 
-__all__ = ["INDEX", "ROW_SUM_ATOL", "ReferenceDataError", "check_alignment", "find_reference_dir", "labels_sha256",
-           "load_reference_dir", "load_reference_probs", "load_task_dir", "load_text_reference", "read_index",
-           "read_json_index", "slugify", "task_name", "write_reference"]
+__all__ = ["FORMATS", "INDEX", "METADATA", "ROW_SUM_ATOL", "ReferenceDataError", "check_alignment", "data_fingerprint",
+           "labels_sha256", "load_reference_probs", "read_index", "read_reference_json", "slugify", "task_name",
+           "write_reference"]
 
 INDEX = "reference.json"
 """The index file that marks a reference directory."""
@@ -51,27 +31,46 @@ class ReferenceDataError(ValueError):
 
 
 def task_name(spec) -> str:
-    """A task's report name and reference index key: spec.name, + "-n<max_train>" when max_train is set."""
+    """A task's report name and reference index key.
+
+    Args:
+      spec: a TaskSpec or RegressionSpec.
+
+    Returns:
+      spec.name, + "-n<max_train>" when max_train is set (e.g. "mnist/mlp-8-n10000").
+    """
     max_train = getattr(spec, "max_train", None)
     return spec.name if max_train is None else f"{spec.name}-n{max_train}"
 
 
 def slugify(name: str) -> str:
-    """Directory name of a task: characters other than [A-Za-z0-9._-] become "_"."""
+    """The directory name of a task: characters other than [A-Za-z0-9._-] become "_" (never empty).
+
+    Args:
+      name: a task name.
+
+    Returns:
+      The slug (str).
+    """
     slug = re.sub(r"[^A-Za-z0-9._-]", "_", name).strip(".")
     return slug or "task"
 
 
 def labels_sha256(labels) -> str:
-    """Fingerprint of integer test labels (int64, in test order)."""
+    """The fingerprint of a test split's labels.
+
+    Args:
+      labels: (n,) integer labels in test order.
+
+    Returns:
+      The SHA-256 hex digest of their int64 bytes.
+    """
     return hashlib.sha256(np.ascontiguousarray(np.asarray(labels).astype(np.int64).ravel()).tobytes()).hexdigest()
 
 
-def _read_json(path: Path, where: str):
+def read_reference_json(path: Path, where: str):
+    """json.loads of a reference file; ReferenceDataError "{where}: {name} not found / …" if it cannot be read."""
     return read_json(path, where, ReferenceDataError, shown=path.name)
-
-
-# --------------------------------------------------------------------------- probabilities (classification)
 
 
 def _delimiter(path: Path) -> str | None:
@@ -152,9 +151,6 @@ def check_alignment(probs: np.ndarray, labels, where: str = "reference probabili
             f"{where}: its accuracy on the test labels is {acc:.3f}, no better than the majority class "
             f"({majority:.3f}); the rows are not in the test-set order")
     return acc
-
-
-# --------------------------------------------------------------------------- the two file formats
 
 
 def _npz_bytes(save: Callable[[io.BytesIO], None]) -> bytes:
@@ -245,16 +241,27 @@ FORMATS = {"classification": _Probabilities, "regression": _GaussianDraws}
 
 
 def data_fingerprint(task) -> dict:
-    """The test split's fingerprint stored in metadata "data": {"classes", "test_labels_sha256"} (classification)
-    or {"test_y_mean", "test_y_std"} (regression)."""
+    """The test split's fingerprint stored in metadata "data".
+
+    Args:
+      task: a built task.
+
+    Returns:
+      {"classes", "test_labels_sha256"} (classification) or {"test_y_mean", "test_y_std"} (regression, standardised
+      target units).
+    """
     return FORMATS[task.kind].fingerprint(task, np.asarray(task.splits.test[1]))
 
 
-# --------------------------------------------------------------------------- writing
-
-
 def read_index(root) -> dict:
-    """The index of reference directory `root` ({} if it has none or it is unreadable)."""
+    """The index of a reference directory, for adding to it.
+
+    Args:
+      root: the reference directory.
+
+    Returns:
+      {task name: entry} from root/reference.json; {} if it has none or it is unreadable.
+    """
     try:
         index = json.loads((Path(root) / INDEX).read_text())
     except (OSError, ValueError):
@@ -287,112 +294,3 @@ def write_reference(out, name: str, arrays: dict, metadata: dict) -> Path:
                    "converged": metadata["converged"]}
     atomic_write_text(out / INDEX, json.dumps(index, indent=2) + "\n")
     return task_dir
-
-
-# --------------------------------------------------------------------------- reading
-
-
-def _check_metadata(meta, task, name: str, where: str) -> None:
-    """Stored kind, spec and test data must be those of the built task."""
-    if not isinstance(meta, dict) or "spec" not in meta or "kind" not in meta:
-        raise ReferenceDataError(f"{where}: {METADATA} lacks the task kind or spec")
-    if meta["kind"] != task.kind:
-        raise ReferenceDataError(f"{where}: a {meta['kind']} reference, but task {name!r} is {task.kind}")
-    stored, configured, diff = comparable_specs(meta["spec"], task.spec)
-    if diff:
-        raise ReferenceDataError(
-            f"{where}: computed for another task spec than {name!r} ({', '.join(diff)} differ: stored "
-            f"{diff[0]}={stored.get(diff[0])!r}, configured {configured.get(diff[0])!r})")
-    data = meta.get("data") or {}
-    y = np.asarray(task.splits.test[1])
-    for key, have, what in (("train", task.data_size, "training examples"), ("test", y.shape[0], "test examples")):
-        if data.get(key) is not None and int(data[key]) != int(have):
-            raise ReferenceDataError(f"{where}: {data[key]} {what} stored, the task has {have}")
-    FORMATS[task.kind].check(data, task, y, where, name)
-
-
-def load_task_dir(task_dir, task, name: str) -> dict:
-    """The checked reference in one task directory.
-
-    Args:
-      task_dir: ROOT/SUBDIR; task: the built task it must fit; name: the task's name (for messages).
-
-    Returns:
-      {"path", "kind", "metadata", "dispersion" (the stored dispersion statistics or None), and "probs" (n, C)
-      float64 and "accuracy" (classification) or "loc", "scale" (S, n) float64 (regression)}.
-    """
-    task_dir = Path(task_dir)
-    where = f"reference {task_dir}"
-    meta = _read_json(task_dir / METADATA, where)
-    _check_metadata(meta, task, name, where)
-    out = {"path": str(task_dir), "kind": task.kind, "metadata": meta, "dispersion": meta.get("dispersion")}
-    out.update(FORMATS[task.kind].read(task_dir, task, np.asarray(task.splits.test[1])))
-    return out
-
-
-def load_text_reference(path, task, name: str) -> dict:
-    """A plain text file of class probabilities (`load_reference_probs`, `check_alignment`) as the reference of
-    `task` (named `name` in messages): {"path", "kind", "probs" (n, C) float64, "accuracy", "metadata": None,
-    "dispersion": None}; ReferenceDataError for a task whose predictive is not a class distribution."""
-    out = {"path": str(path), "kind": task.kind, "metadata": None, "dispersion": None}
-    out.update(FORMATS[task.kind].read_text(Path(path), task, np.asarray(task.splits.test[1]), name))
-    return out
-
-
-def read_json_index(root: Path, what: str) -> dict:
-    """The index (reference.json) of reference directory `root`, a JSON object; `what` names it in messages."""
-    index = _read_json(root / INDEX, what)
-    if not isinstance(index, dict):
-        raise ReferenceDataError(f"{what}: {INDEX} is not a JSON object")
-    return index
-
-
-def load_reference_dir(path, name: str, task) -> dict:
-    """The reference of task `name` in reference directory `path` (by its index entry), checked against `task`;
-    returns `load_task_dir`'s dict."""
-    root = Path(path)
-    index = read_json_index(root, f"reference directory {root}")
-    if name not in index:
-        raise ReferenceDataError(f"reference directory {root} has no task {name!r} (it has: "
-                                 f"{', '.join(index) or 'none'})")
-    entry = index[name]
-    if not isinstance(entry, dict) or not isinstance(entry.get("dir"), str):
-        raise ReferenceDataError(f"reference directory {root}: bad {INDEX} entry for {name!r}")
-    return load_task_dir(root / entry["dir"], task, name)
-
-
-def find_reference_dir(root, spec, what: str = "reference directory", label: str = "task") -> Path:
-    """The task directory in reference directory `root` whose stored spec is `spec` (whatever its index name).
-
-    Args:
-      root: the reference directory; spec: the task spec; what / label: how messages name `root` (e.g. a config
-        key) and the task (e.g. "meta-training task").
-
-    Returns:
-      ROOT/SUBDIR; ReferenceDataError if `root` holds none (naming the entry of the same name with another spec).
-    """
-    root = Path(root)
-    name = task_name(spec)
-    if not root.is_dir():
-        raise ReferenceDataError(f"{what} {root}: not a directory (no reference for {label} {name!r})")
-    index = read_json_index(root, f"{what} {root} (a directory written by `python -m evaluate reference`)")
-    by_name = None
-    for entry_name, entry in index.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("dir"), str):
-            continue
-        meta_path = root / entry["dir"] / METADATA
-        if not meta_path.is_file():
-            continue
-        meta = _read_json(meta_path, f"reference {root / entry['dir']}")
-        if not isinstance(meta, dict) or not isinstance(meta.get("spec"), dict):
-            continue
-        diff = comparable_specs(meta["spec"], spec)[2]
-        if not diff:
-            return root / entry["dir"]
-        if entry_name == name:
-            by_name = (entry["dir"], diff)
-    if by_name is not None:
-        raise ReferenceDataError(f"reference {root / by_name[0]} was computed for another task spec than {label} "
-                                 f"{name!r} ({', '.join(by_name[1])} differ)")
-    raise ReferenceDataError(f"{what} {root} has no reference for {label} {name!r} (it has: "
-                             f"{', '.join(index) or 'none'}); compute one with `python -m evaluate reference`")

@@ -1,5 +1,4 @@
-"""A task spec stored with a result (a NUTS reference's metadata.json) against the configured task's spec
-(used by tasks.reference when it reads a reference for evaluate and meta_train)."""
+"""A task spec stored with a result (a NUTS reference's metadata.json) against the configured task's spec."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,0 +1,137 @@
+"""Reading a reference directory: the entry of a task by name or by spec, checked against the built task
+(layout and checks: the module doc of tasks.reference)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from tasks.reference.files import FORMATS, INDEX, METADATA, ReferenceDataError, read_reference_json, task_name
+from tasks.reference.specs import comparable_specs
+
+__all__ = ["find_reference_dir", "load_reference_dir", "load_task_dir", "load_text_reference", "read_json_index"]
+
+
+def _check_metadata(meta, task, name: str, where: str) -> None:
+    """Stored kind, spec and test data must be those of the built task."""
+    if not isinstance(meta, dict) or "spec" not in meta or "kind" not in meta:
+        raise ReferenceDataError(f"{where}: {METADATA} lacks the task kind or spec")
+    if meta["kind"] != task.kind:
+        raise ReferenceDataError(f"{where}: a {meta['kind']} reference, but task {name!r} is {task.kind}")
+    stored, configured, diff = comparable_specs(meta["spec"], task.spec)
+    if diff:
+        raise ReferenceDataError(
+            f"{where}: computed for another task spec than {name!r} ({', '.join(diff)} differ: stored "
+            f"{diff[0]}={stored.get(diff[0])!r}, configured {configured.get(diff[0])!r})")
+    data = meta.get("data") or {}
+    y = np.asarray(task.splits.test[1])
+    for key, have, what in (("train", task.data_size, "training examples"), ("test", y.shape[0], "test examples")):
+        if data.get(key) is not None and int(data[key]) != int(have):
+            raise ReferenceDataError(f"{where}: {data[key]} {what} stored, the task has {have}")
+    FORMATS[task.kind].check(data, task, y, where, name)
+
+
+def load_task_dir(task_dir, task, name: str) -> dict:
+    """The checked reference in one task directory.
+
+    Args:
+      task_dir: ROOT/SUBDIR; task: the built task it must fit; name: the task's name (for messages).
+
+    Returns:
+      {"path", "kind", "metadata", "dispersion" (the stored dispersion statistics or None), and "probs" (n, C)
+      float64 and "accuracy" (classification) or "loc", "scale" (S, n) float64 (regression)}.
+    """
+    task_dir = Path(task_dir)
+    where = f"reference {task_dir}"
+    meta = read_reference_json(task_dir / METADATA, where)
+    _check_metadata(meta, task, name, where)
+    out = {"path": str(task_dir), "kind": task.kind, "metadata": meta, "dispersion": meta.get("dispersion")}
+    out.update(FORMATS[task.kind].read(task_dir, task, np.asarray(task.splits.test[1])))
+    return out
+
+
+def load_text_reference(path, task, name: str) -> dict:
+    """A plain text file of class probabilities as the reference of a task (`load_reference_probs`,
+    `check_alignment`); ReferenceDataError for a task whose predictive is not a class distribution.
+
+    Args:
+      path: the file; task: the built task; name: the task's name in messages.
+
+    Returns:
+      {"path", "kind", "probs" (n, C) float64, "accuracy", "metadata": None, "dispersion": None}.
+    """
+    out = {"path": str(path), "kind": task.kind, "metadata": None, "dispersion": None}
+    out.update(FORMATS[task.kind].read_text(Path(path), task, np.asarray(task.splits.test[1]), name))
+    return out
+
+
+def read_json_index(root: Path, what: str) -> dict:
+    """The index of a reference directory, checked (ReferenceDataError if missing, unreadable or not an object).
+
+    Args:
+      root: the reference directory; what: how messages name it.
+
+    Returns:
+      {task name: {"dir", "kind", "metadata", "converged"}}.
+    """
+    index = read_reference_json(root / INDEX, what)
+    if not isinstance(index, dict):
+        raise ReferenceDataError(f"{what}: {INDEX} is not a JSON object")
+    return index
+
+
+def load_reference_dir(path, name: str, task) -> dict:
+    """The reference of a task in a reference directory, found by its index name and checked against the task.
+
+    Args:
+      path: the reference directory; name: the task's name (its index key); task: the built task.
+
+    Returns:
+      `load_task_dir`'s dict.
+    """
+    root = Path(path)
+    index = read_json_index(root, f"reference directory {root}")
+    if name not in index:
+        raise ReferenceDataError(f"reference directory {root} has no task {name!r} (it has: "
+                                 f"{', '.join(index) or 'none'})")
+    entry = index[name]
+    if not isinstance(entry, dict) or not isinstance(entry.get("dir"), str):
+        raise ReferenceDataError(f"reference directory {root}: bad {INDEX} entry for {name!r}")
+    return load_task_dir(root / entry["dir"], task, name)
+
+
+def find_reference_dir(root, spec, what: str = "reference directory", label: str = "task") -> Path:
+    """The task directory in reference directory `root` whose stored spec is `spec` (whatever its index name).
+
+    Args:
+      root: the reference directory; spec: the task spec; what / label: how messages name `root` (e.g. a config
+        key) and the task (e.g. "meta-training task").
+
+    Returns:
+      ROOT/SUBDIR; ReferenceDataError if `root` holds none (naming the entry of the same name with another spec).
+    """
+    root = Path(root)
+    name = task_name(spec)
+    if not root.is_dir():
+        raise ReferenceDataError(f"{what} {root}: not a directory (no reference for {label} {name!r})")
+    index = read_json_index(root, f"{what} {root} (a directory written by `python -m evaluate reference`)")
+    by_name = None
+    for entry_name, entry in index.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("dir"), str):
+            continue
+        meta_path = root / entry["dir"] / METADATA
+        if not meta_path.is_file():
+            continue
+        meta = read_reference_json(meta_path, f"reference {root / entry['dir']}")
+        if not isinstance(meta, dict) or not isinstance(meta.get("spec"), dict):
+            continue
+        diff = comparable_specs(meta["spec"], spec)[2]
+        if not diff:
+            return root / entry["dir"]
+        if entry_name == name:
+            by_name = (entry["dir"], diff)
+    if by_name is not None:
+        raise ReferenceDataError(f"reference {root / by_name[0]} was computed for another task spec than {label} "
+                                 f"{name!r} ({', '.join(by_name[1])} differ)")
+    raise ReferenceDataError(f"{what} {root} has no reference for {label} {name!r} (it has: "
+                             f"{', '.join(index) or 'none'}); compute one with `python -m evaluate reference`")
