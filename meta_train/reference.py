@@ -34,7 +34,7 @@ class TaskReference(NamedTuple):
 def load_task_reference(root, task) -> TaskReference:
     """The checked reference of a built meta-training task in reference directory `root` (module doc)."""
     name = task_name(task.spec)
-    if task.kind != "classification":
+    if not task.likelihood.has_class_probs:
         raise ReferenceError(f"objective.kind fidelity needs classification tasks; meta-training task {name!r} is "
                              f"{task.kind}")
     try:

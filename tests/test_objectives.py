@@ -41,6 +41,7 @@ from meta_train.objectives import fidelity_fn, stein_kl_cross_fn
 from meta_train.reference import ReferenceError, load_task_reference, task_name
 from meta_train.train import initial_meta_params, meta_train
 from tasks.distribution import TaskDistribution
+from tasks.likelihoods import GaussianRegression
 from tasks.task import build_task
 from tasks.task_strings import resolve_task
 
@@ -127,7 +128,7 @@ def test_reference_reader_finds_checks_and_refuses(tmp_path):
         load_task_reference(write_reference(tmp_path / "bad_n", task, q, test=359), task)
     with pytest.raises(ReferenceError, match="359 rows, expected 360"):
         load_task_reference(write_reference(tmp_path / "bad_rows", task, q[:-1]), task)
-    regression = types.SimpleNamespace(kind="regression", spec=task.spec)
+    regression = types.SimpleNamespace(kind="regression", spec=task.spec, likelihood=GaussianRegression())
     with pytest.raises(ReferenceError, match="needs classification"):
         load_task_reference(root, regression)
 
