@@ -34,7 +34,8 @@ from pathlib import Path
 from evaluate.cli_common import (TASK_EPILOG, OutputLock, failed_run, interrupted, parse_references,
                                  with_task_strings)
 from evaluate.report import probe_writable
-from l2e.io import ConfigError, OneLineErrorParser, Terminated, apply_overrides, handle_sigterm, one_line
+from l2e.io import ConfigError, one_line
+from cli import OneLineErrorParser, Terminated, apply_overrides, handle_sigterm
 from tasks.spec_parse import TaskStringError
 
 RUN_MARKERS = ("config.json", "log.jsonl", "checkpoints")
@@ -273,6 +274,6 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     code = main()  # first: with --distributed, jax.distributed.initialize() must precede importing l2e
-    from l2e.io import exit_cli
+    from cli import exit_cli
 
     exit_cli(code)

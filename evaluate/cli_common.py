@@ -6,7 +6,8 @@ import os
 import sys
 from pathlib import Path
 
-from l2e.io import ConfigError, Terminated, one_line
+from l2e.io import ConfigError, one_line
+from cli import Terminated
 from tasks.spec_parse import GRAMMAR
 
 __all__ = ["TASK_EPILOG", "OutputLock", "failed_run", "interrupted", "parse_references", "with_task_strings"]
@@ -15,11 +16,11 @@ TASK_EPILOG = "task strings (--task SPEC):\n" + GRAMMAR
 
 
 class OutputLock:
-    """The exclusive lock of --output while an evaluation computes and writes it (l2e.io.DirectoryLock): creates
+    """The exclusive lock of --output while an evaluation computes and writes it (cli.DirectoryLock): creates
     the directory if needed (and removes it again, if still empty, when the run fails)."""
 
     def __init__(self, out: Path, error):
-        from l2e.io import DirectoryLock, LockHeldError
+        from cli import DirectoryLock, LockHeldError
 
         if out.is_symlink() and not out.exists():
             raise error(f"--output {out} is a dangling symbolic link (to {os.readlink(out)})")

@@ -12,7 +12,8 @@ from evaluate.budget import BUDGET_MODES
 from evaluate.reference import REFERENCE_TASKS
 from evaluate.methods.registry import METHODS, MethodSettings, get_method, method_settings
 from l2e.chains import ChainSchedule
-from l2e.io import ConfigError, apply_overrides, check_seed
+from l2e.io import ConfigError
+from cli import apply_overrides, check_seed
 from tasks.models import ModelSpec
 from tasks.reference import task_name
 from tasks.regression import RegressionSpec

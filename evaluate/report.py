@@ -36,7 +36,8 @@ from evaluate.tables import (
     BUDGET_COLUMNS, REFERENCE_METHOD, TEMPERATURE_COLUMNS, beats, bold_cells, columns, cost_section,
     diagnostics_section, dispersion_section, fmt, metric_table, multi_seed, number,
 )
-from l2e.io import atomic_write_bytes, publish_dir
+from l2e.io import atomic_write_bytes
+from cli import publish_dir
 from tasks.likelihoods import likelihood_of
 
 __all__ = ["REFERENCE_METHOD", "REPORT_ENTRIES", "beats", "bold_cells", "format_table",
@@ -209,8 +210,8 @@ def write_report(results: dict, out_dir) -> dict[str, Path]:
 
 
 def publish_report(stage, out_dir) -> Path:
-    """Swap the fully written report set in `stage` (l2e.io.staging_dir) in as `out_dir`, atomically as a set
-    (l2e.io.publish_dir): a reader, a SIGINT or a full disk never leaves report.json of one run beside plots
+    """Swap the fully written report set in `stage` (cli.staging_dir) in as `out_dir`, atomically as a set
+    (cli.publish_dir): a reader, a SIGINT or a full disk never leaves report.json of one run beside plots
     of another. Entries of an old `out_dir` that are not part of a report set (REPORT_ENTRIES) are kept."""
     return publish_dir(stage, out_dir, REPORT_ENTRIES)
 

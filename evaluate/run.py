@@ -55,7 +55,8 @@ from evaluate.reference import load_references
 from evaluate.report import publish_report, write_report
 from evaluate.seeds import SE_NOTE, aggregate_task
 from evaluate.tuning import GRID_EXTENSIONS, Progress, tune_and_run
-from l2e.io import ConfigError, staging_dir
+from l2e.io import ConfigError
+from cli import staging_dir
 from tasks import TaskCache, build
 
 __all__ = ["DIVERGENCE_NOTE", "evaluate", "load_l2e", "run_task_method", "save_samples"]

@@ -101,21 +101,19 @@ def run_checkpoints(run_dir) -> tuple[Path, list[int]]:
 
 def learned_method_for(kind: str, method: str | None = None) -> tuple[str, str | None]:
     """(evaluation method, the shipped name it runs or None for `l2e`, the --sampler method) for checkpoints of
-    sampler kind `kind`: KIND_METHODS[kind], or `method` when it is a learned method of that kind."""
-    from evaluate.methods import get_method
-    from l2e.checkpoint import read_meta, resolve_step_dir, sampler_kind, shipped_checkpoint
+    sampler kind `kind`: KIND_METHODS[kind], or `method` when it is a learned method that can run them (`l2e` runs a
+    checkpoint of any kind; a shipped sampler's method only checkpoints of its kind, l2e.learned's shipped rows)."""
+    from evaluate.methods import METHODS, get_method
+    from l2e.learned import shipped
 
     name = KIND_METHODS[kind] if method is None else method
     m = get_method(name)
     if m.needs_sampler is True:
-        if kind != "l2e" and method is not None:
-            raise _error(f"--method {name} runs paper-form L2E checkpoints; the run's checkpoints are of kind {kind!r} "
-                         f"(its method: {KIND_METHODS[kind]})")
         return name, None
     if not m.needs_sampler:
-        learned = ", ".join(KIND_METHODS.values())
-        raise _error(f"--method {name} is not a learned-sampler method (learned: {learned}, precond_l2e, small_l2e)")
-    shipped_kind = sampler_kind(read_meta(resolve_step_dir(shipped_checkpoint(m.needs_sampler))))
+        learned = ", ".join(n for n in METHODS if get_method(n).needs_sampler)
+        raise _error(f"--method {name} is not a learned-sampler method (learned: {learned})")
+    shipped_kind = shipped()[m.needs_sampler][0].name
     if shipped_kind != kind:
         raise _error(f"--method {name} runs checkpoints of kind {shipped_kind!r}; the run's are of kind {kind!r} "
                      f"(its method: {KIND_METHODS[kind]})")

@@ -44,7 +44,7 @@ def build_select_parser():
     import argparse
 
     from evaluate.cli_common import TASK_EPILOG
-    from l2e.io import OneLineErrorParser
+    from cli import OneLineErrorParser
 
     p = OneLineErrorParser(prog="python -m evaluate select",
                            description="Checkpoint selection: evaluate every committed step of a meta-training run "
@@ -84,7 +84,8 @@ def select_main(argv) -> int:
     import l2e
     from evaluate.cli_common import OutputLock, parse_references, failed_run, with_task_strings
     from evaluate.config import get_preset
-    from l2e.io import ConfigError, apply_overrides, handle_sigterm
+    from l2e.io import ConfigError
+    from cli import apply_overrides, handle_sigterm
     from tasks.datasets import DatasetError
 
     args = build_select_parser().parse_args(argv)

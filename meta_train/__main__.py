@@ -26,7 +26,7 @@ def _initialize_distributed() -> int:
 
 
 def build_parser(presets) -> argparse.ArgumentParser:
-    from l2e.io import OneLineErrorParser
+    from cli import OneLineErrorParser
 
     p = OneLineErrorParser(prog="python -m meta_train", description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="default", help=f"one of: {', '.join(presets)}")
@@ -51,7 +51,8 @@ def build_parser(presets) -> argparse.ArgumentParser:
 
 def config_from_args(args, presets):
     """The MetaTrainConfig the command line names: preset, then --seed, --num-outer and --set overrides."""
-    from l2e.io import ConfigError, apply_overrides
+    from l2e.io import ConfigError
+    from cli import apply_overrides
 
     if args.preset not in presets:
         raise ConfigError(f"unknown preset {args.preset!r} (known: {', '.join(presets)})")
@@ -74,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(PRESETS).parse_args(argv)
 
     from l2e.checkpoint import CheckpointError
-    from l2e.io import ConfigError, Terminated, handle_sigterm, one_line
+    from l2e.io import ConfigError, one_line
+    from cli import Terminated, handle_sigterm
     from meta_train.run_dir import RunDirError
     from meta_train.train import meta_train
     from tasks.datasets import DatasetError
@@ -103,6 +105,6 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     code = main()  # first: with --distributed, jax.distributed.initialize() must precede importing l2e
-    from l2e.io import exit_cli
+    from cli import exit_cli
 
     exit_cli(code)

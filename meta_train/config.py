@@ -10,7 +10,8 @@ import math
 
 from l2e.chains import ChainSchedule
 from l2e import learned
-from l2e.io import ConfigError, apply_overrides, check_seed, dataclass_from_dict
+from l2e.io import ConfigError, dataclass_from_dict
+from cli import apply_overrides, check_seed
 from l2e.types import META_STARTS
 from meta_train import estimators, objectives
 from tasks.distribution import TaskDistribution

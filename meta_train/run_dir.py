@@ -8,7 +8,7 @@ Reliability (a run survives SIGKILL at any point and resumes bit-identically):
     accumulators and chain states mid-unroll), restored into the state the estimator builds for that step;
   * the log is appended row by row; on resume the rows after the restored iteration are dropped, a torn last
     line (the process died mid-write) is discarded, and the log is rewritten atomically;
-  * while a process runs in the directory it holds an exclusive lock on it (l2e.io.DirectoryLock).
+  * while a process runs in the directory it holds an exclusive lock on it (cli.DirectoryLock).
 In a multi-host run only process 0 (`is_writer`) writes; the others only read the checkpoints on resume.
 """
 from __future__ import annotations
@@ -24,7 +24,8 @@ import jax
 import numpy as np
 
 from l2e.checkpoint import KEEP_CHECKPOINTS, CheckpointError, clean_staging, restore_checkpoint, save_checkpoint
-from l2e.io import DirectoryLock, LockHeldError, atomic_write_bytes, atomic_write_text
+from l2e.io import atomic_write_bytes, atomic_write_text
+from cli import DirectoryLock, LockHeldError
 from meta_train.config import ConfigError, MetaTrainConfig, from_dict
 from meta_train.faults import NoFault
 

@@ -549,7 +549,7 @@ def test_two_concurrent_runs_are_refused(tmp_path, base):
         assert_one_error(*_finish(first, signal.SIGTERM), "terminated (SIGTERM)", code=143)
     finally:
         first.kill()
-    from l2e.io import DirectoryLock
+    from cli import DirectoryLock
 
     report = _report(base, tmp_path)
     before = snapshot(tmp_path)

@@ -165,18 +165,19 @@ def test_run_directory_is_locked_while_in_use(tmp_path):
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["config.json"]  # no lock file left
 
 
-def test_override_parsing_lives_in_l2e_io():
+def test_override_parsing_lives_in_cli():
+    import cli
     import meta_train.config
     from l2e import io
 
-    assert meta_train.config.apply_overrides is io.apply_overrides and meta_train.config.ConfigError is io.ConfigError
-    cfg = io.apply_overrides(SMOKE, ["sigma=0.5", "execution=vmap"], prefix="es.")
+    assert meta_train.config.apply_overrides is cli.apply_overrides and meta_train.config.ConfigError is io.ConfigError
+    cfg = cli.apply_overrides(SMOKE, ["sigma=0.5", "execution=vmap"], prefix="es.")
     assert (cfg.es.sigma, cfg.es.execution) == (0.5, "vmap")
-    assert io.apply_overrides(SMOKE, ["tasks.data_dir=none"]).tasks.data_dir is None
+    assert cli.apply_overrides(SMOKE, ["tasks.data_dir=none"]).tasks.data_dir is None
     with pytest.raises(ConfigError, match="is a group"):
-        io.apply_overrides(SMOKE, ["es=1"])
+        cli.apply_overrides(SMOKE, ["es=1"])
     with pytest.raises(ConfigError, match="key=value"):
-        io.apply_overrides(SMOKE, ["es.sigma"])
+        cli.apply_overrides(SMOKE, ["es.sigma"])
     assert io.dataclass_from_dict(type(SMOKE), json.loads(json.dumps(SMOKE.to_dict()))) == SMOKE
 
 

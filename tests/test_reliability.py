@@ -289,7 +289,7 @@ def test_atomic_write_replaces_whole_files_and_leaves_no_temporaries(tmp_path, m
 
 
 def test_directory_lock_is_exclusive_and_released(tmp_path):
-    from l2e.io import DirectoryLock, LockHeldError
+    from cli import DirectoryLock, LockHeldError
 
     with DirectoryLock(tmp_path) as lock:
         assert lock.held

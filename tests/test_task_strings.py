@@ -250,7 +250,8 @@ def test_meta_training_task_lists(tmp_path, monkeypatch):
     from meta_train.config import from_dict
     from meta_train.presets import PRESETS
     from meta_train.train import meta_train
-    from l2e.io import ConfigError, apply_overrides
+    from l2e.io import ConfigError
+    from cli import apply_overrides
 
     reg = _npz(tmp_path / "r.npz")
     listing = tmp_path / "tasks.txt"

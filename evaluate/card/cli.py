@@ -11,7 +11,8 @@ from evaluate.card.report import card_markdown, plot_card
 from evaluate.card.run import hand_designed, learned_builder, sampler_card
 from evaluate.card.targets import CardConfig
 from evaluate.methods.l2e_released import default_released_path
-from l2e.io import ConfigError, apply_overrides, atomic_write_text
+from l2e.io import ConfigError, atomic_write_text
+from cli import apply_overrides
 
 
 def _shipped_label(name: str) -> str:
@@ -84,7 +85,7 @@ def run_analytic_card(out: Path, sampler_path=None, released_path=None, override
 
 
 def build_card_parser():
-    from l2e.io import OneLineErrorParser
+    from cli import OneLineErrorParser
 
     p = OneLineErrorParser(prog="python -m evaluate card",
                            description="The sampler card: every minibatch sampler on known targets with gradient noise.")
