@@ -4,7 +4,7 @@ Usage: python -m bench.mile_uci [--datasets yacht,energy,concrete] [--seeds 1,2,
            [--nuts-chains C] [--nuts-samples S] [--quick] [--output bench/MILE_UCI.md] [--json PATH]
 
 Per dataset × split seed (MILE protocol, tasks.regression.load_uci(protocol="mile"): whole-data z-score,
-seeded shuffle, 70/10/20; 2×16 ReLU MLP with location and log-scale heads, prior N(0, I); spec BASELINES §6):
+seeded shuffle, 70/10/20; 2×16 ReLU MLP with location and log-scale heads, prior N(0, I); spec docs/samplers.md, MCLMC and the MILE recipe):
   1. DE: `chains` members, each from its own init key and its own minibatch order, AdamW (lr 1e-3, b1 0.9,
      b2 0.999, weight decay 1e-3, decoupled as optax.adamw), batch 32, ≤ 500 epochs, early stopping with
      patience 10 on the validation mean NLL; each member's best-validation parameters are kept.  Loss = mean
@@ -17,7 +17,7 @@ seeded shuffle, 70/10/20; 2×16 ReLU MLP with location and log-scale heads, prio
      max 10 doublings, `nuts_warmup` adaptation steps (MILE: 100), `nuts_samples` draws per chain), chains run
      one after another.
 
-Metrics (METRICS §2, tasks.likelihoods.gaussian.regression_metrics) on the test split of the standardised target,
+Metrics (docs/evaluation.md, Regression, tasks.likelihoods.gaussian.regression_metrics) on the test split of the standardised target,
 pooled over chains and samples: LPPD (logsumexp), RMSE of the mixture mean, calibration error (RMS over the
 levels 0.5/0.75/0.9/0.95 of |coverage − level|, one predictive draw per sample; for the DE 1000 draws per member
 so that both use 12·1000 draws per test point).
@@ -55,7 +55,7 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = default_path("uci")
 """$L2E_DATA_DIR/uci, else ~/.cache/l2e/uci (the first that exists)."""
 
-# METRICS §7.2: MILE paper (Tables 1/3), mean ± s.e. over 3 splits.
+# the MILE paper (Tables 1/3), mean ± s.e. over 3 splits.
 PAPER = {
     "yacht": {"lppd": ((1.623, .101), (2.674, .216), (2.859, .199)), "rmse": ((.081, .038), (.083, .011), (.033, .011)),
               "cal": ((.253, .037), (.188, .032), (.133, .059)), "minutes": (0.16, 0.58, 0.64)},

@@ -43,7 +43,7 @@ class EvalConfig:
       many `inner_valid` examples score the grid (`task.score`: BMA NLL; regression −LPPD of the pooled mixture).
     settings: the settings of every registered method (tuning grids in mean-loss units, see
       docs/samplers.md; full-batch methods' chains and budgets).
-    barrier_examples: test examples of the loss-barrier path (METRICS §4).
+    barrier_examples: test examples of the loss-barrier path (docs/evaluation.md, Loss barrier).
     seeds: evaluation seeds (None → (seed,)); each repeats every method, tuning included, with the task keys
       folded from PRNGKey(seed) as for `seed`; with more than one the report gives mean ± standard error per
       metric (evaluate.seeds) and keeps every seed's entry.
@@ -252,7 +252,7 @@ PRESETS: dict[str, EvalConfig] = {
         title="L2E evaluation: 1-D in-between uncertainty",
         optional_methods=("l2e_released",),
     ),
-    # the paper's CIFAR-10 comparison (spec §6, the released code's schedule) on a machine with the data (TFDS
+    # the paper's CIFAR-10 comparison (docs/evaluation.md, The paper's protocol, the released code's schedule) on a machine with the data (TFDS
     # cifar10 train[:40960] / test, fashion_mnist) and, for agreement / TV against HMC, the reference file:
     #   python -m evaluate --preset paper --reference cifar10/resnet20-frn=PATH/hmc_reference/cifar10/probs.csv
     # ResNet20-FRN-Swish with prior N(0, 1/5), batch 128; 600 CIFAR epochs (320 steps each) = 192,000 gradients

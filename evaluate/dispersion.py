@@ -1,4 +1,4 @@
-"""Dispersion of a set of posterior samples, and its ratio to a reference posterior's (SAMPLING.md §3).
+"""Dispersion of a set of posterior samples, and its ratio to a reference posterior's (docs/sampling.md, Measuring whether a step samples).
 
 A cold sampler's 10-sample BMA can match a reference's predictive while its samples sit in a much smaller
 region; these statistics see that:

@@ -41,7 +41,7 @@ def pointwise_functions(task, outputs: np.ndarray, y: np.ndarray) -> np.ndarray:
 def ess_entry(res: MethodResult, functions: np.ndarray | None = None) -> dict | None:
     """ESS / chainwise-R̂ summary of the parameter draws (ESS_ESTIMATOR); None for ensembles (one draw per
     member), fewer than 4 draws per chain, or no complete (non-divergent) chain.  cR̂ uses 2 sub-chains when a
-    chain has ≤ 10 draws, else 4 (METRICS §3); NaN cR̂ counts as ≥ 1.1.  With `functions` ((K, n), aligned with
+    chain has ≤ 10 draws, else 4 (docs/evaluation.md, ESS and R̂); NaN cR̂ counts as ≥ 1.1.  With `functions` ((K, n), aligned with
     the kept samples: `pointwise_functions`) also the function-space ESS: "fs_mean_ess", "fs_median_ess",
     "fs_ess_per_second", "fs_ess_per_1k_grads" and "fs_function" (what was measured)."""
     draws = int(res.draws_per_chain)
@@ -95,7 +95,7 @@ def _barrier_pair(res: MethodResult) -> tuple[int, int, str]:
 
 
 def barrier_entry(task, res: MethodResult, cfg, cache, num_points: int = 21) -> dict | None:
-    """METRICS §4 on one individual network (not the BMA) along θ(λ) = (1 − λ)θ_a + λθ_b, λ on `num_points`
+    """docs/evaluation.md, Loss barrier on one individual network (not the BMA) along θ(λ) = (1 − λ)θ_a + λθ_b, λ on `num_points`
     points: `task.error_and_nll` (test error or RMSE, mean NLL) on the first cfg.barrier_examples test
     examples; the pair from `_barrier_pair`.  None if fewer than 2 finite samples."""
     if res.samples is None or res.num_finite < 2:

@@ -163,7 +163,7 @@ def _preamble(results: dict) -> list[str]:
     if any(m.get("temperature") is not None for t in tasks for m in (t.get("methods") or {}).values()):
         lines += ["T: the temperature each method ran at (tuned for sghmc_tempered; the checkpoint's for L2E); "
                   "T_kin: its measured kinetic temperature ⟨Σ r·∇_rK⟩ / d over the sampling window, mean over "
-                  "chains (1 for a correct sampler at T = 1; SAMPLING.md §3).", ""]
+                  "chains (1 for a correct sampler at T = 1; docs/sampling.md, Measuring whether a step samples).", ""]
     skipped = (results.get("config") or {}).get("skipped_methods") or {}
     if skipped:
         lines += ["Skipped methods: " + "; ".join(f"{k} ({v})" for k, v in skipped.items()), ""]

@@ -9,7 +9,7 @@ Protocol per seed s (cfg.seed_list), task (index t) and method (evaluate.methods
   * budgets (evaluate.budget): minibatch methods share G minibatch gradient evaluations (budget="seconds": the
     same wall time, G per method from its measured seconds per update); full-batch methods (Method.full_batch)
     use their own budgets (settings.<method>), starting from the final deep-ensemble run's first members
-    (BASELINES §6; the deep ensemble is run for them if it is not among the methods).  Every entry states its
+    (docs/samplers.md, MCLMC and the MILE recipe; the deep ensemble is run for them if it is not among the methods).  Every entry states its
     "gradient" kind and "epochs" = example-gradients / N, so budgets can be compared, the FLOPs and seconds of
     one update and what its tuning runs cost.
   * tuning (cfg.tune, methods with a grid; evaluate.tuning): one run of the full budget per grid point, scored

@@ -3,7 +3,7 @@
 `aggregate_task({seed: task entry})` returns one task entry whose method entries hold, for every number of the
 per-seed entries (nested dicts included, lists elementwise), the mean over the seeds where it is finite, and
 under "se" the standard error sd/√n (sd with ddof 1; n = those seeds; only for n ≥ 2).  Curves also get
-"<metric>_sd" (the sd over seeds of each point, METRICS §5), which the BMA-curve plot draws as a band.  Strings
+"<metric>_sd" (the sd over seeds of each point, docs/evaluation.md, BMA metric versus number of samples), which the BMA-curve plot draws as a band.  Strings
 that differ between seeds become the list of the seeds' values; "hyperparameters" becomes {"per_seed": {seed:
 record}}; "seeds" holds every seed's own entry.  The reference row ("hmc") does not depend on the seed and is the
 first seed's; so are the task's data, reference and 1-D band (band_seed says which seed).

@@ -1,5 +1,5 @@
 """`python -m evaluate select RUN_DIR --output OUT`: checkpoint selection over the committed steps of a
-meta-training run (the L2E authors' rule, L2E.md §5.6–5.7: checkpoints every 100 outer iterations, "the best
+meta-training run (the L2E authors' rule, docs/meta_training.md, Checkpoint selection: checkpoints every 100 outer iterations, "the best
 checkpoint on Fashion-MNIST and CIFAR-10", held-out evaluation tasks).
 
 For every committed step RUN_DIR/checkpoints/<step>/ (a digit-named directory, renamed into place whole by
@@ -18,7 +18,7 @@ diverged scores +inf).
 
 Metrics (METRICS):
   nll — the authors' rule: the test-set BMA NLL (regression tasks: −LPPD).  It rewards cold samplers
-        (SAMPLING.md §4–5): read T_kin and, with references, the dispersion ratios beside it.
+        (docs/sampling.md, What this means for meta-training / for evaluation): read T_kin and, with references, the dispersion ratios beside it.
   tv  — total variation of the BMA predictive to a NUTS reference's (`--reference`, as `python -m evaluate
         --reference`; classification tasks only, every selection task needs one).
 
@@ -54,9 +54,9 @@ KIND_METHODS = _kind_methods()
 shipped checkpoint (its first `shipped` row), or `l2e` (the method of `--sampler`) where that has none."""
 
 METRICS = {
-    "nll": ("the L2E authors' rule (L2E.md §5.7: the best checkpoint on held-out evaluation tasks): the lowest "
+    "nll": ("the L2E authors' rule (docs/meta_training.md, Checkpoint selection: the best checkpoint on held-out evaluation tasks): the lowest "
             "test-set BMA NLL (regression tasks: −LPPD) of the step's learned sampler, averaged over the selection "
-            "tasks (each task: its mean over the seeds). NLL rewards cold samplers (SAMPLING.md §4–5): read T_kin "
+            "tasks (each task: its mean over the seeds). NLL rewards cold samplers (docs/sampling.md, What this means for meta-training / for evaluation): read T_kin "
             "and the dispersion ratios beside it"),
     "tv": ("the lowest total variation between the step's BMA predictive and the NUTS reference's on the test "
            "set, averaged over the selection tasks (each task: its mean over the seeds); a sampler at the "

@@ -177,7 +177,7 @@ def diagnostics_section(methods: dict) -> list[str]:
     lines = ["Diagnostics: ESS of the kept draws per chain" + (f" ({estimator})" if estimator else "")
              + (f"; fs_* = function-space ESS, of {fs_function}" if fs_function else "")
              + "; cR̂ = chainwise split R̂ (fraction of parameters below 1.1); loss barriers along the linear "
-             "path between two samples (test error / RMSE, and NLL; METRICS §4).", ""]
+             "path between two samples (test error / RMSE, and NLL; docs/evaluation.md, Loss barrier).", ""]
     lines += ["| method | " + " | ".join(cols) + " |", "|---|" + "|".join("---:" for _ in cols) + "|"]
     se_keys = {"mean_ess": "mean_ess", "ess_per_second": "ess_per_second", "ess_per_1k_grads": "ess_per_1k_grads",
                "fs_mean_ess": "fs_mean_ess", "fs_ess_per_second": "fs_ess_per_second",

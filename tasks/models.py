@@ -187,7 +187,7 @@ def build_model(spec: ModelSpec, num_classes: int, input_shape: tuple[int, ...] 
         return build_user_model(spec.factory, input_shape, num_classes)
     if spec.kind == "mlp":
         return MLP(num_classes, spec.hidden, spec.activation)
-    if spec.kind == "fmnist_1conv":  # the paper's Fashion-MNIST evaluation net (spec §6)
+    if spec.kind == "fmnist_1conv":  # the paper's Fashion-MNIST evaluation net (docs/evaluation.md, The paper's protocol)
         return CNN(num_classes, channels=32, depth=1, residual=False)
     if spec.kind == "resnet20_frn":
         return ResNetFRN(num_classes, depth=20)

@@ -26,7 +26,7 @@ def make_splits(ds: Dataset, train_frac: float = 0.8, inner_frac: float = 0.1) -
     validation, the rest outer validation; test is the official test split.
 
     A dataset with an official validation split (Dataset.x_valid, e.g. MedMNIST's BloodMNIST) keeps its whole
-    training split for training and uses the official validation split for both validation roles (spec §5.5).
+    training split for training and uses the official validation split for both validation roles (docs/l2e.md, Task distribution).
     """
     if ds.x_valid is not None:
         if len(ds.x_train) == 0 or len(ds.x_valid) == 0:

@@ -78,7 +78,7 @@ def run_analytic_card(out: Path, sampler_path=None, released_path=None, override
     res["notes"] = notes
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "analytic.json", json.dumps(res, indent=1))
-    atomic_write_text(out / "analytic.md", "# Analytic benchmark (SMILE.md §5)\n\n" + ca.analytic_markdown(res)
+    atomic_write_text(out / "analytic.md", "# Analytic benchmark (the SMILE paper's analytic benchmark)\n\n" + ca.analytic_markdown(res)
                       + "".join(f"\n{n}\n" for n in notes))
     ca.plot_analytic(res, out / "analytic.png")
     return res

@@ -1,4 +1,4 @@
-"""Cyclical SGHMC (BASELINES §3) in SGD-with-momentum form: one chain of G updates in M cycles with a cosine
+"""Cyclical SGHMC (docs/samplers.md, Cyclical SGHMC) in SGD-with-momentum form: one chain of G updates in M cycles with a cosine
 step size from lr₀; a sample at the end of each of the last K cycles (the last update of a cycle is in its
 sampling phase)."""
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Deep ensemble: K members, each from its own init and minibatch sequence, trained for G/K updates of SGD with
 momentum (optax.sgd, heavy ball) and a cosine decay of the learning rate to 0, on the MAP objective
 mean NLL − log p(θ)/N (the Gaussian prior acts as weight decay); each member's final parameters are one sample.
-Its final run is also the warm start of the full-batch methods (BASELINES §6)."""
+Its final run is also the warm start of the full-batch methods (docs/samplers.md, MCLMC and the MILE recipe)."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,7 +1,7 @@
-"""Functional SGHMC (BASELINES §5): SGHMC (position first, `l2e.fsghmc`) on the function-space posterior of a GP
+"""Functional SGHMC (docs/samplers.md, Functional SGLD / SGHMC): SGHMC (position first, `l2e.fsghmc`) on the function-space posterior of a GP
 prior evaluated at measurement points; one chain of G updates with the SGHMC sample schedule.
 
-The GP prior as BASELINES §5 specifies it:
+The GP prior as docs/samplers.md, Functional SGLD / SGHMC specifies it:
 - kernel: RBF, hyperparameters fitted by type-II maximum likelihood on training data, then frozen (`fit_gp`):
   regression — a GP regression of the standardised targets (lengthscale, variance, noise variance; zero mean);
   classification — the Dirichlet-based GP of Milios et al. (2018): labels become per-class targets

@@ -23,7 +23,7 @@ def num_chains(tree) -> int:
 
 def round_robin(samples, chains: int, draws: int):
     """Leaves (C, S, ...) -> (S·C, ...) in round-robin order (draw s of every chain, then s + 1) and the chain id
-    of each (METRICS §5 collection order for several chains)."""
+    of each (docs/evaluation.md, BMA metric versus number of samples collection order for several chains)."""
     flat = jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1).reshape((draws * chains,) + a.shape[2:]), samples)
     return flat, [c for _ in range(draws) for c in range(chains)]
 

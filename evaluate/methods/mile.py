@@ -1,4 +1,4 @@
-"""MILE (BASELINES §6): `l2e.mclmc.mile` from the first `chains` deep-ensemble members with ε₀ = the deep
+"""MILE (docs/samplers.md, MCLMC and the MILE recipe): `l2e.mclmc.mile` from the first `chains` deep-ensemble members with ε₀ = the deep
 ensemble's learning rate; warm-up (n₁, n₂, n₃) MCLMC steps, then `samples` draws per chain `thinning` steps apart
 (2 full-batch gradients per step).  Chains are vmapped in one program compiled ahead of time (seconds exclude
 compilation) and sharded over a mesh of the local devices (`l2e.devices.population_mesh`)."""

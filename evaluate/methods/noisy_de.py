@@ -1,4 +1,4 @@
-"""Noisy ("unbiased") deep ensemble (BASELINES §7, parallel SGHMC): the deep-ensemble pipeline (K members, same
+"""Noisy ("unbiased") deep ensemble (docs/samplers.md, Evaluation-only baselines, parallel SGHMC): the deep-ensemble pipeline (K members, same
 inits and minibatch keys, G/K updates, momentum, cosine-decayed lr) with the SGHMC noise of T = 1 added to the
 velocity; the last iterate of each member is one sample."""
 from __future__ import annotations
@@ -49,7 +49,7 @@ class NoisyDEInfo(NamedTuple):
 
 
 def _kernel(task, steps: int, momentum: float, temperature: float = 1.0):
-    """SGHMC in SGD-with-momentum form (`l2e.diffusions.sgd_momentum`; BASELINES §0/§7), mean-loss units,
+    """SGHMC in SGD-with-momentum form (`l2e.diffusions.sgd_momentum`; docs/samplers.md, Units and conventions), mean-loss units,
     a = 1 − momentum:  v ← momentum·v − (lr_t/N)·∇Ũ + N(0, 2·a·lr_t·T/N),  θ ← θ + v  (∇Ũ/N = ḡ − ∇log p(θ)/N),
     lr_t = lr·cosine decay to 0 over the member's updates.  T = 0 is heavy-ball SGD (lr inside the velocity;
     optax's sgd puts it outside — identical for a constant lr)."""

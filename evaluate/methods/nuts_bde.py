@@ -1,4 +1,4 @@
-"""NUTS-BDE (Sommer et al. 2024; BASELINES §6/§8): full-batch NUTS (`l2e.nuts.nuts_chains`, Stan window
+"""NUTS-BDE (Sommer et al. 2024; docs/samplers.md, NUTS): full-batch NUTS (`l2e.nuts.nuts_chains`, Stan window
 adaptation) from the first `chains` deep-ensemble members; `warmup` adaptation transitions, then `samples` draws
 per chain `thinning` transitions apart; chain c runs on local device c mod n."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""pSGLD (BASELINES §4): RMSprop-preconditioned SGLD, Γ dropped, T = 1; one chain of G updates with the SGHMC
+"""pSGLD (docs/samplers.md, pSGLD): RMSprop-preconditioned SGLD, Γ dropped, T = 1; one chain of G updates with the SGHMC
 sample schedule; lr in mean-loss units."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""pSMILE (SMILE.md §2; `l2e.smile.psmile`): SMILE with the diagonal gradient-noise preconditioner — the same
+"""pSMILE (docs/samplers.md, SMILE / pSMILE; `l2e.smile.psmile`): SMILE with the diagonal gradient-noise preconditioner — the same
 runner, budget, warm start and settings as `evaluate.methods.smile` (group `settings.psmile`)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SGHMC (BASELINES §2): one chain of G updates, K samples `cfg.sample_thinning` updates apart ending at update
+"""SGHMC (docs/samplers.md, SGHMC): one chain of G updates, K samples `cfg.sample_thinning` updates apart ending at update
 G; tuned over learning rate × friction."""
 from __future__ import annotations
 

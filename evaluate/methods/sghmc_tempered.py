@@ -1,5 +1,5 @@
-"""Tempered SGHMC: SGHMC (BASELINES §2) targeting p(θ | D)^(1/T), its noise N(0, 2CεT); the temperature T is
-tuned on inner-validation like any hyperparameter, over a grid that includes T = 1 (SAMPLING.md §5: the control
+"""Tempered SGHMC: SGHMC (docs/samplers.md, SGHMC) targeting p(θ | D)^(1/T), its noise N(0, 2CεT); the temperature T is
+tuned on inner-validation like any hyperparameter, over a grid that includes T = 1 (docs/sampling.md, What this means for evaluation: the control
 a cold sampler is compared with).  One chain of G updates with the SGHMC sample schedule; tuned over learning
 rate × friction × temperature, one compilation for the whole grid (all three are traced arguments)."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""SMILE (SMILE.md; `l2e.smile`): minibatch microcanonical Langevin dynamics with its step-size tuner and reset
-guardrail, started as MILE is (BASELINES §6): chain c from deep-ensemble member c of the final deep-ensemble run,
+"""SMILE (docs/samplers.md, SMILE / pSMILE; `l2e.smile`): minibatch microcanonical Langevin dynamics with its step-size tuner and reset
+guardrail, started as MILE is (docs/samplers.md, MCLMC and the MILE recipe): chain c from deep-ensemble member c of the final deep-ensemble run,
 initial ε = the deep ensemble's learning rate (or `step_size0`).
 
 Budget: SMILE is a minibatch method inside the shared budget of G = cfg.num_steps minibatch gradient evaluations;

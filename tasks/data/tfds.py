@@ -13,7 +13,7 @@ from tasks.data.base import Dataset, DatasetError, as_images
 
 CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 CIFAR100_MEAN, CIFAR100_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
-CIFAR_TRAIN = "train[:40960]"  # the Izmailov et al. (2021) / L2E CIFAR protocol (spec §6)
+CIFAR_TRAIN = "train[:40960]"  # the Izmailov et al. (2021) / L2E CIFAR protocol (docs/evaluation.md, The paper's protocol)
 
 CIFAR10_CORRUPTIONS = (
     "brightness", "contrast", "defocus_blur", "elastic", "fog", "frost", "frosted_glass_blur", "gaussian_blur",
@@ -35,7 +35,7 @@ class TFDSSource:
 
 
 TFDS_SOURCES: dict[str, TFDSSource] = {
-    # EMNIST: the variant is explicit and the head is sized to its true class count (spec §9.7). The paper's
+    # EMNIST: the variant is explicit and the head is sized to its true class count (docs/l2e.md, This project's choices). The paper's
     # code used byclass with a 10-class head (a bug); "emnist" is the paper's variant with the correct head.
     "emnist": TFDSSource("emnist/byclass", 62),
     "emnist_byclass": TFDSSource("emnist/byclass", 62),

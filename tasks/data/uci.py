@@ -8,7 +8,7 @@ indices; `index_train_<k>.txt` / `index_test_<k>.txt` hold 0-based row indices o
 Protocols (all metrics are on the standardised target scale):
   "standard": split k's train/test rows; the last 10 % of the train indices (in file order) are the validation
       set; x and y are z-scored with the statistics of the remaining training rows.
-  "mile": MILE (Sommer et al. 2025, spec BASELINES §6 / METRICS §2): z-score every column, target included,
+  "mile": MILE (Sommer et al. 2025, docs/data.md, UCI regression sets): z-score every column, target included,
       with whole-data statistics; shuffle rows with np.random.default_rng(seed); contiguous split
       floor(0.7 n) train / floor(0.1 n) validation / rest test.  Split index files are not used.
 """

@@ -1,4 +1,4 @@
-"""Categorical (softmax) classification likelihood: the training NLL and the BMA metrics of METRICS §1.
+"""Categorical (softmax) classification likelihood: the training NLL and the BMA metrics of docs/evaluation.md, Classification.
 
 Metric functions are pure, accept numpy or jax arrays and compute in float64 numpy.  Shapes: K posterior
 samples, n test points, C classes; ``log_probs`` are log-softmax outputs, ``probs`` probabilities, ``labels``

@@ -1,5 +1,5 @@
 """Gaussian location/scale regression likelihood: the training NLL and the predictive-mixture metrics of
-METRICS §2 (float64 numpy; all on the standardised target scale).
+docs/evaluation.md, Regression (float64 numpy; all on the standardised target scale).
 
 Shapes: S pooled posterior samples (chains × draws, or ensemble members), n test points; mu / sigma (S, n).
 The predictive scale σ = exp(raw log-scale) is clipped to [SCALE_MIN, SCALE_MAX] (MILE), in the model and again
@@ -61,7 +61,7 @@ def regression_rmse(y, mu) -> float:
 
 
 CALIBRATION_LEVELS = (0.5, 0.75, 0.9, 0.95)
-"""Nominal levels 1 − α_l of the calibration error (METRICS §2)."""
+"""Nominal levels 1 − α_l of the calibration error (docs/evaluation.md, Regression)."""
 CALIBRATION_ESTIMATOR = ("exact: coverage of the central intervals [q_{α/2}, q_{1−α/2}] of the pooled Gaussian "
                          "predictive mixture, from the mixture CDF at each test target (PIT), levels 0.5/0.75/0.9/0.95")
 
@@ -83,7 +83,7 @@ def calibration_error(y, mu, sigma, key: int = 0, num_draws: int | None = None,
 
     num_draws None (default; every report): exact.  The mixture CDF F is continuous and strictly increasing, so
     y_i lies inside [q_{α/2}, q_{1−α/2}] iff α/2 ≤ F(y_i) ≤ 1 − α/2 (`mixture_cdf`): no draws, no Monte-Carlo floor.
-    num_draws = m: METRICS §2's Monte-Carlo form — m draws y ~ N(μ_s, σ_s²) per sample s, empirical quantiles of the
+    num_draws = m: docs/evaluation.md, Regression's Monte-Carlo form — m draws y ~ N(μ_s, σ_s²) per sample s, empirical quantiles of the
     pooled S·m draws (`key` seeds numpy's default_rng); m = 1 is MILE's estimator, whose floor for a perfectly
     calibrated predictive is ≈ 0.135 at S = 10 (kept for comparison only)."""
     y, mu, sigma = _f64(y), _f64(mu), _clip_sigma(sigma)
