@@ -127,8 +127,9 @@ def build_reference_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-doublings", type=int, default=10,
                    help="NUTS tree depth cap: at most 2^N leapfrog steps per transition (default: 10)")
     p.add_argument("--seed", type=int, default=None, help="seed (default: the preset's seed)")
-    p.add_argument("--init", default="init_params", choices=("init_params", "prior"),
-                   help="chain starts: the network initialiser (default) or draws from the prior")
+    p.add_argument("--init", default="init_params", choices=("init_params", "prior", "ensemble"),
+                   help="chain starts: the network initialiser (default), draws from the prior, or deep-ensemble "
+                        "members (full-batch Adam from the initialiser's draws)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the given tasks' references in an existing reference directory")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -54,6 +54,9 @@ class EvalConfig:
       direction (evaluate.tuning; at most GRID_EXTENSIONS times); the entry says so (grid_extended).
     optional_methods: methods skipped with a note in the report (rather than an error) when their input is
       missing (l2e_released without its file).
+    chains: M, the chain allocation of every single-chain minibatch method (Method.chain_allocation): M parallel
+      chains of G/M updates keeping K/M draws each, pooled into one BMA (M = 1: one chain of G; M = K: one draw
+      per chain). M must divide K; ensembles and full-batch methods keep their own split.
     """
 
     seed: int = 0
@@ -76,6 +79,7 @@ class EvalConfig:
     budget_seconds: float | None = None
     extend_grid: bool = False
     optional_methods: tuple[str, ...] = ()
+    chains: int = 1
 
     def __post_init__(self):
         object.__setattr__(self, "tasks", tuple(self.tasks))
@@ -106,6 +110,10 @@ class EvalConfig:
                 "ensemble members and cSGHMC cycles split the budget evenly")
         if self.thinning is not None and self.thinning <= 0:
             raise ConfigError(f"thinning must be a positive integer or None, got {self.thinning}")
+        if isinstance(self.chains, bool) or not isinstance(self.chains, int) or self.chains < 1 \
+                or self.num_samples % self.chains:
+            raise ConfigError(f"chains must be a positive integer dividing num_samples ({self.num_samples}), got "
+                              f"{self.chains!r}")
 
     def _check_protocol(self) -> None:
         """seeds, budget mode and optional methods."""

@@ -6,12 +6,14 @@ full-batch posterior with exactly the prior, N and likelihood of the SG samplers
 
 Keys: `k_init, k_nuts = split(key)`; chain c starts at `task.init_params(fold_in(k_init, c))` (init="init_params",
 the network's own initialiser) or at a draw θ ~ N(0, σ² I) of the prior with key fold_in(k_init, c)
-(init="prior"); `nuts_chains(..., k_nuts)` folds the chain index into k_nuts itself.  The CLI uses
+(init="prior"), or at a deep-ensemble member trained from the initialiser's draw (init="ensemble": full-batch
+Adam, ENSEMBLE_STEPS); `nuts_chains(..., k_nuts)` folds the chain index into k_nuts itself.  The CLI uses
 key = fold_in(PRNGKey(seed), t) with t the task's index in the configuration, so a task's reference does
 not depend on which other tasks are selected.
 
 Predictive on the test split (`task.predict` of every draw): classification — BMA probabilities (n, C), the mean
-over all chains × draws of softmax(logits), and per-chain BMA probabilities (chains, n, C); regression — per-draw
+over all chains × draws of softmax(logits), per-chain BMA probabilities (chains, n, C) and the probabilities of at
+most MAX_DRAWS draws (draw_probs.npz); regression — per-draw
 loc and scale (S, n), S = chains × draws (chain-major), in the task's standardised target units.
 
 Convergence (all in the metadata): function-space split R̂ (rank-normalised, across chains) per test point of
@@ -46,7 +48,13 @@ from tasks.reference import INDEX, data_fingerprint
 
 __all__ = ["CONVERGENCE_RULE", "INITS", "check_reference_output", "compute_reference", "summary_line"]
 
-INITS = ("init_params", "prior")
+INITS = ("init_params", "prior", "ensemble")
+MAX_DRAWS = 400
+"""Classification: at most this many draws (evenly spaced within each chain) keep their test probabilities
+(draw_probs.npz), for the K-draw floor and sample-level distances of the budget curves."""
+ENSEMBLE_STEPS, ENSEMBLE_LR = 2000, 1e-2
+"""init="ensemble": each chain starts at a deep-ensemble member, full-batch Adam (this learning rate) for this many
+steps on the log posterior from the network initialiser's draw."""
 CONVERGENCE_RULE = "function-space max split R-hat < 1.1 and no divergent transitions"
 FOREIGN_MARKERS = ("report.json", "config.json", "log.jsonl", "checkpoints")
 """Files of an evaluation report or a meta-training run: never written into."""
@@ -80,7 +88,28 @@ def _init_positions(task, key: jax.Array, num_chains: int, init: str):
             return jax.tree.unflatten(tree, [sd * jax.random.normal(kk, x.shape, x.dtype) for kk, x in zip(ks, leaves)])
 
         inits = [draw(p, jax.random.fold_in(key, c)) for c, p in enumerate(inits)]
+    if init == "ensemble":
+        inits = [_map_estimate(task, p) for p in inits]
     return jax.tree.map(lambda *xs: jnp.stack(xs), *inits)
+
+
+def _map_estimate(task, params):
+    """A deep-ensemble member: ENSEMBLE_STEPS of full-batch Adam on −log p(θ | D) from `params`."""
+    import optax
+
+    opt = optax.adam(ENSEMBLE_LR)
+    loss = lambda p: -task.log_density(p) / task.data_size  # noqa: E731  (per-example scale: Adam's step is θ units)
+
+    @jax.jit
+    def fit(p):
+        def body(carry, _):
+            p, s = carry
+            u, s = opt.update(jax.grad(loss)(p), s)
+            return (optax.apply_updates(p, u), s), None
+
+        return jax.lax.scan(body, (p, opt.init(p)), None, length=ENSEMBLE_STEPS)[0][0]
+
+    return fit(params)
 
 
 def _predict(task, samples, num_chains: int) -> np.ndarray:
@@ -141,7 +170,11 @@ class _ClassSummary:
               "chain_agreement_min": float(min(agreement(p, probs) for p in chain_probs))}
         test = {"accuracy": categorical.accuracy(probs, y), "nll": categorical.nll(probs, y),
                 "ece": categorical.ece(probs, y)}
-        return {"arrays": {"probs": probs, "chain_probs": chain_probs}, "function_space": fs, "test": test}
+        keep = np.unique(np.linspace(0, s - 1, min(s, MAX_DRAWS // m)).round().astype(int))  # per chain, evenly
+        draws = np.exp(lp[:, keep]).reshape(m * keep.size, n, c)
+        arrays = {"probs": probs, "chain_probs": chain_probs, "draw_probs": draws,
+                  "draw_chain": np.repeat(np.arange(m), keep.size)}
+        return {"arrays": arrays, "function_space": fs, "test": test}
 
     @staticmethod
     def score(test: dict) -> str:

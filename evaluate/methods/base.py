@@ -54,6 +54,9 @@ class Method:
     temperature: the temperature T the method targets, reported in every row (1.0 for the posterior samplers; a
       string for methods without one, e.g. "n/a (optimiser)"); a runner that tunes or reads T records it as
       hyperparameters["temperature"], which takes precedence.
+    chain_allocation: the evaluation's chain allocation (EvalConfig.chains = M: M chains of G/M updates with K/M
+      draws each, pooled) applies — every single-chain minibatch method; False for methods that split the budget
+      themselves (ensembles) and for full-batch or warm-started methods with chains of their own.
     """
 
     name: str
@@ -67,6 +70,7 @@ class Method:
     needs_released: bool = False
     warm_start: bool = False
     temperature: float | str = 1.0
+    chain_allocation: bool = True
 
     @property
     def tuned(self) -> bool:

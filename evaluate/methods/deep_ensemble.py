@@ -77,5 +77,5 @@ def run_deep_ensemble(ctx, key, hp: dict):
                        lambda: _kernel(ctx.task, steps, momentum), lambda p: DEState(p, opt.init(p)), lr_args(hp))
 
 
-METHOD = Method("deep_ensemble", DeepEnsembleSettings, run_deep_ensemble, grid=lr_grid,
+METHOD = Method("deep_ensemble", DeepEnsembleSettings, run_deep_ensemble, grid=lr_grid, chain_allocation=False,
                 schedule=lambda cfg, s: member_schedule(cfg))

@@ -84,4 +84,5 @@ def run_noisy_de(ctx, key, hp: dict):
                        lambda: _kernel(ctx.task, steps, momentum), init, lr_args(hp))
 
 
-METHOD = Method("noisy_de", NoisyDESettings, run_noisy_de, grid=lr_grid, schedule=lambda cfg, s: member_schedule(cfg))
+METHOD = Method("noisy_de", NoisyDESettings, run_noisy_de, grid=lr_grid, schedule=lambda cfg, s: member_schedule(cfg),
+                chain_allocation=False)

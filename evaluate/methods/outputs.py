@@ -20,7 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["DIVERGENCE_RULE", "MethodResult", "SCALE_RATIO", "finalise", "finite_samples", "predict_outputs",
+__all__ = ["DIVERGENCE_RULE", "MethodResult", "SCALE_RATIO", "finalise", "finite_samples", "merge_chains",
+           "predict_outputs",
            "probe_result", "scale_divergent", "split_data"]
 
 SCALE_RATIO = 100.0
@@ -147,3 +148,22 @@ def finalise(ctx, samples, chain_of_sample: list[int], grad_evals: int, seconds:
                         chain_ids=chain_ids, num_chains=num_chains, draws_per_chain=len(ok) // num_chains,
                         gradient=gradient, batch_size=None if gradient == "full-batch" else ctx.cfg.batch_size,
                         **extra)
+
+
+def merge_chains(runs: list[MethodResult]) -> MethodResult:
+    """One MethodResult of M runs of one method that split a budget (EvalConfig.chains): outputs, samples, chain ids
+    (run c's chains offset by the chains before it) and T_kin pooled in run order; gradients, seconds and divergent
+    chains summed; the first run's hyperparameters with "chains": M."""
+    first, offset, ids = runs[0], 0, []
+    for r in runs:
+        ids.append(np.asarray(r.chain_ids, np.int64) + offset)
+        offset += r.num_chains
+    t_kin = None if first.t_kin is None else [t for r in runs for t in (r.t_kin or [])]
+    samples = jax.tree.map(lambda *xs: np.concatenate([np.asarray(x) for x in xs]), *[r.samples for r in runs])
+    return dataclasses.replace(
+        first, outputs=np.concatenate([r.outputs for r in runs]), grad_evals=sum(r.grad_evals for r in runs),
+        seconds=sum(r.seconds for r in runs), divergent_chains=sum(r.divergent_chains for r in runs),
+        scale_divergent_chains=sum(r.scale_divergent_chains for r in runs),
+        num_requested=sum(r.num_requested for r in runs), samples=samples, chain_ids=np.concatenate(ids),
+        num_chains=offset, draws_per_chain=first.draws_per_chain, t_kin=t_kin,
+        hyperparameters={**first.hyperparameters, "chains": len(runs)})

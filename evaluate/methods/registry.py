@@ -11,8 +11,12 @@ from __future__ import annotations
 import dataclasses
 import importlib
 
+import jax
+
 from evaluate.methods.base import Method, Run
 from evaluate.methods.cache import CompileCache
+from evaluate.methods.driver import chain_keys
+from evaluate.methods.outputs import merge_chains
 from l2e.io import ConfigError
 
 __all__ = ["METHODS", "METHOD_MODULES", "MethodSettings", "REGISTRY", "get_method", "method_settings", "run_method"]
@@ -84,11 +88,32 @@ def method_settings(**per_method: dict) -> MethodSettings:
     return MethodSettings(**{name: get_method(name).settings(**fields) for name, fields in per_method.items()})
 
 
+def allocated_chains(name: str, cfg) -> int:
+    """M, the parallel chains method `name` splits its budget into under `cfg` (EvalConfig.chains; 1 for a method
+    without chain allocation)."""
+    method = get_method(name)
+    return cfg.chains if method.chain_allocation and not (method.full_batch or method.warm_start) else 1
+
+
 def run_method(name: str, task, key, hp: dict, cfg, split="test", cache: CompileCache | None = None,
                probe: bool = False):
     """One run of method `name` on `task` -> MethodResult (see Method.run); cache: the evaluation's
     CompileCache (a fresh one when None); probe: only measure one update's cost (Run.probe; minibatch
-    methods)."""
+    methods).
+
+    Chain allocation (EvalConfig.chains = M > 1, `allocated_chains`): M runs of G/M updates keeping K/M draws each,
+    chain c with keys (fold_in(init key, c), fold_in(chain key, c)), pooled (outputs.merge_chains); M = 1 is the
+    single run with `key` itself."""
     method = get_method(name)
-    ctx = Run(task, cfg, getattr(cfg.settings, name), split, CompileCache() if cache is None else cache, probe)
-    return method.run(ctx, key, hp)
+    cache = CompileCache() if cache is None else cache
+    m = allocated_chains(name, cfg)
+    if m == 1:
+        return method.run(Run(task, cfg, getattr(cfg.settings, name), split, cache, probe), key, hp)
+    sub = dataclasses.replace(cfg, num_steps=cfg.num_steps // m, num_samples=cfg.num_samples // m, chains=1)
+    ctx = Run(task, sub, getattr(cfg.settings, name), split, cache, probe)
+    if probe:
+        return method.run(ctx, key, hp)
+    init_key, chain_key = chain_keys(key)
+    runs = [method.run(ctx, (jax.random.fold_in(init_key, c), jax.random.fold_in(chain_key, c)), hp)
+            for c in range(m)]
+    return merge_chains(runs)

@@ -22,14 +22,14 @@ file of probabilities (`load_reference_probs`) is read with the same checks.  Ev
 Modules: files (names, per-kind files, the probability reader, writing), read (finding and checking a task's entry),
 specs (the stored spec against the configured one).
 """
-from tasks.reference.files import (FORMATS, INDEX, METADATA, ROW_SUM_ATOL, ReferenceDataError, check_alignment,
-                                   data_fingerprint, labels_sha256, load_reference_probs, read_index, slugify,
-                                   task_name, write_reference)
+from tasks.reference.files import (DRAWS, FORMATS, INDEX, METADATA, ROW_SUM_ATOL, ReferenceDataError,
+                                   check_alignment, data_fingerprint, labels_sha256, load_draws, load_reference_probs,
+                                   read_index, slugify, task_name, write_reference)
 from tasks.reference.read import (find_reference_dir, load_reference_dir, load_task_dir, load_text_reference,
                                   read_json_index)
 from tasks.reference.specs import SPEC_ADDED, SPEC_IGNORED, comparable_specs, spec_dict
 
-__all__ = ["FORMATS", "INDEX", "METADATA", "ROW_SUM_ATOL", "ReferenceDataError", "SPEC_ADDED", "SPEC_IGNORED",
+__all__ = ["DRAWS", "FORMATS", "INDEX", "METADATA", "ROW_SUM_ATOL", "ReferenceDataError", "SPEC_ADDED", "SPEC_IGNORED",
            "check_alignment", "comparable_specs", "data_fingerprint", "find_reference_dir", "labels_sha256",
-           "load_reference_dir", "load_reference_probs", "load_task_dir", "load_text_reference", "read_index",
+           "load_draws", "load_reference_dir", "load_reference_probs", "load_task_dir", "load_text_reference", "read_index",
            "read_json_index", "slugify", "spec_dict", "task_name", "write_reference"]

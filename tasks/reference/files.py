@@ -14,9 +14,9 @@ import numpy as np
 
 from l2e.io import atomic_write_bytes, atomic_write_text, read_json
 
-__all__ = ["FORMATS", "INDEX", "METADATA", "ROW_SUM_ATOL", "ReferenceDataError", "check_alignment", "data_fingerprint",
-           "labels_sha256", "load_reference_probs", "read_index", "read_reference_json", "slugify", "task_name",
-           "write_reference"]
+__all__ = ["DRAWS", "FORMATS", "INDEX", "METADATA", "ROW_SUM_ATOL", "ReferenceDataError", "check_alignment",
+           "data_fingerprint", "labels_sha256", "load_draws", "load_reference_probs", "read_index", "read_reference_json",
+           "slugify", "task_name", "write_reference"]
 
 INDEX = "reference.json"
 """The index file that marks a reference directory."""
@@ -178,6 +178,9 @@ class _Probabilities:
         atomic_write_bytes(task_dir / "probs.txt", _npz_bytes(lambda f: np.savetxt(f, arrays["probs"], fmt="%.18e")))
         atomic_write_bytes(task_dir / "chain_probs.npz", _npz_bytes(
             lambda f: np.savez_compressed(f, probs=arrays["chain_probs"].astype(np.float32))))
+        if "draw_probs" in arrays:  # per-draw test predictives (the K-draw floor and sample distances need them)
+            atomic_write_bytes(task_dir / DRAWS, _npz_bytes(lambda f: np.savez_compressed(
+                f, probs=arrays["draw_probs"].astype(np.float16), chain=arrays["draw_chain"].astype(np.int16))))
 
     @staticmethod
     def read(task_dir: Path, task, y: np.ndarray) -> dict:
@@ -237,6 +240,43 @@ class _GaussianDraws:
 
 
 FORMATS = {"classification": _Probabilities, "regression": _GaussianDraws}
+
+DRAWS = "draw_probs.npz"
+"""Classification references: a thinned set of the NUTS draws' test probabilities, probs (S, n, C) float16 and their
+chain index chain (S,) (references written before it existed have no such file)."""
+
+
+def load_draws(task_dir, kind: str) -> dict | None:
+    """The per-draw test predictives of a reference, for sample-level distances and the K-draw floor.
+
+    Args:
+      task_dir: the task's reference directory.
+      kind: "classification" or "regression".
+
+    Returns:
+      {"probs": (S, n, C) float32, "chain": (S,) int} (classification, from draw_probs.npz) or {"loc", "scale": (S,
+      n) float64} (regression, predictive.npz); None for a classification reference without draw_probs.npz.
+      ReferenceDataError if a file is there but unreadable or not finite.
+    """
+    task_dir = Path(task_dir)
+    if kind == "regression":
+        path = task_dir / "predictive.npz"
+        names = ("loc", "scale")
+    else:
+        path = task_dir / DRAWS
+        names = ("probs", "chain")
+        if not path.exists():
+            return None
+    try:
+        with np.load(path) as z:
+            out = {name: np.asarray(z[name]) for name in names}
+    except (OSError, ValueError, KeyError) as e:
+        raise ReferenceDataError(f"reference draws {path}: not readable ({str(e).splitlines()[0]})") from None
+    if kind != "regression":
+        out["probs"] = out["probs"].astype(np.float32)
+    if not all(np.all(np.isfinite(v)) for v in out.values()):
+        raise ReferenceDataError(f"reference draws {path}: non-finite values")
+    return out
 """The files of a reference by the kind of its task's likelihood (`task.kind`, stored as metadata "kind")."""
 
 
