@@ -241,6 +241,10 @@ def main(argv=None) -> int:
         from evaluate.card.cli import card_main
 
         return card_main(argv[1:])
+    if argv and argv[0] == "curve":
+        from evaluate.curve.cli import curve_main
+
+        return curve_main(argv[1:])
     if argv and argv[0] == "select":
         from evaluate.select_cli import select_main
 

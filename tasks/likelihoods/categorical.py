@@ -258,3 +258,27 @@ class Classification:
     def interval(outputs, level: float = 0.95) -> None:
         """No predictive interval for a class distribution (see `band_note`)."""
         return None
+
+    # --- fidelity to a reference's draws (the budget curves, evaluate.curve)
+
+    @staticmethod
+    def reference_outputs(draws: dict) -> np.ndarray:
+        """A reference's per-draw test predictives (tasks.reference.load_draws: probs (S, n, C)) as outputs
+        (S, n, C) log-probabilities, the format of `Task.predict`."""
+        return np.log(np.maximum(np.asarray(draws["probs"], np.float64), _TINY))
+
+    @staticmethod
+    def draw_vectors(outputs) -> np.ndarray:
+        """Each draw's test predictive as one vector, for sample-level distances: the class probabilities of
+        outputs (K, n, C) flattened and divided by sqrt(n), (K, n·C) float64 (a Euclidean distance between two rows
+        is then the root mean square over test points of the probability vectors' distance)."""
+        out = np.exp(np.asarray(outputs, np.float64))
+        return out.reshape(out.shape[0], -1) / np.sqrt(out.shape[1])
+
+    @staticmethod
+    def bma_total_variation(outputs, ref_outputs) -> float:
+        """Mean over test points of the total variation ½Σ_c|p̄ − q̄| between the BMA predictives of outputs
+        (K, n, C) and ref_outputs (S, n, C) (log-probabilities), in [0, 1]."""
+        p, q = bma_probs(outputs), bma_probs(ref_outputs)
+        return float(np.mean(0.5 * np.sum(np.abs(p - q), axis=-1)))
+

@@ -153,6 +153,10 @@ def mixture_interval(loc, scale, level: float = 0.95, iters: int = 60) -> tuple[
     return loc.mean(0), quantile((1 - level) / 2), quantile((1 + level) / 2)
 
 
+TV_GRID, TV_SPAN = 400, 6.0
+"""Regression total variation: grid points per test point and the span of the grid in component scales."""
+
+
 class GaussianRegression:
     """Gaussian likelihood p(y | x, θ) = N(y | μ(x; θ), σ(x; θ)²) of a location/scale network.
 
@@ -256,3 +260,43 @@ class GaussianRegression:
     def interval(outputs, level: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(mean, lower, upper), each (n,), of the pooled predictive mixture of outputs (K, n, 2): `mixture_interval`."""
         return mixture_interval(outputs[..., 0], outputs[..., 1], level)
+
+    # --- fidelity to a reference's draws (the budget curves, evaluate.curve)
+
+    @staticmethod
+    def reference_outputs(draws: dict) -> np.ndarray:
+        """A reference's per-draw test predictives (tasks.reference.load_draws: loc, scale (S, n)) as outputs
+        (S, n, 2) [loc, scale], the format of `Task.predict`."""
+        return np.stack([np.asarray(draws["loc"], np.float64), np.asarray(draws["scale"], np.float64)], axis=-1)
+
+    @staticmethod
+    def draw_vectors(outputs) -> np.ndarray:
+        """Each draw's test predictive as one vector, for sample-level distances: its predicted means loc (n,)
+        divided by sqrt(n), (K, n) float64 (standardised target units; a Euclidean distance between two rows is the
+        root mean square over test points of the difference of the means)."""
+        loc = np.asarray(outputs, np.float64)[..., 0]
+        return loc / np.sqrt(loc.shape[1])
+
+    @staticmethod
+    def bma_total_variation(outputs, ref_outputs, grid: int = TV_GRID, block: int = 64) -> float:
+        """Mean over test points of the total variation ½∫|p̄ − q̄| dy between the pooled predictive mixtures of
+        outputs (K, n, 2) and ref_outputs (S, n, 2), in [0, 1]: per test point both densities on `grid` points
+        spanning every component's ±TV_SPAN scales, trapezoidal rule."""
+        a, b = np.asarray(outputs, np.float64), np.asarray(ref_outputs, np.float64)
+        total = 0.0
+        for lo in range(0, a.shape[1], block):
+            pa, pb = a[:, lo:lo + block], b[:, lo:lo + block]
+            both = np.concatenate([pa, pb])  # (K + S, m, 2)
+            sd = _clip_sigma(both[..., 1])
+            low = np.min(both[..., 0] - TV_SPAN * sd, axis=0)
+            high = np.max(both[..., 0] + TV_SPAN * sd, axis=0)
+            ys = low[:, None] + (high - low)[:, None] * np.linspace(0.0, 1.0, grid)[None]  # (m, grid)
+
+            def density(p):
+                z = (ys[None] - p[..., 0][..., None]) / _clip_sigma(p[..., 1])[..., None]
+                return np.mean(np.exp(-0.5 * z * z) / (_clip_sigma(p[..., 1])[..., None] * np.sqrt(2 * np.pi)), axis=0)
+
+            diff = np.abs(density(pa) - density(pb))
+            total += float(np.sum(0.5 * np.trapezoid(diff, ys, axis=1)))
+        return total / a.shape[1]
+

@@ -1,0 +1,147 @@
+"""`python -m evaluate curve`: budget curves of every method on every configured task with a NUTS reference that
+keeps per-draw predictives (evaluate.curve.run), written as curve.json, curve.md and one PNG per task."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from l2e.io import ConfigError
+
+__all__ = ["build_curve_parser", "curve_main", "run_curves"]
+
+
+def _ints(text: str, what: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ConfigError(f"{what} must be comma-separated integers, got {text!r}") from None
+    if not values:
+        raise ConfigError(f"{what} must not be empty")
+    return values
+
+
+def build_curve_parser():
+    from cli import OneLineErrorParser
+    from evaluate.cli_common import TASK_EPILOG
+    from evaluate.curve.run import CurveConfig
+
+    d = CurveConfig()
+    p = OneLineErrorParser(prog="python -m evaluate curve", epilog=TASK_EPILOG,
+                           description="Budget curves: every method's fidelity to a NUTS reference against its "
+                                       "gradient budget, tuned once by validation NLL and by the oracle.")
+    p.add_argument("--reference", required=True, help="reference directory (python -m evaluate reference) whose "
+                   "tasks keep per-draw predictives")
+    p.add_argument("--output", default="runs/curve", help="output directory (default: runs/curve)")
+    p.add_argument("--preset", default="references", help="configuration preset (tasks, methods, K, grids; default: "
+                   "references)")
+    p.add_argument("--task", dest="tasks", action="append", default=[], metavar="NAME",
+                   help="a task of the preset by report name (repeatable; default: every task the reference holds)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override an evaluation config field, e.g. --set methods=sghmc,baoab")
+    p.add_argument("--budgets", default=",".join(map(str, d.budgets)), help="curve budgets G (default: %(default)s)")
+    p.add_argument("--chains", default=",".join(map(str, d.chains)),
+                   help="chain allocations M, each dividing K (default: %(default)s)")
+    p.add_argument("--tune-budget", type=int, default=d.tune_budget, help="G of the one tuning run per grid point "
+                   "(default: %(default)s)")
+    p.add_argument("--seeds", default=",".join(map(str, d.seeds)), help="curve seeds (default: %(default)s)")
+    p.add_argument("--sampler", default=None, help="the learned checkpoint of the `l2e` method (default: shipped "
+                   "paper-form)")
+    p.add_argument("--overwrite", action="store_true", help="replace a curve report in --output")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    return p
+
+
+def _warm_factory(cfg, cache):
+    """warm(task, task_key, M) -> warm(cfg): the deep-ensemble start of a warm-started method at cfg's budget (the
+    ensemble untuned: its first grid point, cfg.tune is False for the curves)."""
+    from evaluate.run import _warm_start
+    from evaluate.tuning import Progress
+
+    def factory(task, task_key, chains):
+        def warm(run_cfg):
+            settings_chains = getattr(run_cfg.settings, "smile").chains
+            return _warm_start(task, task_key, run_cfg, settings_chains, {}, cache, Progress())
+
+        return warm
+
+    return factory
+
+
+def run_curves(cfg, curve, reference_dir, names, sampler_path=None, progress=None) -> dict:
+    """The curve results of the selected tasks (evaluate.curve.run.curve_task per task)."""
+    from evaluate.curve.run import curve_task
+    from evaluate.methods import CompileCache, get_method
+    from evaluate.reference import load_references
+    from evaluate.run import load_l2e
+    from tasks import TaskCache, build
+    from tasks.reference import load_draws
+
+    all_names = cfg.task_names()
+    tasks = {n: build(cfg.tasks[all_names.index(n)], TaskCache()) for n in names}
+    refs = load_references({None: reference_dir}, names, [tasks[n] for n in names])
+    draws = {n: load_draws(refs[n]["path"], tasks[n].kind) for n in names}
+    missing = [n for n in names if draws[n] is None]
+    if missing:
+        raise ConfigError(f"the reference of {', '.join(missing)} keeps no per-draw predictives (draw_probs.npz); "
+                          "recompute it with `python -m evaluate reference`")
+    samplers = {}
+    for m in cfg.methods:
+        need = get_method(m).needs_sampler
+        if need:
+            key = need if isinstance(need, str) else "l2e"
+            samplers[key] = load_l2e(need if isinstance(need, str) else sampler_path)
+    cache = CompileCache()
+    out = {"k": cfg.num_samples, "curve": curve.__dict__, "methods": list(cfg.methods), "tasks": {}}
+    for n in names:
+        t0 = time.perf_counter()
+        out["tasks"][n] = curve_task(tasks[n], all_names.index(n), refs[n], draws[n], cfg, curve, cfg.methods,
+                                     samplers, cache, progress, _warm_factory(cfg, cache))
+        out["tasks"][n]["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def curve_main(argv) -> int:
+    """`python -m evaluate curve ...`: every input checked before anything runs; one-line errors."""
+    import dataclasses
+
+    from cli import apply_overrides, handle_sigterm, publish_dir, staging_dir
+    from evaluate.cli_common import failed_run
+    from evaluate.config import get_preset
+    from evaluate.curve.report import curve_markdown, plot_curves
+    from evaluate.curve.run import CurveConfig
+    from l2e.io import atomic_write_text
+    from tasks.datasets import DatasetError
+
+    args = build_curve_parser().parse_args(argv)
+    out = Path(args.output)
+    try:
+        handle_sigterm()
+        cfg = apply_overrides(get_preset(args.preset), args.overrides)
+        curve = CurveConfig(budgets=_ints(args.budgets, "--budgets"), chains=_ints(args.chains, "--chains"),
+                            tune_budget=args.tune_budget, seeds=_ints(args.seeds, "--seeds")).check(cfg.num_samples)
+        cfg = dataclasses.replace(cfg, seeds=None)
+        from tasks.reference import read_json_index
+
+        index = read_json_index(Path(args.reference), f"reference directory {args.reference}")
+        names = [n for n in cfg.task_names() if n in index and (not args.tasks or n in args.tasks)]
+        unknown = [t for t in args.tasks if t not in cfg.task_names()]
+        if unknown or not names:
+            raise ConfigError(f"no task to run: {', '.join(unknown) or 'the reference holds none of'} "
+                              f"(the preset's tasks: {', '.join(cfg.task_names())})")
+        if (out / "curve.json").exists() and not args.overwrite:
+            raise ConfigError(f"{out / 'curve.json'} exists; pass --overwrite or choose another --output")
+        progress = None if args.quiet else (lambda line: print(f"curve: {line}", flush=True))
+        t0 = time.perf_counter()
+        results = run_curves(cfg, curve, args.reference, names, args.sampler, progress)
+        results["seconds"] = time.perf_counter() - t0
+        stage = staging_dir(out)
+        atomic_write_text(stage / "curve.json", json.dumps(results, indent=1, default=float))
+        pngs = plot_curves(results, stage)
+        atomic_write_text(stage / "curve.md", "# Budget curves\n\n" + curve_markdown(results) + "\n"
+                          + "".join(f"![{p}]({p})\n" for p in pngs))
+        publish_dir(stage, out, ("curve.json", "curve.md", *pngs))
+    except (KeyboardInterrupt, ConfigError, DatasetError, ValueError, OSError) as e:
+        return failed_run(e, None, f"{args.output} is unchanged")
+    print(f"curves: {out / 'curve.md'} ({results['seconds']:.0f} s)")
+    return 0

@@ -1,0 +1,233 @@
+"""Budget curves: every method's fidelity to a NUTS reference as a function of its gradient budget G.
+
+For each task with a reference that keeps per-draw predictives (tasks.reference.load_draws), each method and each
+chain allocation M (CurveConfig.chains; 1 only for a method without chain allocation):
+
+1. Tuning, once, at G = tune_budget with K draws and the tuning keys of seed `tune_seed` (evaluate.tuning.run_keys
+   phase 0): one run per grid point; its kept samples are scored on the first tune_examples inner-validation
+   examples (`task.score`, the protocol's validation rule) and on the test split against the reference (the
+   oracle rule: TV / TV floor + E² / E² floor, the grid point closest to the reference itself), the grid extended at an
+   edge for each rule as the evaluation does (cfg.extend_grid). A run with a divergent chain scores +inf under both.
+   The gradients of every tuning run are the tuning-inclusive addend.
+2. For each choice ("validation", "oracle") and each seed, one run per budget G with the final-run keys (phase 1)
+   of that seed's task key (fold_in(PRNGKey(seed), t), as `python -m evaluate`): TV and E² to the reference (its
+   every kept draw), agreement, the dispersion ratios (evaluate.dispersion), T_kin, divergent chains, gradients
+   (a warm-started method's deep-ensemble members counted) and seconds. The two choices share runs when they pick
+   the same grid point.
+3. Gradients to reach 1.1 × the K-draw floor on TV and on E² (evaluate.curve.fidelity), per seed, and their mean ±
+   standard error over the seeds that reach it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Callable
+
+import jax
+import numpy as np
+
+from evaluate.curve.fidelity import energy_distance, floors, gradients_to_floor, pairwise_mean
+from evaluate.dispersion import dispersion_entry
+from evaluate.methods import get_method, run_method, split_data
+from evaluate.methods.outputs import predict_outputs
+from evaluate.methods.registry import allocated_chains
+from evaluate.metrics import agreement
+from evaluate.tuning import hp_label, run_keys, search
+from l2e.io import ConfigError
+from tasks.likelihoods import categorical
+
+__all__ = ["CHOICES", "CurveConfig", "curve_task", "method_extra"]
+
+CHOICES = ("validation", "oracle")
+
+
+@dataclasses.dataclass(frozen=True)
+class CurveConfig:
+    """budgets: the G of each curve point (minibatch gradients); chains: the chain allocations M to run (each must
+    divide the evaluation's num_samples K; a method without chain allocation runs M = 1 only); tune_budget: the G
+    at which the grid is tuned once; tune_seed: the seed whose tuning keys the grid runs use; seeds: the seeds of
+    the curves."""
+
+    budgets: tuple[int, ...] = (250, 500, 1000, 2000, 4000, 8000, 16000, 32000)
+    chains: tuple[int, ...] = (1, 10)
+    tune_budget: int = 2000
+    tune_seed: int = 0
+    seeds: tuple[int, ...] = (0, 1, 2)
+
+    def check(self, k: int) -> "CurveConfig":
+        """self, or ConfigError for budgets / chains that do not fit K draws per run."""
+        if not self.budgets or any(g <= 0 or g % k for g in self.budgets) or list(self.budgets) != sorted(
+                set(self.budgets)):
+            raise ConfigError(f"budgets must be increasing positive multiples of num_samples ({k}), got {self.budgets}")
+        if not self.chains or any(m <= 0 or k % m for m in self.chains):
+            raise ConfigError(f"chains must divide num_samples ({k}), got {self.chains}")
+        if self.tune_budget <= 0 or self.tune_budget % k:
+            raise ConfigError(f"tune_budget must be a positive multiple of num_samples ({k}), got {self.tune_budget}")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"seeds must be distinct, got {self.seeds}")
+        return self
+
+
+def method_extra(method: str, samplers: dict) -> dict:
+    """The hp a method needs besides its grid point: a learned method's checkpoint (evaluate.run.load_l2e dicts in
+    `samplers`, by shipped name, "l2e" for the --sampler method)."""
+    m = get_method(method)
+    if not m.needs_sampler:
+        return {}
+    s = samplers[m.needs_sampler if isinstance(m.needs_sampler, str) else "l2e"]
+    return {"meta_params": s["meta_params"], "sampler": s["sampler"], "checkpoint": s["path"]}
+
+
+class _Reference:
+    """A task's reference as the curves use it: per-draw outputs, their vectors and within-set mean distance, the
+    dispersion statistics and the K-draw floors."""
+
+    def __init__(self, task, ref: dict, draws: dict, k: int):
+        lik = task.likelihood
+        self.likelihood, self.entry = lik, ref
+        self.outputs = lik.reference_outputs(draws)
+        self.vectors = lik.draw_vectors(self.outputs)
+        self.within = pairwise_mean(self.vectors)
+        self.floors = floors(lik, self.outputs, k)
+        self.bma = categorical.bma_probs(self.outputs) if lik.has_class_probs else None
+
+    def point(self, task, res) -> dict:
+        """TV, E², agreement, dispersion ratios, T_kin and divergence of one run's result on the test split."""
+        if res.num_finite == 0:
+            return {"tv": None, "energy": None, "agreement": None, "ratios": None, "t_kin": None}
+        out = {"tv": self.likelihood.bma_total_variation(res.outputs, self.outputs),
+               "energy": energy_distance(self.likelihood.draw_vectors(res.outputs), self.vectors, self.within),
+               "agreement": None if self.bma is None else agreement(categorical.bma_probs(res.outputs), self.bma)}
+        disp = dispersion_entry(task, res, self.entry)
+        out["ratios"] = None if disp is None else {k: disp["ratios"][k] for k in (
+            "weight_norm", disp["pairwise_compared"], "predictive_variance")}
+        t_kin = [t for t in (res.t_kin or []) if t is not None]
+        out["t_kin"] = float(np.mean(t_kin)) if t_kin else None
+        return out
+
+    def oracle_score(self, point: dict) -> float:
+        if point["tv"] is None:
+            return math.inf
+        return point["tv"] / self.floors["tv"]["median"] + point["energy"] / max(self.floors["energy"]["median"],
+                                                                                 1e-12)
+
+
+def _run(task, task_key, method: str, hp: dict, cfg, cache, extra: dict, warm: Callable | None) -> tuple:
+    """(MethodResult on test, gradients counted): one final-keys run; a warm-started method gets its deep-ensemble
+    start from `warm(cfg)` and its members' gradients are added."""
+    added = {}
+    if warm is not None:
+        added = warm(cfg)
+    res = run_method(method, task, run_keys(task_key, 1), {**hp, **extra, **added}, cfg, "test", cache)
+    spent = res.grad_evals + (added.get("warm_start", {}).get("grad_evals", 0) if added else 0)
+    return res, spent
+
+
+def _tune(task, task_key, method: str, cfg, cache, extra: dict, ref: _Reference, warm) -> dict:
+    """The grid at cfg's budget (with cfg.extend_grid, the bounded edge extension of evaluate.tuning, for each
+    rule): each point's validation and oracle score; the point each rule picks; what the runs cost."""
+    m = get_method(method)
+    x, y = split_data(task, "inner_valid")
+    xv, yv = x[:cfg.tune_examples], np.asarray(y[:cfg.tune_examples])
+    rows, spent = {}, [0]
+
+    def row(point):
+        label = hp_label(point) or "default"
+        if label not in rows:
+            added = warm(cfg) if warm is not None else {}
+            res = run_method(method, task, run_keys(task_key, 0), {**point, **extra, **added}, cfg, "test", cache)
+            spent[0] += res.grad_evals + (added.get("warm_start", {}).get("grad_evals", 0) if added else 0)
+            bad = res.divergent_chains or res.num_finite == 0
+            val = math.inf if bad else task.score(predict_outputs(task, res.samples, xv, cfg.eval_batch, cache), yv)
+            fid = ref.point(task, res)
+            orc = math.inf if bad else ref.oracle_score(fid)
+            rows[label] = {"point": point, "label": label, "validation": val if math.isfinite(val) else None,
+                           "oracle": orc if math.isfinite(orc) else None, "tv": fid["tv"], "energy": fid["energy"],
+                           "divergent_chains": res.divergent_chains}
+        return rows[label]
+
+    def score(key):
+        return lambda point: row(point)[key] if row(point)[key] is not None else math.inf
+
+    points = m.points(getattr(cfg.settings, method))
+    chosen = {key: search(points, score(key), extend=cfg.extend_grid) for key in CHOICES}
+    return {"grid": list(rows.values()), "validation": chosen["validation"].best, "oracle": chosen["oracle"].best,
+            "extended": {key: t.extended for key, t in chosen.items()}, "runs": len(rows), "gradients": spent[0],
+            "budget": cfg.num_steps}
+
+
+def _summary(values: list) -> dict:
+    reached = [v for v in values if v is not None]
+    mean = float(np.mean(reached)) if reached else None
+    se = float(np.std(reached, ddof=1) / math.sqrt(len(reached))) if len(reached) > 1 else None
+    return {"per_seed": values, "reached": len(reached), "seeds": len(values), "mean": mean, "se": se}
+
+
+def curve_task(task, task_index: int, ref_entry: dict, draws: dict, cfg, curve: CurveConfig, methods, samplers: dict,
+               cache, progress: Callable[[str], None] | None = None, warm_factory: Callable | None = None) -> dict:
+    """The curves of one task (module docstring): {"floors", "methods": {row name: {...}}}.
+
+    Args:
+      task: the built task; task_index: its index t in the evaluation config (task keys fold_in(PRNGKey(seed), t));
+      ref_entry: its evaluate.reference.load_references entry; draws: tasks.reference.load_draws of it;
+      cfg: the EvalConfig (K = num_samples, batch size, settings, tune_examples); curve: CurveConfig;
+      methods: method names; samplers: evaluate.run.load_l2e dicts of the learned methods;
+      cache: a CompileCache; progress: called with one line per run; warm_factory(task, task_key, M) -> warm(cfg)
+        for warm-started methods (the deep-ensemble start at that cfg's budget), None to skip them.
+    Returns:
+      {"floors", "methods": {name or name@M=m: {"method", "chains", "tuning", "choices": {choice: {"hp", "seeds":
+      {seed: [points]}, "to_floor": {"tv": summary, "energy": summary}}}}}}.
+    """
+    k = cfg.num_samples
+    ref = _Reference(task, ref_entry, draws, k)
+    out = {"floors": ref.floors, "methods": {}}
+    say = progress or (lambda line: None)
+    for method in methods:
+        m = get_method(method)
+        if m.full_batch:
+            continue
+        extra = method_extra(method, samplers)
+        for chains in sorted({c if allocated_chains(method, dataclasses.replace(cfg, chains=c)) > 1 else 1
+                              for c in curve.chains}):
+            if m.warm_start and warm_factory is None:
+                continue
+            name = method if chains == 1 else f"{method}@M={chains}"
+            base = dataclasses.replace(cfg, chains=chains, thinning=None, tune=False)
+            tune_key = jax.random.fold_in(jax.random.PRNGKey(curve.tune_seed), task_index)
+            warm = warm_factory(task, tune_key, chains) if m.warm_start else None
+            t0 = time.perf_counter()
+            tuning = _tune(task, tune_key, method, dataclasses.replace(base, num_steps=curve.tune_budget), cache,
+                           extra, ref, warm) if m.tuned else {"grid": [], "validation": {}, "oracle": {},
+                                                              "gradients": 0, "budget": None}
+            say(f"{task.spec.name} {name}: tuned ({len(tuning['grid'])} points, {time.perf_counter() - t0:.0f} s)")
+            row = {"method": method, "chains": chains, "tuning": tuning, "choices": {}}
+            done: dict = {}
+            for choice in CHOICES:
+                hp = tuning[choice]
+                label = hp_label(hp)
+                if label not in done:
+                    done[label] = _curves(task, task_index, method, hp, base, curve, cache, extra, ref,
+                                          warm_factory if m.warm_start else None, chains, say, name)
+                row["choices"][choice] = {"hp": hp, **done[label]}
+            out["methods"][name] = row
+    return out
+
+
+def _curves(task, task_index, method, hp, base, curve: CurveConfig, cache, extra, ref: _Reference, warm_factory,
+            chains, say, name) -> dict:
+    seeds, to_tv, to_e = {}, [], []
+    for seed in curve.seeds:
+        task_key = jax.random.fold_in(jax.random.PRNGKey(seed), task_index)
+        warm = warm_factory(task, task_key, chains) if warm_factory is not None else None
+        points = []
+        for g in curve.budgets:
+            t0 = time.perf_counter()
+            res, spent = _run(task, task_key, method, hp, dataclasses.replace(base, num_steps=g), cache, extra, warm)
+            points.append({"budget": g, "gradients": spent, "seconds": res.seconds,
+                           "divergent_chains": res.divergent_chains, **ref.point(task, res)})
+            say(f"{task.spec.name} {name} seed {seed} G={g}: tv {points[-1]['tv']} ({time.perf_counter() - t0:.1f} s)")
+        seeds[str(seed)] = points
+        to_tv.append(gradients_to_floor(points, "tv", ref.floors["tv"]["median"]))
+        to_e.append(gradients_to_floor(points, "energy", ref.floors["energy"]["median"]))
+    return {"seeds": seeds, "to_floor": {"tv": _summary(to_tv), "energy": _summary(to_e)}}

@@ -1,0 +1,120 @@
+"""Budget curves (evaluate.curve) and chain allocation (EvalConfig.chains).
+
+- the energy distance E² (V-statistic) is 0 between a set and itself, ≥ 0, and a collapsed set of K copies of the
+  reference mean scores above K exact draws: under-dispersion cannot win it (TV can);
+- the K-draw floors are positive, their quantiles ordered, and deterministic (default_rng(0));
+- the regression TV of two unit-scale Gaussians one apart is 2Φ(½) − 1 to 1e-4 (the 400-point grid);
+- gradients_to_floor interpolates linearly in log G, needs the dispersion ratios in band, returns the first budget
+  when it already qualifies and None when no budget does;
+- chain allocation: M chains of G/M updates with K/M draws each, the gradients summed to G, chain ids 0..M−1, the
+  first chain's keys folded (so M = 1 and M > 1 runs differ);
+- the command end to end on the committed digits/mlp-32 reference (slow).
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from evaluate.curve.fidelity import energy_distance, floors, gradients_to_floor
+from tasks.likelihoods.categorical import Classification
+from tasks.likelihoods.gaussian import GaussianRegression
+
+
+def test_energy_distance_sees_under_dispersion_tv_does_not():
+    rng = np.random.default_rng(1)
+    ref = rng.normal(size=(400, 20))
+    assert energy_distance(ref, ref) == pytest.approx(0.0, abs=1e-9)
+    good, collapsed = [], []
+    for _ in range(20):
+        x = rng.normal(size=(10, 20))
+        good.append(energy_distance(x, ref))
+        collapsed.append(energy_distance(ref.mean(0) + 1e-3 * rng.normal(size=(10, 20)), ref))
+    assert min(good) >= 0 and min(collapsed) > max(good)
+    # TV of the BMA cannot tell: K copies of the reference BMA have TV 0 to it
+    lp = np.log(rng.dirichlet(np.ones(4), size=(50, 30)))
+    bma = np.log(np.exp(lp).mean(0))
+    assert Classification.bma_total_variation(np.repeat(bma[None], 10, 0), lp) == pytest.approx(0.0, abs=1e-12)
+    assert energy_distance(Classification.draw_vectors(np.repeat(bma[None], 10, 0)),
+                           Classification.draw_vectors(lp)) > 0
+
+
+def test_floors_positive_ordered_and_deterministic():
+    rng = np.random.default_rng(2)
+    lp = np.log(rng.dirichlet(np.ones(3), size=(60, 40)))
+    a, b = floors(Classification, lp, 10, resamples=30), floors(Classification, lp, 10, resamples=30)
+    assert a == b
+    for key in ("tv", "energy"):
+        assert 0 < a[key]["q10"] <= a[key]["median"] <= a[key]["q90"]
+    with pytest.raises(ValueError, match="more reference draws"):
+        floors(Classification, lp[:10], 10)
+
+
+def test_regression_tv_matches_two_gaussians():
+    a = np.stack([np.zeros((4, 5)), np.ones((4, 5))], -1)
+    b = np.stack([np.ones((3, 5)), np.ones((3, 5))], -1)
+    expected = 2 * norm.cdf(0.5) - 1
+    assert GaussianRegression.bma_total_variation(a, b) == pytest.approx(expected, abs=1e-4)
+    assert GaussianRegression.bma_total_variation(a, a) == pytest.approx(0.0, abs=1e-12)
+
+
+def _pt(g, v, ratio=1.0):
+    return {"gradients": g, "tv": v, "ratios": {"weight_norm": ratio, "predictive_variance": ratio}}
+
+
+def test_gradients_to_floor_interpolates_in_log_budget():
+    pts = [_pt(250, 0.2), _pt(1000, 0.05), _pt(4000, 0.01)]
+    # threshold 1.1 × 0.05 = 0.055 between 250 (0.2) and 1000 (0.05): t = (0.2 − 0.055)/(0.2 − 0.05)
+    t = (0.2 - 0.055) / 0.15
+    assert gradients_to_floor(pts, "tv", 0.05) == pytest.approx(math.exp(math.log(250) + t * math.log(4)))
+    assert gradients_to_floor(pts, "tv", 0.5) == 250.0  # the first budget already qualifies
+    assert gradients_to_floor(pts, "tv", 0.001) is None
+    out_of_band = [_pt(250, 0.2), _pt(1000, 0.05, ratio=0.5), _pt(4000, 0.04)]
+    assert gradients_to_floor(out_of_band, "tv", 0.05) == 4000.0  # 1000 is below the threshold but out of band
+
+
+def test_chain_allocation_splits_the_budget():
+    import dataclasses
+
+    from conftest import iris_mlp, tiny_eval_config
+    from evaluate.methods import CompileCache, run_method
+    from tasks import TaskCache, build
+
+    cfg = tiny_eval_config(iris_mlp(8), ["sghmc"], thinning=None, tune=False)
+    task = build(cfg.tasks[0], TaskCache())
+    cache = CompileCache()
+    hp = {"learning_rate": 0.1, "friction": 10.0}
+    one = run_method("sghmc", task, (np.uint32([0, 1]), np.uint32([0, 2])), hp, cfg, "test", cache)
+    two = run_method("sghmc", task, (np.uint32([0, 1]), np.uint32([0, 2])), hp,
+                     dataclasses.replace(cfg, chains=2), "test", cache)
+    assert (one.num_chains, two.num_chains) == (1, 2) and one.grad_evals == two.grad_evals == 40
+    assert sorted(set(two.chain_ids.tolist())) == [0, 1] and two.num_finite == 4
+    assert two.hyperparameters["chains"] == 2 and len(two.t_kin) == 2
+    assert not np.allclose(one.outputs, two.outputs)
+    with pytest.raises(Exception, match="chains must be a positive integer dividing num_samples"):
+        dataclasses.replace(cfg, chains=3)
+
+
+@pytest.mark.slow
+def test_curve_command_end_to_end(tmp_path):
+    from conftest import ROOT, run_cli
+
+    out = tmp_path / "curve"
+    proc = run_cli("evaluate", "curve", "--reference", ROOT / "results" / "references", "--task", "digits/mlp-32",
+                   "--output", out, "--set", "methods=sghmc,l2e_mass", "--set", "settings.sghmc.lrs=0.03,0.1",
+                   "--set", "settings.sghmc.frictions=10", "--budgets", "100,400", "--chains", "1,10",
+                   "--tune-budget", "200", "--seeds", "0", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads((out / "curve.json").read_text())
+    task = res["tasks"]["digits/mlp-32"]
+    assert set(task["methods"]) == {"sghmc", "sghmc@M=10", "l2e_mass", "l2e_mass@M=10"}
+    assert task["floors"]["tv"]["median"] > 0 and task["floors"]["energy"]["median"] > 0
+    for row in task["methods"].values():
+        for choice in row["choices"].values():
+            pts = choice["seeds"]["0"]
+            assert [p["budget"] for p in pts] == [100, 400] and [p["gradients"] for p in pts] == [100, 400]
+            assert all(p["tv"] is not None and 0 <= p["tv"] <= 1 for p in pts)
+    assert (out / "curve.md").is_file() and (out / "curve_digits_mlp-32.png").is_file()
