@@ -7,13 +7,15 @@ An objective function is `fn(task) -> objective(samples, x, y) -> scalar`: sampl
 `meta_loss_examples` outer-validation examples, or for a reference objective (the task's test inputs, the NUTS
 reference's probabilities (n, C)).
 
-Modules: likelihood ("bma", "ce"), stein ("ksd", "stein_kl", "stein_kl_cross"), fidelity ("fidelity").
+Modules: likelihood ("bma", "ce"), stein ("ksd", "stein_kl", "stein_kl_cross"), fidelity ("fidelity"), brier
+("brier").
 Adding an objective: its function in one of them (or a new module) and one line in `OBJECTIVES`.
 """
 from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
+from meta_train.objectives.brier import brier_fn
 from meta_train.objectives.fidelity import fidelity_fn, total_variation
 from meta_train.objectives.likelihood import bma_nll_fn, ce_fn, log_likelihoods
 from meta_train.objectives.stein import STEIN_LAMBDA, ksd, ksd_fn, stein_gradient, stein_kl_cross_fn, stein_kl_fn
@@ -42,6 +44,7 @@ OBJECTIVES: dict[str, Objective] = {
     "stein_kl": Objective(stein_kl_fn, gradient_only=True),
     "stein_kl_cross": Objective(stein_kl_cross_fn, cross_chain=True, gradient_only=True),
     "fidelity": Objective(fidelity_fn, reference=True),
+    "brier": Objective(brier_fn),
 }
 """objective.kind -> Objective."""
 
