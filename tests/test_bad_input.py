@@ -25,8 +25,9 @@ import l2e
 from evaluate.reference import ReferenceDataError, check_alignment, load_reference_probs
 from meta_train import PRESETS
 
-ROOT = Path(__file__).resolve().parents[1]
-HMC_CIFAR10 = ROOT.parent / "shared" / "data" / "hmc_reference" / "cifar10" / "probs.csv"
+from conftest import DATA_DIR, ROOT
+
+HMC_CIFAR10 = DATA_DIR / "hmc_reference" / "cifar10" / "probs.csv"
 MNIST = ["--set", "tasks.datasets=mnist"]
 
 

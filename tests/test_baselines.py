@@ -15,6 +15,8 @@ from l2e.psgld import psgld
 from l2e.sgld import sgld
 from l2e.types import Posterior
 
+from conftest import DATA_DIR
+
 DIM, N = 10, 100
 MU = jnp.linspace(-2.0, 2.0, DIM)
 SD = jnp.linspace(0.5, 1.5, DIM)
@@ -333,8 +335,6 @@ def test_fsghmc_gp_prior_follows_the_spec():
     rule per task — 1-D regression 40 training + 40 box points per update, classification 40 training inputs per
     update, UCI with N < 1000 all training inputs fixed (K⁻¹ precomputed, (N, N)); the Dirichlet-based GP gives a
     constant prior mean per class; kernel_fit_steps = 0 is the fixed GP (median distance, zero mean)."""
-    from pathlib import Path
-
     from evaluate.methods.fsghmc import FSGHMCSettings, _neg_log_marginal, fit_gp, fsghmc_posterior
     from tasks import ModelSpec, TaskSpec, build
     from tasks.regression import RegressionSpec
@@ -359,7 +359,7 @@ def test_fsghmc_gp_prior_follows_the_spec():
     post, record = fsghmc_posterior(iris, s)
     assert post.measurement_sampler(jax.random.PRNGKey(0), None).shape == (40, 4) and len(record["mean"]) == 3
     assert post.prior_mean(jnp.zeros((5, 4))).shape == (5, 3) and all(m < 0 for m in record["mean"])
-    uci = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "uci"
+    uci = DATA_DIR / "uci"
     if (uci / "yacht").is_dir():
         yacht = build(RegressionSpec("uci:yacht", hidden=(4,), data_dir=str(uci)))
         post, record = fsghmc_posterior(yacht, s)

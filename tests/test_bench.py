@@ -5,6 +5,8 @@ import pytest
 
 from tasks import ModelSpec, TaskSpec
 
+from conftest import ROOT
+
 
 def _ok(x):
     return isinstance(x, float) and math.isfinite(x) and x > 0
@@ -90,9 +92,8 @@ def test_meta_loss_curves_harness(tmp_path):
     (skipped without it); the yardstick has φ₀ plus one point per checkpoint (every checkpoint kept, not only
     meta_train's newest 3), finite TVs in (0, 1] and the per-iteration meta-loss of every iteration."""
     import json
-    from pathlib import Path
 
-    ref = Path(__file__).resolve().parents[1] / "results" / "references"
+    ref = ROOT / "results" / "references"
     if not (ref / "digits_mlp-32" / "probs.txt").is_file():
         pytest.skip(f"no digits/mlp-32 NUTS reference under {ref}")
     from bench.meta_loss_curves import main

@@ -4,8 +4,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
@@ -16,7 +14,9 @@ from evaluate.config import DEFAULT_METHODS, ConfigError, EvalConfig, PRESETS, a
 from evaluate.methods import MethodSettings, get_method
 from evaluate.run import evaluate, load_l2e
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import ROOT as REPO
+from conftest import one_error_line, run_cli
+
 TEST_SAMPLER = l2e.L2EConfig(learning_rate=0.5, alpha_scale=1.0, beta_scale=1.0)
 
 
@@ -157,16 +157,12 @@ def test_config_validation():
     assert isinstance(default.settings, MethodSettings)
 
 
-def _cli(*args, cwd=REPO):
-    return subprocess.run([sys.executable, "-m", "evaluate", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
+def _cli(*args):
+    """`python -m evaluate args`, run in this process (conftest.run_cli)."""
+    return run_cli("evaluate", *args, cwd=REPO)
 
 
-def _one_line_error(proc) -> str:
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr  # exactly one line, nothing else
-    return lines[0]
+_one_line_error = one_error_line  # exit status 2, exactly one stderr line `error: ...`, nothing else
 
 
 def test_cli_unknown_preset(tmp_path):

@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
+
 BIG = str(2**64)
 SMOKE_EVAL = ["--preset", "smoke", "--set", "methods=sghmc", "--set", "tune=false", "--quiet"]
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
+
 GOLDEN = Path(__file__).resolve().parent / "golden"
 TOL = 1e-6
 

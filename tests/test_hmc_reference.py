@@ -25,8 +25,9 @@ from evaluate.reference import ReferenceDataError, load_reference_probs, load_re
 from tasks import ModelSpec, TaskSpec, build
 from tasks.regression import RegressionSpec
 
-ROOT = Path(__file__).resolve().parents[1]
-UCI_DIR = ROOT.parent / "shared" / "data" / "uci"
+from conftest import DATA_DIR, ROOT
+
+UCI_DIR = DATA_DIR / "uci"
 IRIS = TaskSpec("iris", ModelSpec("mlp", hidden=()))
 NAME = "iris/mlp-linear"
 FAST = ["--chains", "2", "--warmup", "100", "--samples", "40", "--quiet"]

@@ -3,7 +3,6 @@ import dataclasses
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -14,7 +13,8 @@ import l2e
 from meta_train import PRESETS, ConfigError, RunDirError, apply_overrides, meta_train
 from meta_train.config import from_dict
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
+
 SMOKE = apply_overrides(PRESETS["smoke"], ["num_outer=4", "checkpoint_every=2"])
 
 

@@ -3,12 +3,13 @@ test LPPD beats (a) the marginal predictor N(0, 1) of the z-scored target (no fe
 (b) the mean LPPD of the single DE members it starts from."""
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-UCI = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "uci"
+from conftest import DATA_DIR
+
+UCI = DATA_DIR / "uci"
 
 
 @pytest.fixture(scope="module")

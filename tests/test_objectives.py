@@ -42,7 +42,8 @@ from tasks.distribution import TaskDistribution
 from tasks.task import build_task
 from tasks.task_strings import resolve_task
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
+
 TASK = "digits/mlp-8:max=200"  # 160 training examples, the official 360 test examples
 
 

@@ -15,8 +15,9 @@ import pytest
 from meta_train import PRESETS, apply_overrides
 from tasks import ModelSpec, TaskSpec, build_model
 
-ROOT = Path(__file__).resolve().parents[1]
-MNIST_DIR = ROOT.parent / "shared" / "data" / "mnist"
+from conftest import DATA_DIR, ROOT
+
+MNIST_DIR = DATA_DIR / "mnist"
 
 # Forcing host devices resizes XLA:CPU's intra-op thread pool, and a matmul whose contraction is long enough
 # (4096 rows: yes; ≤ 2048: no, on the 2-core box) is then split differently: before the fit of the SGHMC-like

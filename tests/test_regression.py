@@ -17,7 +17,9 @@ from tasks.data.uci import RegressionData, load_uci, synthetic_1d, synthetic_1d_
 from tasks.likelihoods.gaussian import SCALE_MAX, SCALE_MIN
 from tasks.regression import RegressionSpec, RegressionTask, build_regression_task
 
-UCI_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "uci"
+from conftest import DATA_DIR
+
+UCI_DIR = DATA_DIR / "uci"
 needs_uci = pytest.mark.skipif(
     not (UCI_DIR / "yacht" / "data.txt").is_file(),
     reason=f"UCI regression data not found at {UCI_DIR / 'yacht'} (shared/data/uci is absent)",

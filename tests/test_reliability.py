@@ -26,7 +26,8 @@ from l2e.checkpoint import committed_steps
 from meta_train import PRESETS, apply_overrides, meta_train
 from meta_train.run_dir import RunDirError, read_log
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
+
 OVERRIDES = ["num_outer=8", "checkpoint_every=2", "tasks.mlp_hidden=8", "tasks.channels=",
              "tasks.datasets=synthetic_images", "tasks.max_train=300"]
 TINY = apply_overrides(PRESETS["smoke"], OVERRIDES)

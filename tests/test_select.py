@@ -21,7 +21,8 @@ from evaluate.select import (KIND_METHODS, learned_method_for, metric_value, sel
 from l2e.io import ConfigError
 from meta_train import PRESETS, meta_train
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import ROOT as REPO
+
 TINY = ["methods=l2e", "num_samples=2", "num_steps=20", "thinning=5", "tune_examples=32", "settings.l2e.lrs=0.25,0.5",
         "settings.meta_sgmcmc.lrs=0.01,0.03"]
 TINY_CLI = [a for o in TINY for a in ("--set", o)]

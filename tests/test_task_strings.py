@@ -19,8 +19,9 @@ from tasks.models import ModelSpec
 from tasks.spec_parse import GRAMMAR, TaskStringError, parse_task_string
 from tasks.task_strings import resolve_task
 
-ROOT = Path(__file__).resolve().parents[1]
-UCI_DIR = ROOT.parent / "shared" / "data" / "uci"
+from conftest import DATA_DIR, ROOT
+
+UCI_DIR = DATA_DIR / "uci"
 TINY = ["--preset", "smoke", "--quiet", "--set", "methods=l2e,sghmc", "--set", "tune=false"]
 
 

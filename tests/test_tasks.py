@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import gzip
 import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +17,9 @@ from tasks import (
 from tasks.data.tfds import tfds_to_dataset
 from tasks.datasets import read_npz_images
 
-MNIST_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mnist"
+from conftest import DATA_DIR
+
+MNIST_DIR = DATA_DIR / "mnist"
 
 
 # ----------------------------------------------------------------------------- datasets
