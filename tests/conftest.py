@@ -24,6 +24,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -61,6 +62,24 @@ def pytest_configure(config):
         jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
+CPU_LOG = os.environ.get("L2E_TEST_CPU_LOG")
+"""A file to which every test appends `cpu_seconds<TAB>wall_seconds<TAB>nodeid` (setup, call and teardown; CPU of
+this process and of the subprocesses it waited for): the load-independent measure behind the `slow` marks."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not CPU_LOG:
+        yield
+        return
+    t0, w0 = os.times(), time.perf_counter()
+    yield
+    t1 = os.times()
+    cpu = sum(getattr(t1, k) - getattr(t0, k) for k in ("user", "system", "children_user", "children_system"))
+    with open(CPU_LOG, "a") as f:
+        f.write(f"{cpu:.2f}\t{time.perf_counter() - w0:.2f}\t{item.nodeid}\n")
 
 
 # ----------------------------------------------------------------------------- tiny configurations

@@ -15,7 +15,7 @@ from l2e.psgld import psgld
 from l2e.sgld import sgld
 from l2e.types import Posterior
 
-from conftest import DATA_DIR
+from conftest import DATA_DIR, iris_mlp
 
 DIM, N = 10, 100
 MU = jnp.linspace(-2.0, 2.0, DIM)
@@ -336,7 +336,7 @@ def test_fsghmc_gp_prior_follows_the_spec():
     update, UCI with N < 1000 all training inputs fixed (K⁻¹ precomputed, (N, N)); the Dirichlet-based GP gives a
     constant prior mean per class; kernel_fit_steps = 0 is the fixed GP (median distance, zero mean)."""
     from evaluate.methods.fsghmc import FSGHMCSettings, _neg_log_marginal, fit_gp, fsghmc_posterior
-    from tasks import ModelSpec, TaskSpec, build
+    from tasks import build
     from tasks.regression import RegressionSpec
 
     s = FSGHMCSettings(kernel_fit_steps=60, kernel_fit_points=150)
@@ -355,7 +355,7 @@ def test_fsghmc_gp_prior_follows_the_spec():
         start = nlml(fixed["lengthscale"], np.var(y), 0.1 * np.var(y))
         assert nlml(record["lengthscale"], record["variance"], record["noise_variance"]) < start - 10
     assert fixed["variance"] == 1.0 and fixed["mean"] == [0.0]
-    iris = build(TaskSpec("iris", ModelSpec("mlp", hidden=())))
+    iris = build(iris_mlp())
     post, record = fsghmc_posterior(iris, s)
     assert post.measurement_sampler(jax.random.PRNGKey(0), None).shape == (40, 4) and len(record["mean"]) == 3
     assert post.prior_mean(jnp.zeros((5, 4))).shape == (5, 3) and all(m < 0 for m in record["mean"])

@@ -15,6 +15,8 @@ from evaluate.card_analytic import (TARGETS, AnalyticConfig, analytic_markdown, 
 from l2e.io import ConfigError
 from l2e.types import SamplingAlgorithm
 
+from conftest import ROOT, run_cli
+
 
 @pytest.mark.parametrize("name", sorted(TARGETS))
 def test_reference_moments_match_exact_draws(name):
@@ -117,15 +119,11 @@ def test_end_to_end_tiny_budget(tmp_path):
 
 
 def test_cli_bad_analytic_input_is_one_line_exit_2_and_writes_nothing(tmp_path):
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
+    """`python -m evaluate card --analytic ...` (run in this process) with bad settings: exit status 2, exactly one
+    stderr line `error: ...`, no output directory."""
     for args in (["--analytic", "--set", "seeds=0"], ["--analytic", "--set", "noises=isotropic,none"],
                  ["--analytic", "huge"]):
         out = tmp_path / "out"
-        proc = subprocess.run([sys.executable, "-m", "evaluate", "card", "--output", str(out), *args], cwd=root,
-                              capture_output=True, text=True, timeout=300)
+        proc = run_cli("evaluate", "card", "--output", out, *args, cwd=ROOT)
         assert proc.returncode == 2 and proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
         assert not out.exists()

@@ -18,7 +18,9 @@ from evaluate.dispersion import (
 from evaluate.hmc_reference import compute_reference, write_reference
 from evaluate.methods import MethodResult
 from evaluate.reference import load_references
-from tasks import ModelSpec, TaskSpec, build
+from tasks import build
+
+from conftest import iris_mlp
 
 D, N_TEST, C = 30, 200, 4
 RNG = np.random.default_rng(0)
@@ -82,7 +84,7 @@ def test_synthetic_cold_sampler_is_flagged_and_warm_one_is_not(layout):
     assert dispersion_entry(TASK, result(draws(20, 1.0, 2), ids), None) is None
 
 
-IRIS = TaskSpec("iris", ModelSpec("mlp", hidden=()))
+IRIS = iris_mlp()
 
 
 def sghmc_result(task, temperature: float) -> MethodResult:

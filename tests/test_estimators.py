@@ -19,7 +19,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from l2e.chains import ChainSchedule
 from l2e.meta_model import init_mu_params
 from meta_train.config import ConfigError, ESConfig, MetaTrainConfig, ObjectiveConfig, apply_overrides
 from meta_train.es import ProgramCache, outer_keys, sampler_module
@@ -28,14 +27,12 @@ from meta_train.objectives import ksd, stein_gradient
 from meta_train.train import initial_meta_params, meta_train
 from tasks.distribution import TaskDistribution
 
+from conftest import tiny_meta_config
+
 
 def tiny(estimator: str, kind: str, objective: str = "bma") -> MetaTrainConfig:
-    return MetaTrainConfig(
-        num_outer=2, meta_loss_examples=64, checkpoint_every=2, hidden=(8,), sampler_kind=kind,
-        es=ESConfig(estimator=estimator, truncation=10, lr=0.05),
-        inner=ChainSchedule(num_steps=20, num_samples=2, thinning=5, batch_size=16, chunk=2),
-        tasks=TaskDistribution(datasets=("digits",), mlp_hidden=((8,),), max_train=200),
-        objective=ObjectiveConfig(kind=objective))
+    return tiny_meta_config(kind, ESConfig(estimator=estimator, truncation=10, lr=0.05), ObjectiveConfig(kind=objective),
+                            TaskDistribution(datasets=("digits",), mlp_hidden=((8,),), max_train=200))
 
 
 def _flat(tree):

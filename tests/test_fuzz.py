@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -24,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_cli
 
 BIG = str(2**64)
 SMOKE_EVAL = ["--preset", "smoke", "--set", "methods=sghmc", "--set", "tune=false", "--quiet"]
@@ -50,20 +49,12 @@ def snapshot(path: Path):
 
 
 def call(tool: str, argv: list[str]) -> tuple[int, str]:
-    """(exit code, stderr) of `python -m <tool> argv` run in this process."""
+    """(exit code, stderr) of `python -m <tool> argv` run in this process (conftest.run_cli)."""
     if tool == "mt":
-        from meta_train.__main__ import main
+        proc = run_cli("meta_train", *argv)
     else:
-        from evaluate.__main__ import main
-        argv = (["reference"] if tool == "ref" else []) + argv
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            rc = main(argv)
-        except SystemExit as e:
-            rc = e.code
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    return rc, err.getvalue()
+        proc = run_cli("evaluate", *(["reference"] if tool == "ref" else []), *argv)
+    return proc.returncode, proc.stderr
 
 
 def assert_one_error(rc, stderr: str, expected: str, code: int = 2) -> str:

@@ -25,10 +25,10 @@ from evaluate.reference import ReferenceDataError, load_reference_probs, load_re
 from tasks import ModelSpec, TaskSpec, build
 from tasks.regression import RegressionSpec
 
-from conftest import DATA_DIR, ROOT
+from conftest import DATA_DIR, ROOT, iris_mlp
 
 UCI_DIR = DATA_DIR / "uci"
-IRIS = TaskSpec("iris", ModelSpec("mlp", hidden=()))
+IRIS = iris_mlp()  # a linear softmax model (15 parameters)
 NAME = "iris/mlp-linear"
 FAST = ["--chains", "2", "--warmup", "100", "--samples", "40", "--quiet"]
 

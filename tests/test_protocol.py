@@ -20,17 +20,15 @@ from evaluate.run import evaluate
 from evaluate.seeds import aggregate_entry, mean_se
 from evaluate.tuning import GRID_EXTENSIONS, search
 from l2e.chains import ChainSchedule
-from tasks import ModelSpec, TaskSpec
 
-CLS = TaskSpec("iris", ModelSpec("mlp", hidden=(8,)))
+from conftest import iris_mlp, tiny_eval_config
+
+CLS = iris_mlp(8)
 TIMING = {"seconds", "ess_per_second", "fs_ess_per_second", "seconds_per_step", "sghmc_seconds_per_step", "seconds_per_step_vs_sghmc"}
 
 
 def tiny(methods, settings=None, **kw) -> EvalConfig:
-    base = dict(tasks=(CLS,), held_out=("none (test)",), methods=methods, num_steps=40, num_samples=4, thinning=5,
-                batch_size=16, chunk=2, eval_batch=128, tune_examples=32, barrier_examples=50,
-                settings=method_settings(**(settings or {})))
-    return EvalConfig(**{**base, **kw})
+    return tiny_eval_config(CLS, methods, settings, **kw)
 
 
 def strip_timing(x):

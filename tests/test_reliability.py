@@ -26,7 +26,7 @@ from l2e.checkpoint import committed_steps
 from meta_train import PRESETS, apply_overrides, meta_train
 from meta_train.run_dir import RunDirError, read_log
 
-from conftest import ROOT
+from conftest import ROOT, iris_mlp
 
 OVERRIDES = ["num_outer=8", "checkpoint_every=2", "tasks.mlp_hidden=8", "tasks.channels=",
              "tasks.datasets=synthetic_images", "tasks.max_train=300"]
@@ -78,7 +78,9 @@ def assert_same_step(a: Path, b: Path):
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("jax_cache")
+    """The session's persistent compilation cache (conftest), else one for this module."""
+    session = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    return Path(session) if session else tmp_path_factory.mktemp("jax_cache")
 
 
 @pytest.fixture(scope="module")
@@ -244,9 +246,8 @@ def test_evaluation_report_says_divergent_chains_are_excluded(tmp_path):
 
     from evaluate.config import get_preset
     from evaluate.run import evaluate
-    from tasks import ModelSpec, TaskSpec
 
-    cfg = dataclasses.replace(get_preset("smoke"), tasks=(TaskSpec("iris", ModelSpec("mlp", hidden=(8,))),),
+    cfg = dataclasses.replace(get_preset("smoke"), tasks=(iris_mlp(8),),
                               held_out=("none",))
     cfg = apply_overrides(cfg, ["tune=false", "methods=sghmc", "settings.sghmc.lrs=1e6"])
     results = evaluate(cfg, tmp_path / "rep", progress=False)

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +20,7 @@ from l2e.io import ConfigError
 from meta_train import PRESETS, meta_train
 
 from conftest import ROOT as REPO
+from conftest import one_error_line, run_cli
 
 TINY = ["methods=l2e", "num_samples=2", "num_steps=20", "thinning=5", "tune_examples=32", "settings.l2e.lrs=0.25,0.5",
         "settings.meta_sgmcmc.lrs=0.01,0.03"]
@@ -165,15 +164,11 @@ def test_metric_value():
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "evaluate", "select", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
+    """`python -m evaluate select args`, run in this process (conftest.run_cli)."""
+    return run_cli("evaluate", "select", *args, cwd=REPO)
 
 
-def _one_line_error(proc) -> str:
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
-    return lines[0]
+_one_line_error = one_error_line  # exit status 2, exactly one stderr line `error: ...`
 
 
 def test_cli_bad_input_one_line_error_nothing_written(run, tmp_path):

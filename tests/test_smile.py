@@ -12,6 +12,8 @@ import pytest
 from l2e.smile import SMILEState, build_kernel, init, psmile, smile
 from l2e.types import Posterior, SamplingAlgorithm
 
+from conftest import iris_mlp, tiny_eval_config
+
 D = 10
 
 
@@ -155,13 +157,8 @@ def test_psmile_learns_the_gradient_noise_scale():
 
 
 def _eval_cfg(**settings):
-    from evaluate.config import EvalConfig, method_settings
-    from tasks import ModelSpec, TaskSpec
-
-    return EvalConfig(tasks=(TaskSpec("iris", ModelSpec("mlp", hidden=(8,))),), held_out=("none (test)",),
-                      methods=("deep_ensemble", "smile", "psmile"), num_steps=40, num_samples=4, thinning=6,
-                      batch_size=16, chunk=2, eval_batch=128, tune_examples=32, barrier_examples=50,
-                      settings=method_settings(deep_ensemble=dict(lrs=(0.1,)), **settings))
+    return tiny_eval_config(iris_mlp(8), ("deep_ensemble", "smile", "psmile"),
+                            dict(deep_ensemble=dict(lrs=(0.1,)), **settings), thinning=6)
 
 
 def test_smile_and_psmile_through_evaluate():
