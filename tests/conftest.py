@@ -65,8 +65,20 @@ def pytest_configure(config):
 
 
 CPU_LOG = os.environ.get("L2E_TEST_CPU_LOG")
-"""A file to which every test appends `cpu_seconds<TAB>wall_seconds<TAB>nodeid` (setup, call and teardown; CPU of
-this process and of the subprocesses it waited for): the load-independent measure behind the `slow` marks."""
+"""A file to which every test appends `cpu_s<TAB>wall_s<TAB>compile_s<TAB>trace_s<TAB>cache_hits<TAB>nodeid`
+(setup, call and teardown; CPU of this process and of the subprocesses it waited for; XLA compilation, loads from
+the persistent cache included, and tracing / lowering in this process): the load-independent measure behind the
+`slow` marks."""
+_JAX_SECONDS = {"compile": 0.0, "trace": 0.0, "hits": 0}
+
+
+def _record_jax_event(event, duration=None, **kw):
+    if event == "/jax/core/compile/backend_compile_duration":
+        _JAX_SECONDS["compile"] += duration
+    elif event in ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration"):
+        _JAX_SECONDS["trace"] += duration
+    elif event == "/jax/compilation_cache/cache_hits":
+        _JAX_SECONDS["hits"] += 1
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -74,12 +86,20 @@ def pytest_runtest_protocol(item, nextitem):
     if not CPU_LOG:
         yield
         return
-    t0, w0 = os.times(), time.perf_counter()
+    if not _JAX_SECONDS.get("listening"):
+        import jax.monitoring
+
+        jax.monitoring.register_event_duration_secs_listener(_record_jax_event)
+        jax.monitoring.register_event_listener(_record_jax_event)
+        _JAX_SECONDS["listening"] = True
+    t0, w0, j0 = os.times(), time.perf_counter(), dict(_JAX_SECONDS)
     yield
     t1 = os.times()
     cpu = sum(getattr(t1, k) - getattr(t0, k) for k in ("user", "system", "children_user", "children_system"))
+    jax_s = [_JAX_SECONDS[k] - j0[k] for k in ("compile", "trace", "hits")]
     with open(CPU_LOG, "a") as f:
-        f.write(f"{cpu:.2f}\t{time.perf_counter() - w0:.2f}\t{item.nodeid}\n")
+        f.write(f"{cpu:.2f}\t{time.perf_counter() - w0:.2f}\t{jax_s[0]:.2f}\t{jax_s[1]:.2f}\t{jax_s[2]}\t"
+                f"{item.nodeid}\n")
 
 
 # ----------------------------------------------------------------------------- tiny configurations

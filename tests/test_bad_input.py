@@ -235,7 +235,8 @@ def _a_file(t: Path) -> Path:
 REAL_PROCESS = {"mt-resume-corrupt-checkpoint", "ev-checkpoint-corrupt"}
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c == "mt-resume-corrupt-checkpoint" else c
+                                  for c in sorted(CASES)])
 def test_cli_bad_input(case, tmp_path):
     tool, setup, expected = CASES[case]
     args, out = setup(tmp_path)
@@ -308,6 +309,7 @@ def test_reference_loader_on_the_hmc_cifar10_file():
         load_reference_probs(HMC_CIFAR10, 9984, 10)
 
 
+@pytest.mark.slow
 def test_agreement_and_total_variation_in_the_report(tmp_path):
     """A reference equal to a smoothed one-hot of the true labels: each method's agreement is its accuracy."""
     from evaluate.config import get_preset

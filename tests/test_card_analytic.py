@@ -35,6 +35,7 @@ def test_reference_moments_match_exact_draws(name):
     assert abs(virial - 1) < 0.05, virial
 
 
+@pytest.mark.slow
 def test_noise_laws_are_standardised():
     """Each of the four laws of the noise vector b has mean 0 and variance 1 (200,000 draws × 10 coordinates:
     |mean| < 0.01, variance within 5 %); Laplace and Student-t are heavier-tailed than the Gaussian (kurtosis)."""
@@ -96,6 +97,7 @@ def test_config_checks():
             dataclasses.replace(TINY, **bad).check()
 
 
+@pytest.mark.slow
 def test_end_to_end_tiny_budget(tmp_path):
     """Hand-designed, SMILE-family and a learned sampler (whose card builder needs a concrete step size: the
     per-step fallback) run the tiny benchmark; every (sampler, noise, step) has a row, every (sampler, noise) a

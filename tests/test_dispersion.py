@@ -107,6 +107,7 @@ def sghmc_result(task, temperature: float) -> MethodResult:
                         chain_ids=np.zeros(50, int))
 
 
+@pytest.mark.slow
 def test_sghmc_at_t005_is_flagged_against_a_nuts_reference(tmp_path):
     """NUTS reference of iris with a linear softmax model (2 chains × 200 draws), stored with its dispersion
     statistics and read back by load_references.  SGHMC at T = 1: nothing flagged; at T = 0.05: the within-chain

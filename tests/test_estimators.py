@@ -39,6 +39,7 @@ def _flat(tree):
     return np.concatenate([np.ravel(np.asarray(x)) for x in jax.tree.leaves(tree)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("estimator, kind, objective", [("truncated", "l2e", "bma"), ("pes", "meta_sgmcmc", "ksd"),
                                                          ("backprop", "meta_sgmcmc", "stein_kl")])
 def test_estimators_meta_train(tmp_path, estimator, kind, objective):
@@ -50,6 +51,7 @@ def test_estimators_meta_train(tmp_path, estimator, kind, objective):
     assert [(r["estimator"], r["segment"]) for r in rows] == [(estimator, 0), (estimator, 1)]
 
 
+@pytest.mark.slow
 def test_backprop_is_the_pathwise_derivative():
     config = tiny("backprop", "kinetic")
     cache = ProgramCache()
@@ -71,6 +73,7 @@ def test_backprop_is_the_pathwise_derivative():
     assert abs(ad) > 1e-3 and abs(fd - ad) <= 0.05 * abs(ad), (fd, ad)  # float32, ReLU kinks: measured 3 % at h 1e-2
 
 
+@pytest.mark.slow
 def test_pes_first_segment_is_truncated_es_then_accumulates():
     cache = ProgramCache()
     configs = {e: tiny(e, "meta_sgmcmc") for e in ("pes", "truncated")}

@@ -68,6 +68,7 @@ def test_checkpoint_helper_roundtrip(checkpoint):
     assert jax.tree.structure(params) == jax.tree.structure(l2e.init_meta_params(jax.random.PRNGKey(0)))
 
 
+@pytest.mark.slow
 def test_smoke_report(smoke):
     out, results = smoke
     for name in ("report.json", "report.md", "bma_curves.png"):
@@ -92,6 +93,7 @@ def test_smoke_report(smoke):
     assert "| sghmc |" in (out / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_save_samples_writes_inference_data(smoke):
     """--save-samples: each method's final-run samples as ArviZ InferenceData, one chain per chain / member."""
     import arviz as az
@@ -113,6 +115,7 @@ def test_save_samples_writes_inference_data(smoke):
     assert shapes == {"l2e": (1, 3), "l2e_mass": (1, 3), "sghmc": (1, 3), "csghmc": (1, 3), "deep_ensemble": (3, 1)}
 
 
+@pytest.mark.slow
 def test_same_seed_same_numbers_other_seed_differs(smoke, checkpoint, tmp_path):
     _, first = smoke
     again = evaluate(get_preset("smoke"), None, sampler_path=checkpoint, progress=False)
@@ -176,6 +179,7 @@ def test_cli_missing_checkpoint(tmp_path):
     assert "checkpoint not found" in line
 
 
+@pytest.mark.slow
 def test_cli_unknown_key_and_existing_report(tmp_path, smoke):
     assert "unknown config key" in _one_line_error(_cli("--preset", "smoke", "--set", "bogus=1",
                                                         "--output", str(tmp_path / "o")))

@@ -116,6 +116,7 @@ def _check_common(task: dict, n_train: int, ran: set):
     assert task["methods"]["fsghmc"]["hyperparameters"]["cholesky_ok"] is True
 
 
+@pytest.mark.slow
 def test_classification_every_method(cls_results):
     (task,) = cls_results["tasks"].values()
     assert task["kind"] == "classification" and task["data"]["classes"] == 3
@@ -134,6 +135,7 @@ def test_classification_every_method(cls_results):
         "hyperparameters"]["learning_rate"]
 
 
+@pytest.mark.slow
 def test_regression_every_method_and_band(reg_results):
     (task,) = reg_results["tasks"].values()
     assert task["kind"] == "regression" and "classes" not in task["data"]
@@ -154,6 +156,7 @@ def test_regression_every_method_and_band(reg_results):
         assert lo.shape == (n,) and np.all(lo < hi) and np.all((lo <= mean + 1e-6) & (mean <= hi + 1e-6))
 
 
+@pytest.mark.slow
 def test_same_seed_same_numbers(cls_results, sampler):
     """Same seed, same numbers; the full-batch methods' warm start is the same DE whether or not it is reported."""
     methods = ("psgld", "fsghmc", "noisy_de", "mile", "nuts_bde")
@@ -166,6 +169,7 @@ def test_same_seed_same_numbers(cls_results, sampler):
         assert a == b, m
 
 
+@pytest.mark.slow
 def test_divergent_new_methods_are_counted_and_excluded():
     cfg = tiny(CLS, methods=("psgld", "fsghmc", "noisy_de"), tune=False,
                settings=dict(psgld=dict(lrs=(1e6,)), fsghmc=dict(lrs=(1e8,), measurement_points=8),

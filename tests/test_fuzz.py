@@ -475,6 +475,7 @@ def _finish(proc: subprocess.Popen, sig: int | None = None) -> tuple[int, str]:
     return proc.returncode, stderr
 
 
+@pytest.mark.slow
 def test_sigterm_and_sigint_mid_meta_training(tmp_path, base):
     """A signal in the inner loop of iteration 2 (after checkpoint 2): one line saying how to continue, exit 143 /
     130, the run directory exactly as it was at the signal, and --resume then ends bit-identical."""
@@ -504,6 +505,7 @@ def test_sigterm_and_sigint_mid_meta_training(tmp_path, base):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.slow
 def test_sigterm_and_sigint_mid_evaluation_keep_the_old_report(tmp_path, base):
     """Signals while `--overwrite` computes (its staging directory exists): one line, exit 143 / 130, the old
     report set byte for byte, and no staging directory left behind."""
@@ -527,6 +529,7 @@ def test_sigterm_and_sigint_mid_evaluation_keep_the_old_report(tmp_path, base):
         assert not list(outs[sig].parent.glob(".report.staging-*"))
 
 
+@pytest.mark.slow
 def test_two_concurrent_runs_are_refused(tmp_path, base):
     """A second `--overwrite` while a meta-training process holds the run directory (paused in iteration 0), and a
     second evaluation while one holds the report directory: one line, nothing written."""
@@ -562,6 +565,7 @@ def test_truncated_orbax_file_is_one_line(tmp_path, base):
     assert snapshot(tmp_path) == before
 
 
+@pytest.mark.slow
 def test_full_disk(tmp_path, base):
     """On a full disk: `meta_train --overwrite` (a real process: orbax) and `evaluate --overwrite` fail with one line
     before deleting or replacing anything."""

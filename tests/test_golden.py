@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from conftest import ROOT, run_cli
 
@@ -40,6 +41,7 @@ def _close(a, b, where):
         assert abs(float(a) - float(b)) <= TOL, f"{where}: {a} != {b} (golden)"
 
 
+@pytest.mark.slow
 def test_smoke_evaluation_matches_golden(tmp_path):
     out = tmp_path / "eval"
     _run(["evaluate", "--preset", "smoke", "--output", str(out)])

@@ -51,6 +51,7 @@ def test_different_seed_different_numbers(full_run, tmp_path):
     assert not np.array_equal(flat(summary["meta_params"]), flat(other["meta_params"]))
 
 
+@pytest.mark.slow
 def test_resumed_run_equals_uninterrupted(full_run, tmp_path):
     _, summary = full_run
     out = tmp_path / "resumed"
@@ -130,6 +131,7 @@ def test_divergence_penalty_is_an_evosax_fitness_shaping_function():
     np.testing.assert_array_equal(ranked, [-0.5, 0.5])  # composes with another shaping function
 
 
+@pytest.mark.slow
 def test_outer_step_is_a_function_of_its_inputs():
     """The same (state, iteration) gives the same new state and log row; the input state is not changed."""
     from meta_train.es import ProgramCache
@@ -213,6 +215,7 @@ def test_kinetic_initial_meta_params_are_sghmc():
     assert np.any(flat(rnd[last]) != 0)
 
 
+@pytest.mark.slow
 def test_kinetic_meta_training_logs_temperature_and_checkpoints_its_kind(tmp_path):
     summary = meta_train(KINETIC, tmp_path / "kin", progress=False)
     rows = [json.loads(line) for line in (tmp_path / "kin" / "log.jsonl").read_text().splitlines()]
@@ -243,6 +246,7 @@ def _fitness(cfg, **kw):
                                cfg.meta_loss_examples, **{**args, **kw})
 
 
+@pytest.mark.slow
 def test_ce_objective_bounds_bma_and_logging_leaves_fitness_unchanged():
     """CE ≥ BMA NLL for the same samples (Jensen; strictly here); T_kin logging changes no fitness bit (l2e and
     kinetic kinds); both executions give the same T_kin to float32 rounding."""

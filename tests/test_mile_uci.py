@@ -24,6 +24,7 @@ def quick(tmp_path_factory):
     return out, tmp
 
 
+@pytest.mark.slow
 def test_quick_runs_and_writes_finite_numbers(quick):
     _, tmp = quick
     saved = json.loads((tmp / "r.json").read_text())

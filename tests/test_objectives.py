@@ -141,6 +141,7 @@ def _flat(tree):
     return np.concatenate([np.ravel(np.asarray(v)) for v in jax.tree.leaves(tree)])
 
 
+@pytest.mark.slow
 def test_fidelity_es_meta_gradient_is_finite_and_executions_agree(tmp_path):
     task = _task()
     root = write_reference(tmp_path / "refs", task, _smoothed_labels(task))
@@ -157,6 +158,7 @@ def test_fidelity_es_meta_gradient_is_finite_and_executions_agree(tmp_path):
     np.testing.assert_allclose(fitness["sequential"], fitness["vmap"], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_fidelity_backprop_gradient_is_finite(tmp_path):
     task = _task()
     root = write_reference(tmp_path / "refs", task, _smoothed_labels(task))
@@ -216,6 +218,7 @@ def _cross_config(chains: int = 3) -> MetaTrainConfig:
                             num_samples=5, thinning=2)
 
 
+@pytest.mark.slow
 def test_cross_chain_stein_kl_gradient_is_finite_and_nonzero():
     config = _cross_config(3)
     cache, mean = ProgramCache(), initial_meta_params(config)

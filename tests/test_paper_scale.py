@@ -35,9 +35,16 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+def xla_flags(devices: int) -> str:
+    """$XLA_FLAGS (e.g. --xla_cpu_max_isa=AVX2, to check another instruction set) with `devices` forced host
+    devices (none forced for 1)."""
+    keep = [f for f in os.environ.get("XLA_FLAGS", "").split()
+            if not f.startswith("--xla_force_host_platform_device_count")]
+    return " ".join(keep + ([f"--xla_force_host_platform_device_count={devices}"] if devices > 1 else []))
+
+
 def _run(tmp_path: Path, devices: int, execution: str = "auto"):
-    flags = f"--xla_force_host_platform_device_count={devices}" if devices > 1 else ""
-    env = {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "XLA_FLAGS": xla_flags(devices), "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
     out, npy = tmp_path / f"run{devices}{execution}", tmp_path / f"meta{devices}{execution}.npy"
     proc = subprocess.run([sys.executable, "-c", SCRIPT, str(out), str(npy), execution], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
@@ -49,6 +56,7 @@ def _run(tmp_path: Path, devices: int, execution: str = "auto"):
     return np.load(npy), rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("execution", ["sequential", "vmap"])
 def test_meta_training_independent_of_device_count(tmp_path, execution):
     """The same smoke meta-training on 1 and on 4 forced host devices gives the same meta-parameters, bit for bit:
@@ -88,14 +96,14 @@ EVAL_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_evaluation_chains_independent_of_device_count(tmp_path):
     """Deep-ensemble members and NUTS chains run round robin on 4 forced devices: the same numbers as on 1.
     MILE's vmapped chains are sharded over the 4 devices: equal to float32 rounding (a batch of 4 chains vs 1
     per device; longer MCLMC runs amplify it, e.g. 2e-2 after 60 steps)."""
     out = {}
     for n in (1, 4):
-        env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT),
-               "XLA_FLAGS": f"--xla_force_host_platform_device_count={n}" if n > 1 else ""}
+        env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT), "XLA_FLAGS": xla_flags(n)}
         proc = subprocess.run([sys.executable, "-c", EVAL_SCRIPT, str(tmp_path / f"e{n}.npz")], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0 and f"devices {n}" in proc.stdout, proc.stderr[-3000:]
@@ -124,13 +132,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_two_process_distributed_run_matches_single_process(tmp_path):
     """`python -m meta_train --distributed` as 2 processes × 2 forced CPU devices (gloo collectives, the
     population sharded one member per process) = the single-process run, and only process 0 writes."""
     port = _free_port()
     base = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT), "JAX_NUM_PROCESSES": "2",
             "JAX_COORDINATOR_ADDRESS": f"localhost:{port}", "JAX_CPU_COLLECTIVES_IMPLEMENTATION": "gloo",
-            "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+            "XLA_FLAGS": xla_flags(2)}
     args = [sys.executable, "-m", "meta_train", "--preset", "smoke", "--num-outer", "3", "--no-progress"]
     multi, single = tmp_path / "multi", tmp_path / "single"
     procs = [subprocess.Popen(args + ["--distributed", "--output", str(multi)], cwd=ROOT,
@@ -145,7 +154,7 @@ def test_two_process_distributed_run_matches_single_process(tmp_path):
         assert p.returncode == 0, f"process {i}:\n{out[-3000:]}"
         assert "meta-training done: 3 outer iterations" in out
     env = {k: v for k, v in base.items() if not k.startswith("JAX_") or k == "JAX_PLATFORMS"}
-    env["XLA_FLAGS"] = ""
+    env["XLA_FLAGS"] = xla_flags(1)
     proc = subprocess.run(args + ["--output", str(single)], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -207,6 +216,7 @@ def test_fmnist_1conv():
     assert out.shape == (3, 10) and bool(jnp.all(jnp.isfinite(out)))
 
 
+@pytest.mark.slow
 def test_resnet20_frn_swish():
     spec = ModelSpec("resnet20_frn")
     assert spec.name == "resnet20-frn"

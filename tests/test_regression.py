@@ -288,6 +288,7 @@ def test_scale_is_clipped_and_predict_shapes():
     assert err[0] == pytest.approx(m["rmse"], rel=1e-12) and task.curve(out_one, np.asarray(yt))["rmse"] == [m["rmse"]]
 
 
+@pytest.mark.slow
 @needs_uci
 def test_sghmc_on_yacht_reduces_nll():
     task = build_regression_task(RegressionSpec("uci:yacht", data_dir=str(UCI_DIR)))

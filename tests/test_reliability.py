@@ -91,6 +91,7 @@ def reference_run(tmp_path_factory, cache):
     return out
 
 
+@pytest.mark.slow
 def test_sigkill_at_five_points_then_resume_is_bit_identical(tmp_path, cache, reference_run):
     """Kill (SIGKILL) at 5 points — after a log row, mid-checkpoint (es_state staged, the rest not), mid log
     line, inside the inner chains, right after a checkpoint commit — resuming after each; every checkpoint a
@@ -178,6 +179,7 @@ def _check_divergence_run(out: Path, summary: dict, expect_divergent: bool, pena
     return rows
 
 
+@pytest.mark.slow
 def test_nan_gradients_get_the_penalty_and_meta_params_stay_finite(tmp_path, monkeypatch):
     """NaN gradients in every member: every member gets the worst-case fitness (the penalty), the ES
     outer step is skipped (meta_train.outer: no member finite, no update) and the meta-parameters stay exactly
@@ -224,6 +226,7 @@ def test_one_diverging_member_is_penalised(tmp_path, monkeypatch):
         assert r["fitness"][0] == cfg.es.divergence_penalty and r["meta_loss"] == r["loss_minus"][0]
 
 
+@pytest.mark.slow
 def test_huge_step_size_gives_finite_worst_case_fitness(tmp_path):
     """Step size ε ×1000 (learning rate lr = ε²N ×10⁶): the chains blow up (BMA NLL 4–5 nats instead of
     ~1.9; the learned update is bounded, so they stay finite).  With the penalty (the worst case) at 3 nats

@@ -196,6 +196,7 @@ def test_bad_input_is_one_line_before_anything_is_written(tmp_path, capsys):
             assert not out.exists(), spec
 
 
+@pytest.mark.slow
 def test_bad_input_exit_status_and_model_errors(tmp_path):
     """The real process: exit status 2, one stderr line, no output directory (also for --model problems)."""
     reg = _npz(tmp_path / "r.npz")
@@ -218,6 +219,7 @@ def test_bad_input_exit_status_and_model_errors(tmp_path):
 # ----------------------------------------------------------------------------- runs
 
 
+@pytest.mark.slow
 def test_user_model_and_mlp_tasks_evaluate(tmp_path, monkeypatch, capsys):
     """--model for the tasks without /MODEL, an MLP for the other; the report states each likelihood."""
     import json
@@ -243,6 +245,7 @@ def test_user_model_and_mlp_tasks_evaluate(tmp_path, monkeypatch, capsys):
     assert "likelihood classification (inferred" in (out / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_meta_training_task_lists(tmp_path, monkeypatch):
     """`--set tasks=...` (comma list and @file), weights, a regression task among them, config round trip."""
     import jax
@@ -289,6 +292,7 @@ def test_mixed_preset_resolves_and_loads(tmp_path):
     check_inputs(PRESETS["mixed"], ProgramCache())  # every task of the preset builds (data present, shapes fit)
 
 
+@pytest.mark.slow
 def test_readme_section_runs(tmp_path, monkeypatch, capsys):
     """The README's "Evaluate on your own data" commands: the data snippet verbatim, the evaluate command verbatim
     plus TINY (the smoke preset's budget, two methods, no tuning; the command itself is run verbatim by hand)."""
