@@ -127,6 +127,7 @@ def test_same_seed_same_numbers_other_seed_differs(smoke, checkpoint, tmp_path):
         assert a[key]["nll"] != b[key]["nll"], key
 
 
+@pytest.mark.slow
 def test_divergent_method_is_excluded_and_counted(checkpoint):
     cfg = apply_overrides(get_preset("smoke"), ["tune=false", "methods=sghmc,deep_ensemble",
                                                 "settings.sghmc.lrs=1e6", "settings.deep_ensemble.lrs=1e6"])

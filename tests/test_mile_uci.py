@@ -37,6 +37,7 @@ def test_quick_runs_and_writes_finite_numbers(quick):
     assert r["mile"]["num_grad_evals_per_chain"] == 2 * (1000 + 200 + 200 + 100 * 5)
 
 
+@pytest.mark.slow
 def test_mile_beats_marginal_and_single_members(quick):
     out, _ = quick
     r = out["results"][0]

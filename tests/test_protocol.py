@@ -218,6 +218,7 @@ def test_seconds_budget_end_to_end():
 
 
 # --------------------------------------------------------------------------- seeds end to end
+@pytest.mark.slow
 def test_seeds_repeat_every_method_and_keep_each_seed():
     cfg = tiny(("sghmc", "deep_ensemble"), dict(sghmc=dict(lrs=(0.03, 0.1), frictions=(10.0,)),
                                                  deep_ensemble=dict(lrs=(0.1,))), seeds=(0, 1))

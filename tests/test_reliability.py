@@ -206,6 +206,7 @@ def test_nan_gradients_get_the_penalty_and_meta_params_stay_finite(tmp_path, mon
     assert "NaN" not in text and "Infinity" not in text  # the log stays strict JSON
 
 
+@pytest.mark.slow
 def test_one_diverging_member_is_penalised(tmp_path, monkeypatch):
     """One member's chain is NaN (its meta-parameters poisoned inside the inner loop only): it gets the
     penalty, the other member its real loss; the meta-parameters move and stay finite."""
