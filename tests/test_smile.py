@@ -12,6 +12,8 @@ import pytest
 from l2e.smile import SMILEState, build_kernel, init, psmile, smile
 from l2e.types import Posterior, SamplingAlgorithm
 
+from conftest import iris_mlp, tiny_eval_config
+
 D = 10
 
 
@@ -82,6 +84,7 @@ def _moment_error(eps: float, tuner: bool, decoherence_length: float | None = No
     return float(np.mean((np.mean(np.asarray(m2), 0) - 1.0) ** 2 / 2.0))
 
 
+@pytest.mark.slow
 def test_naive_smile_moments_approach_the_target_as_the_step_shrinks():
     """Fixed-step SMILE on a 10-D standard Gaussian under gradient noise ν = 1, in the discretisation-bias regime:
     the second-moment error falls by more than 3× at each halving of ε from 4 to 1 and is < 1e-3 at ε = 1.
@@ -197,15 +200,11 @@ def test_psmile_learns_the_gradient_noise_scale():
 
 
 def _eval_cfg(**settings):
-    from evaluate.config import EvalConfig, method_settings
-    from tasks import ModelSpec, TaskSpec
-
-    return EvalConfig(tasks=(TaskSpec("iris", ModelSpec("mlp", hidden=(8,))),), held_out=("none (test)",),
-                      methods=("deep_ensemble", "smile", "psmile"), num_steps=40, num_samples=4, thinning=6,
-                      batch_size=16, chunk=2, eval_batch=128, tune_examples=32, barrier_examples=50,
-                      settings=method_settings(deep_ensemble=dict(lrs=(0.1,)), **settings))
+    return tiny_eval_config(iris_mlp(8), ("deep_ensemble", "smile", "psmile"),
+                            dict(deep_ensemble=dict(lrs=(0.1,)), **settings), thinning=6)
 
 
+@pytest.mark.slow
 def test_smile_and_psmile_through_evaluate():
     """Warm-started from the deep ensemble (ε₀ = its lr), inside the shared budget: grad_evals = G = 40 minibatch
     gradients (2 per step: 20 steps on one chain, 10 on each of 2), K = 4 finite samples (ESS needs ≥ 4 draws per
@@ -248,6 +247,7 @@ def test_a_nan_energy_error_stops_the_tuner():
     assert np.all(np.asarray(eps) == eps0) and not np.asarray(resets).any()
 
 
+@pytest.mark.slow
 def test_smile_under_a_wall_time_budget():
     """budget="seconds": SMILE's probe reports seconds per gradient evaluation (half a step), so its G (gradient
     evaluations, 2 per step) × that ≈ the budget, as for every minibatch method; its FLOPs are per step."""
