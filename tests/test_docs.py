@@ -11,7 +11,6 @@ import re
 import subprocess
 import sys
 
-from pathlib import Path
 
 from conftest import ROOT  # noqa: E402
 
