@@ -193,9 +193,13 @@ FULL_GRID_POINTS = 4
 _FULL_GRID = dict(
     _EVERY_METHOD_GRID, l2e=dict(lrs=(0.125, 0.25, 0.5, 1.0)), l2e_released=dict(lrs=(0.125, 0.25, 0.5, 1.0)),
     psgld=dict(lrs=(0.0003, 0.001, 0.003, 0.01)), sgnht=dict(lrs=(0.003, 0.01, 0.03, 0.1)),
-    small_l2e=dict(lrs=(0.125, 0.25, 0.5, 1.0)))
-"""Tuning grids of the `full` preset: FULL_GRID_POINTS points for every tuned method (sghmc: 4 lrs × 1 friction;
-sghmc_tempered: 2 lrs × T ∈ {1, 0.1}), extended at an edge of the lr grid (extend_grid)."""
+    small_l2e=dict(lrs=(0.125, 0.25, 0.5, 1.0)), baoab=dict(lrs=(0.003, 0.01, 0.03, 0.1), frictions=(10.0,)),
+    precond_rmsprop=dict(lrs=(0.03, 0.1, 0.3, 1.0), frictions=(10.0,)),
+    precond_fisher=dict(lrs=(0.03, 0.1, 0.3, 1.0), frictions=(10.0,)),
+    warm_sghmc=dict(lrs=(0.01, 0.03), frictions=(10.0,), warm_fractions=(0.25, 0.5)))
+"""Tuning grids of the `full` preset: FULL_GRID_POINTS points for every tuned method (sghmc, baoab, the
+preconditioned SGHMCs: 4 lrs × 1 friction; warm_sghmc: 2 lrs × 2 Adam fractions; sghmc_tempered: 2 lrs ×
+T ∈ {1, 0.1}), extended at an edge of the lr grid (extend_grid)."""
 
 _SMILE_CHAINS = dict(smile=dict(chains=5), psmile=dict(chains=5))
 """SMILE / pSMILE chains of the presets with K = 10 samples: the authors run 8 chains from 8 deep-ensemble members;
