@@ -1,7 +1,7 @@
 """Variance of each outer estimator's meta-gradient at equal compute, on one meta-training task (issue 17).
 
     python -m bench.meta_gradient_variance --preset smoke --repeats 8 --output runs/mgv.json \
-        [--estimators antithetic,truncated,pes,backprop] [--set es.truncation=10 --set sampler_kind=kinetic ...]
+        [--estimators antithetic,antithetic_no_crn,truncated,pes,backprop] [--set es.truncation=10 ...]
 
 The task is fixed (the config's distribution sampled with outer_keys(seed, 0)) and so is φ (the config's φ₀);
 repeat r redraws everything else (θ₀, minibatches, Langevin noise, perturbations, meta-loss examples). One estimate
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import time
 from pathlib import Path
@@ -39,17 +40,31 @@ def _flat(tree) -> np.ndarray:
     return np.concatenate([np.ravel(np.asarray(x, np.float64)) for x in jax.tree.leaves(tree)])
 
 
-def antithetic_estimate(config, cache, spec, phi, r: int) -> np.ndarray:
+NO_CRN = "antithetic_no_crn"
+"""The antithetic estimate without common random numbers (an --estimators name of this bench only)."""
+
+
+def antithetic_estimate(config, cache, spec, phi, r: int, common: bool = True) -> np.ndarray:
     """One full-length antithetic ES gradient (as meta_train.estimators.antithetic: identity shaping, divergence
-    cap)."""
+    cap). common=False: the "−" members run with other inner keys than the "+" members (another θ₀, minibatches,
+    Langevin noise and meta-loss examples) — the estimate without common random numbers."""
     es, keys = config.es, outer_keys(config.seed + 1 + r, 0)
     pairs = es.population // 2
     leaves, treedef = jax.tree.flatten(phi)
     ks = jax.random.split(keys.perturb, len(leaves))
     z = jax.tree.unflatten(treedef, [jax.random.normal(k, (pairs,) + x.shape) for k, x in zip(ks, leaves)])
     pop = jax.tree.map(lambda m, e: jnp.concatenate([m[None] + es.sigma * e, m[None] - es.sigma * e]), phi, z)
-    fit = evaluate_population(spec, pop, keys, config.sampler_config, config.schedule, config.meta_loss_examples,
-                              execution=es.execution, cache=cache, objective=config.objective.kind).fitness
+    def fitness(members, k):
+        return evaluate_population(spec, members, k, config.sampler_config, config.schedule,
+                                   config.meta_loss_examples, execution=es.execution, cache=cache,
+                                   objective=config.objective.kind, reference=config.objective.reference).fitness
+
+    if common:
+        fit = fitness(pop, keys)
+    else:
+        other = outer_keys(config.seed + 1 + r, 1)._replace(task=keys.task, perturb=keys.perturb)
+        half = lambda lo: jax.tree.map(lambda v: v[lo:lo + pairs], pop)  # noqa: E731
+        fit = jnp.concatenate([fitness(half(0), keys), fitness(half(pairs), other)])
     fit = np.asarray(cap_fitness(fit, es.divergence_penalty))
     diff = fit[:pairs] - fit[pairs:]
     return _flat(jax.tree.map(lambda v: jnp.tensordot(diff, v, axes=1) / (2.0 * es.sigma * pairs), z))
@@ -73,14 +88,16 @@ def measure(config, estimators, repeats: int) -> dict:
     phi = initial_meta_params(config)
     out = {"task": spec.name, "repeats": repeats, "dim": int(_flat(phi).size), "estimators": {}}
     for name in estimators:
-        cfg = dataclasses.replace(config, es=dataclasses.replace(config.es, estimator=name))
-        fn = truncated_estimate if ESTIMATORS[name].TRUNCATED else antithetic_estimate
+        base = "antithetic" if name == NO_CRN else name
+        cfg = dataclasses.replace(config, es=dataclasses.replace(config.es, estimator=base))
+        fn = (truncated_estimate if ESTIMATORS[base].TRUNCATED else
+              functools.partial(antithetic_estimate, common=name != NO_CRN))
         t0 = time.perf_counter()
         g = np.stack([fn(cfg, cache, spec, phi, r) for r in range(repeats)])
         mean = g.mean(axis=0)
         var = g.var(axis=0, ddof=1).sum()
         cos = [float(x @ mean / (np.linalg.norm(x) * np.linalg.norm(mean) + 1e-30)) for x in g]
-        chains = 1 if ESTIMATORS[name].PATHWISE else cfg.es.population
+        chains = 1 if ESTIMATORS[base].PATHWISE else cfg.es.population
         out["estimators"][name] = {
             "chain_steps_per_estimate": chains * cfg.inner.num_steps, "mean_norm": float(np.linalg.norm(mean)),
             "var_per_coord": float(var / g.shape[1]), "relative_variance": float(var / (mean @ mean + 1e-30)),
@@ -93,7 +110,9 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="smoke", choices=sorted(PRESETS))
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    ap.add_argument("--estimators", default=",".join(ESTIMATORS))
+    ap.add_argument("--estimators", default=",".join(ESTIMATORS),
+                    help=f"comma-separated, of {', '.join(ESTIMATORS)}, {NO_CRN} (antithetic, members on independent "
+                         "inner keys)")
     ap.add_argument("--repeats", type=int, default=8)
     ap.add_argument("--output", default=None)
     args = ap.parse_args(argv)

@@ -21,13 +21,25 @@ At the freeze (update freeze_step), from those statistics (n states):
 
 with h_φ a per-coordinate MLP (φ["mass"]) on f_i = Mass-L2E's four features (l2e.mass.mass_features) and log σ̂²_i
 relative to its mean; κ is the window's step in whitened units (a coordinate moves ≈ κ·σ̂_i per update), δ = γ·ε its
-damping per update.
+damping per update. A diagonal mass cannot whiten correlated directions, so ε is capped by the stiffest one:
+ε ≤ STABILITY / sqrt(λ_max(M^{-1/2}HM^{-1/2})), λ_max by the power method on minibatch Hessian-vector products
+(POWER_ITERATIONS of them, once per chain).
 
-Window (t ≥ freeze_step): SGHMC with mass M and friction D = γ·M (so every whitened coordinate is damped alike),
+Minibatch gradient noise (noise_halves): in the adaptation window each gradient is the mean of two half-batch
+gradients, and V̂ᵢ = mean (∇ᵢŨ₁ − ∇ᵢŨ₂)²/4 estimates the variance of the full batch's gradient noise. With it the
+window raises each coordinate's friction to γᵢ = max(γ, 2·ε·V̂ᵢ·M⁻¹ᵢ/(2T)) and injects the thermostat's noise less
+what the minibatch already adds (the correction of Chen et al.'s SGHMC). Without it a preconditioned window runs hot:
+its momentum gains ε²Vᵢ per update, a kinetic-temperature excess ≈ ε·Vᵢ·M⁻¹ᵢ/(2γT), large where M⁻¹ is large and
+the gradient noisy (measured on digits/mlp-32 before the correction: T_kin 1.6 after 4,000 window updates).
 
-    r' = r − ε·∇Ũ(θ) − ε·γ·r + N(0, 2·γ·ε·T·M),     θ' = θ + ε·M⁻¹r',
+Window (t ≥ freeze_step): SGHMC with mass M and friction Dᵢ = γᵢ·Mᵢ,
 
-whose stationary law is exp(−U(θ)/T − ½rᵀM⁻¹r/T) for every constant M, ε, γ: correct by construction, whatever φ is.
+    r' = r − ε·∇Ũ(θ) − ε·γᵢ·r + N(0, 2·γᵢ·ε·T·M − ε²V̂),     θ' = θ + ε·M⁻¹r',
+
+with ε·γᵢ capped at MAX_DAMPING = 1 per update (the update stays a contraction of r; where the cap binds, the
+minibatch noise exceeds what the thermostat can absorb at this ε and that coordinate keeps some excess heat), whose
+stationary law is exp(−U(θ)/T − ½rᵀM⁻¹r/T) for every constant M, ε, γᵢ when the minibatch noise's variance is V̂
+(exact gradients: V̂ = 0, plain SGHMC): correct by construction whatever φ is, up to the noise estimate.
 
 φ with every entry 0 (start "sghmc") is the hand-designed counterpart: a pSGLD burn-in at constant η₀ and T, then
 SGHMC preconditioned by the Fisher diagonal at κ₀ and δ₀. The kernel's `learning_rate` is a dimensionless multiplier
@@ -55,6 +67,15 @@ __all__ = ["FEATURE_NAMES", "KNOTS", "LEARNED", "TransientConfig", "TransientInf
 KNOTS = 4
 LOG_BOUND = 3.0
 SHRINK = 5.0
+NOISE_MARGIN = 2.0
+"""γᵢ ≥ NOISE_MARGIN·ε·V̂ᵢ·M⁻¹ᵢ/(2T): the minibatch noise at most half of the window's thermostat noise."""
+STABILITY = 1.0
+"""ε·sqrt(λ_max(M⁻¹H)) ≤ STABILITY at the freeze: half the leapfrog's stability limit along the stiffest direction of
+the preconditioned minibatch Hessian (a diagonal mass cannot whiten correlated directions)."""
+POWER_ITERATIONS = 20
+"""Power-method steps for that λ_max (Hessian-vector products, once per chain, at the freeze)."""
+MAX_DAMPING = 1.0
+"""ε·γᵢ ≤ MAX_DAMPING: the window's friction update r − εγᵢr stays a contraction."""
 FEATURE_NAMES = MASS_FEATURE_NAMES + ("log_fisher_scale",)
 _TINY = 1e-30
 
@@ -64,7 +85,10 @@ class TransientConfig:
     """temperature: T; freeze_step: the first update of the sampling window (the constants freeze there);
     adapt_fraction: the last fraction of the burn-in whose states the statistics gather; base_step: η₀, the burn-in
     step in parameter units; base_kappa: κ₀, the window step in whitened units; base_damping: δ₀ = γε, the window's
-    damping per update; rms_decay, rms_eps: ρ and λ of the burn-in's RMSprop preconditioner."""
+    damping per update; rms_decay, rms_eps: ρ and λ of the burn-in's RMSprop preconditioner; noise_halves: estimate
+    the minibatch gradient-noise variance in the adaptation window from two half-batches (an even batch; every
+    minibatch leaf's leading axis) and correct the window for it (False: no correction, for exact gradients or
+    minibatches without a batch axis)."""
 
     temperature: float = 1.0
     freeze_step: int = 1000
@@ -74,6 +98,7 @@ class TransientConfig:
     base_damping: float = 0.1
     rms_decay: float = 0.99
     rms_eps: float = 1e-8
+    noise_halves: bool = True
 
     def __post_init__(self):
         check_positive(temperature=self.temperature, base_step=self.base_step, base_kappa=self.base_kappa,
@@ -88,8 +113,10 @@ class TransientConfig:
 
 class TransientState(NamedTuple):
     """position, momentum: θ, r (r unused in the burn-in); step: updates done (int32); inv_mass: M⁻¹ (1 before the
-    freeze); eps, gamma: ε and γ of the window (f32 scalars, 0 before the freeze); sq: the burn-in's RMSprop average of
-    ḡ²; count: adaptation states so far (f32); mean_x, m2_x, mean_g, m2_g: Welford statistics of θ and ∇Ũ."""
+    freeze); eps, gamma: ε and the base γ of the window (f32 scalars, 0 before the freeze); friction: the window's
+    per-coordinate γᵢ ≥ γ (0 before the freeze); noise_var: V̂, the mean minibatch gradient-noise variance of ∇Ũ
+    over the adaptation window; sq: the burn-in's RMSprop average of ḡ²; count: adaptation states so far (f32);
+    mean_x, m2_x, mean_g, m2_g: Welford statistics of θ and ∇Ũ."""
 
     position: PyTree
     momentum: PyTree
@@ -103,6 +130,8 @@ class TransientState(NamedTuple):
     m2_x: PyTree
     mean_g: PyTree
     m2_g: PyTree
+    friction: PyTree
+    noise_var: PyTree
 
 
 class TransientInfo(NamedTuple):
@@ -126,7 +155,7 @@ def init(position: PyTree) -> TransientState:
     ones = jax.tree.map(jnp.ones_like, position)
     z = jnp.zeros((), jnp.float32)
     return TransientState(position, zeros, jnp.zeros((), jnp.int32), ones, z, z, zeros, z, zeros, zeros, zeros,
-                          zeros)
+                          zeros, zeros, zeros)
 
 
 def init_meta_params(key: jax.Array, hidden: Sequence[int] = (8,), start: str = "sghmc") -> PyTree:
@@ -175,7 +204,32 @@ def _welford(count, mean, m2, x):
     return new_mean, jax.tree.map(lambda s, m, mn, v: s + (v - m) * (v - mn), m2, mean, new_mean, x)
 
 
-def _freeze(state: TransientState, phi, config: TransientConfig, n_data: int, key, scale) -> TransientState:
+def _top_curvature(posterior: Posterior, position, minibatch, inv_mass, key) -> jax.Array:
+    """λ_max of M^{-1/2}·H·M^{-1/2} (H the minibatch potential's Hessian at `position`) by POWER_ITERATIONS steps of
+    the power method on Hessian-vector products (forward over reverse; one gradient's cost each), |λ| of the last."""
+    def grad_u(p):
+        return posterior.value_and_potential_grad(p, minibatch)[2]
+
+    half = jax.tree.map(jnp.sqrt, inv_mass)
+
+    def apply(v):  # M^{-1/2} H M^{-1/2} v
+        hv = jax.jvp(grad_u, (position,), (jax.tree.map(jnp.multiply, half, v),))[1]
+        return jax.tree.map(jnp.multiply, half, hv)
+
+    def norm(v):
+        return jnp.sqrt(tree_vdot(v, v)) + _TINY
+
+    def body(_, v):
+        w = apply(v)
+        return jax.tree.map(lambda x: x / norm(w), w)
+
+    v0 = normal_like(key, position)
+    v = jax.lax.fori_loop(0, POWER_ITERATIONS, body, jax.tree.map(lambda x: x / norm(v0), v0))
+    return jnp.abs(tree_vdot(v, apply(v)))
+
+
+def _freeze(state: TransientState, phi, config: TransientConfig, n_data: int, key, scale, posterior=None,
+            minibatch=None) -> TransientState:
     """The window's constants from the burn-in statistics (module docstring) and a fresh momentum r ~ N(0, T·M)."""
     n = jnp.maximum(state.count - 1.0, 1.0)
     var_x = jax.tree.map(lambda m2: m2 / n + _TINY, state.m2_x)
@@ -195,14 +249,22 @@ def _freeze(state: TransientState, phi, config: TransientConfig, n_data: int, ke
     inv_mass = jax.tree.unflatten(treedef, [jnp.exp(v + h[lo:hi].reshape(v.shape)) for v, lo, hi in
                                             zip(leaves_s, bounds[:-1], bounds[1:])])
     eps = config.base_kappa * jnp.exp(_bounded(phi["window"]["kappa"])) * scale
+    if posterior is not None:  # the stability cap: ε·sqrt(λ_max(M⁻¹H)) ≤ STABILITY (the leapfrog's limit is 2)
+        key, k_power = jax.random.split(key)
+        lam = _top_curvature(posterior, state.position, minibatch, inv_mass, k_power)
+        eps = jnp.minimum(eps, STABILITY / jnp.sqrt(lam + _TINY))
     gamma = config.base_damping / eps * jnp.exp(_bounded(phi["window"]["damping"]))
+    # the gradient-noise correction: momentum gains ε²V̂ᵢ of variance per update from the minibatch noise; γᵢ is
+    # raised until that is at most 1/NOISE_MARGIN of the thermostat's 2γᵢεT·Mᵢ, which is then injected less it
+    friction = jax.tree.map(lambda v, m: jnp.minimum(jnp.maximum(
+        gamma, NOISE_MARGIN * eps * v * m / (2.0 * config.temperature)), MAX_DAMPING / eps), state.noise_var, inv_mass)
     z = normal_like(key, state.position)
     mom = jax.tree.map(lambda zi, m: zi * jnp.sqrt(config.temperature / m), z, inv_mass)
     return state._replace(inv_mass=inv_mass, eps=eps.astype(jnp.float32), gamma=gamma.astype(jnp.float32),
-                          momentum=mom)
+                          momentum=mom, friction=jax.tree.map(lambda f: f.astype(jnp.float32), friction))
 
 
-def _burn_in(state: TransientState, grad_u, key, phi, config: TransientConfig, n_data: int, scale, freeze,
+def _burn_in(state: TransientState, grad_u, noise, key, phi, config: TransientConfig, n_data: int, scale, freeze,
              adapt_start) -> tuple[TransientState, jax.Array]:
     """One burn-in update (module docstring) and its statistics."""
     tau = state.step.astype(jnp.float32) / freeze
@@ -223,22 +285,47 @@ def _burn_in(state: TransientState, grad_u, key, phi, config: TransientConfig, n
     safe = jnp.maximum(count, 1.0)
     mx, sx = _welford(safe, state.mean_x, state.m2_x, state.position)
     mg, sg = _welford(safe, state.mean_g, state.m2_g, grad_u)
+    nv = jax.tree.map(lambda m, v: m + (v - m) / safe, state.noise_var, noise)
     keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(inside, a, b), new, old)  # noqa: E731
     new = state._replace(position=pos, sq=sq, count=count, mean_x=keep(mx, state.mean_x), m2_x=keep(sx, state.m2_x),
-                         mean_g=keep(mg, state.mean_g), m2_g=keep(sg, state.m2_g))
+                         mean_g=keep(mg, state.mean_g), m2_g=keep(sg, state.m2_g), noise_var=keep(nv, state.noise_var))
     return new, jnp.zeros((), jnp.float32)
 
 
 def _window(state: TransientState, grad_u, key, temperature) -> tuple[TransientState, jax.Array]:
-    """One window update: SGHMC with mass M, friction γ·M (module docstring)."""
-    eps, gamma = state.eps, state.gamma
+    """One window update: SGHMC with mass M, friction γᵢ·Mᵢ, the gradient noise's variance ε²V̂ subtracted from the
+    injected noise (module docstring)."""
+    eps = state.eps
     z = normal_like(key, state.position)
-    noise = jnp.sqrt(2.0 * gamma * eps * temperature)
-    mom = jax.tree.map(lambda r, g, m, zi: r - eps * g - eps * gamma * r + noise * zi / jnp.sqrt(m),
-                       state.momentum, grad_u, state.inv_mass, z)
+
+    def kick(r, g, m, zi, gi, v):
+        var = jnp.maximum(2.0 * gi * eps * temperature / m - eps**2 * v, 0.0)  # momentum units (M = 1/m)
+        return r - eps * g - eps * gi * r + jnp.sqrt(var) * zi
+
+    mom = jax.tree.map(kick, state.momentum, grad_u, state.inv_mass, z, state.friction, state.noise_var)
     velocity = jax.tree.map(jnp.multiply, state.inv_mass, mom)
     pos = jax.tree.map(lambda x, v: x + eps * v, state.position, velocity)
     return state._replace(position=pos, momentum=mom), tree_vdot(*settled((mom, velocity)))
+
+
+def _gradients(posterior: Posterior, position, minibatch, split: bool, inside):
+    """(loss, ∇Ũ, V̂ this update): with `split`, inside the adaptation window, from two half-batches (∇Ũ their mean,
+    (∇Ũ₁ − ∇Ũ₂)²/4 the noise variance of the full batch's gradient); else one gradient and V̂ = 0."""
+    def whole(mb):
+        loss, _, grad_u = posterior.value_and_potential_grad(position, mb)
+        return loss, grad_u, jax.tree.map(jnp.zeros_like, grad_u)
+
+    if not split:
+        return whole(minibatch)
+
+    def halves(mb):
+        first = jax.tree.map(lambda x: x[: x.shape[0] // 2], mb)
+        second = jax.tree.map(lambda x: x[x.shape[0] // 2:], mb)
+        (l1, _, g1), (l2, _, g2) = (posterior.value_and_potential_grad(position, h) for h in (first, second))
+        return 0.5 * (l1 + l2), jax.tree.map(lambda a, b: 0.5 * (a + b), g1, g2), \
+            jax.tree.map(lambda a, b: 0.25 * jnp.square(a - b), g1, g2)
+
+    return jax.lax.cond(inside, halves, whole, minibatch)
 
 
 def build_kernel(posterior: Posterior, config: TransientConfig = TransientConfig()):
@@ -260,12 +347,15 @@ def build_kernel(posterior: Posterior, config: TransientConfig = TransientConfig
         cfg = config
         k_step, k_freeze = jax.random.split(key)
         state = jax.lax.cond(state.step == freeze,
-                             lambda s: _freeze(s, meta_params, cfg, n_data, k_freeze, learning_rate),
+                             lambda s: _freeze(s, meta_params, cfg, n_data, k_freeze, learning_rate, posterior,
+                                               minibatch),
                              lambda s: s, state)
-        loss, _, grad_u = posterior.value_and_potential_grad(state.position, minibatch)
+        inside = (state.step >= adapt_start) & (state.step < freeze)
+        loss, grad_u, noise = _gradients(posterior, state.position, minibatch, cfg.noise_halves, inside)
         state, kinetic = jax.lax.cond(
             state.step < freeze,
-            lambda s: _burn_in(s, grad_u, k_step, meta_params, cfg, n_data, learning_rate, freeze, adapt_start),
+            lambda s: _burn_in(s, grad_u, noise, k_step, meta_params, cfg, n_data, learning_rate, freeze,
+                               adapt_start),
             lambda s: _window(s, grad_u, k_step, temperature), state)
         state = state._replace(step=state.step + 1)
         return state, TransientInfo(loss, all_finite(loss, tree_vdot(*settled((state.position, state.position)))),
