@@ -45,7 +45,30 @@ def exit_cli(code: int) -> None:
 
 class OneLineErrorParser(argparse.ArgumentParser):
     """argparse parser whose usage errors print one line `error: <message>` to stderr and exit with status 2
-    (argparse's own error output is a multi-line usage dump)."""
+    (argparse's own error output is a multi-line usage dump); its exits raise `cli.guard.ParserExit` (the only
+    SystemExit the CLI guard passes on). Every such parser takes `--debug` (the traceback of an unexpected error)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        from cli.guard import DEBUG_ENV
+
+        self.add_argument("--debug", action="store_true",
+                          help=f"on an unexpected error also print its traceback (or set {DEBUG_ENV}=1)")
+
+    def exit(self, status=0, message=None):
+        """Print `message` (if any) to stderr and leave with `status` (ParserExit).
+
+        Args:
+          status: the exit status.
+          message: printed first.
+        Returns:
+          never.
+        """
+        from cli.guard import ParserExit
+
+        if message:
+            self._print_message(message, sys.stderr)
+        raise ParserExit(status)
 
     def error(self, message):
         """Print `error: <message>` to stderr and exit with status 2.
@@ -53,7 +76,9 @@ class OneLineErrorParser(argparse.ArgumentParser):
         Args:
           message: argparse's message.
         Returns:
-          never (SystemExit).
+          never (ParserExit, a SystemExit).
         """
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
+        from cli.guard import ParserExit
+
+        print(f"error: {' '.join(str(message).split())}", file=sys.stderr)
+        raise ParserExit(2)
