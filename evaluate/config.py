@@ -214,9 +214,17 @@ FULL_GRID_POINTS = 4
 _FULL_GRID = dict(
     _EVERY_METHOD_GRID, l2e=dict(lrs=(0.125, 0.25, 0.5, 1.0)), l2e_released=dict(lrs=(0.125, 0.25, 0.5, 1.0)),
     psgld=dict(lrs=(0.0003, 0.001, 0.003, 0.01)), sgnht=dict(lrs=(0.003, 0.01, 0.03, 0.1)),
-    small_l2e=dict(lrs=(0.125, 0.25, 0.5, 1.0)))
-"""Tuning grids of the `full` preset: FULL_GRID_POINTS points for every tuned method (sghmc: 4 lrs × 1 friction;
-sghmc_tempered: 2 lrs × T ∈ {1, 0.1}), extended at an edge of the lr grid (extend_grid)."""
+    small_l2e=dict(lrs=(0.125, 0.25, 0.5, 1.0)), baoab=dict(lrs=(0.003, 0.01, 0.03, 0.1), frictions=(10.0,)),
+    precond_rmsprop=dict(lrs=(0.03, 0.1, 0.3, 1.0), frictions=(10.0,)),
+    precond_fisher=dict(lrs=(0.03, 0.1, 0.3, 1.0), frictions=(10.0,)),
+    warm_sghmc=dict(lrs=(0.01, 0.03), frictions=(10.0,), warm_fractions=(0.25, 0.5)))
+"""Tuning grids of the `full` preset: FULL_GRID_POINTS points for every tuned method (sghmc, baoab, the
+preconditioned SGHMCs: 4 lrs × 1 friction; warm_sghmc: 2 lrs × 2 Adam fractions; sghmc_tempered: 2 lrs ×
+T ∈ {1, 0.1}), extended at an edge of the lr grid (extend_grid)."""
+
+_SMILE_CHAINS = dict(smile=dict(chains=5), psmile=dict(chains=5))
+"""SMILE / pSMILE chains of the presets with K = 10 samples: the authors run 8 chains from 8 deep-ensemble members;
+5 is the largest divisor of K not above 8 (evaluate.methods.smile)."""
 
 PRESETS: dict[str, EvalConfig] = {
     # under a minute end to end (compilation included): one tiny task, a short budget, 1–2 lrs per method
@@ -263,7 +271,7 @@ PRESETS: dict[str, EvalConfig] = {
         ),
         methods=METHODS,
         num_steps=2000, num_samples=10, batch_size=64, chunk=2,
-        settings=method_settings(**_FULL_GRID,
+        settings=method_settings(**_FULL_GRID, **_SMILE_CHAINS,
                                  mile=dict(chains=2, steps=(800, 100, 100), samples=10, thinning=10),
                                  nuts_bde=dict(chains=2, warmup=100, samples=10, thinning=1, max_doublings=7)),
         title="L2E evaluation: every baseline (full)",
@@ -275,7 +283,7 @@ PRESETS: dict[str, EvalConfig] = {
         held_out=("dataset+task (1-D regression with a gap in the inputs)",),
         methods=METHODS,
         num_steps=2000, num_samples=10, batch_size=64, chunk=2,
-        settings=method_settings(**_EVERY_METHOD_GRID,
+        settings=method_settings(**_EVERY_METHOD_GRID, **_SMILE_CHAINS,
                                  mile=dict(chains=2, steps=(2000, 250, 250), samples=10, thinning=20),
                                  nuts_bde=dict(chains=2, warmup=200, samples=10, thinning=2, max_doublings=8)),
         title="L2E evaluation: 1-D in-between uncertainty",

@@ -11,7 +11,7 @@ from tasks.reference import (INDEX, ROW_SUM_ATOL, ReferenceDataError, check_alig
 from tasks.regression import RegressionSpec
 from tasks.task import TaskSpec
 
-__all__ = ["REFERENCE_TASKS", "ROW_SUM_ATOL", "ReferenceDataError", "check_alignment", "load_reference_dir",
+__all__ = ["HELD_OUT_REFERENCES", "META_TRAIN_REFERENCES", "REFERENCE_TASKS", "ROW_SUM_ATOL", "ReferenceDataError", "check_alignment", "load_reference_dir",
            "load_reference_probs", "load_references"]
 
 REFERENCE_TASKS = (
@@ -25,9 +25,23 @@ REFERENCE_TASKS = (
     (TaskSpec("mnist", ModelSpec("mlp", hidden=()), max_train=10000),
      "dataset+architecture (MNIST, first 10,000 training images: 8,000 train; softmax regression, 7,850 parameters, "
      "whose posterior NUTS can converge on; meta-training saw digits CNNs)"),
+    (TaskSpec("breast_cancer", ModelSpec("mlp", hidden=(16,))),
+     "dataset+architecture (tabular binary classification, 30 features, MLP 16; no meta-training reference is "
+     "tabular binary)"),
+    (TaskSpec("digits", ModelSpec("mlp", hidden=(16,))), "meta-training reference (digits, MLP 16)"),
+    (TaskSpec("wine", ModelSpec("mlp", hidden=(16,))), "meta-training reference (wine, MLP 16)"),
 )
 """The tasks of the committed NUTS references (results/references/; `python -m evaluate reference --preset
-references`), in the order that fixes their keys (task t: fold_in(PRNGKey(0), t)), with why each is held out."""
+references`), in the order that fixes their keys (task t: fold_in(PRNGKey(0), t)), with why each is held out (or
+that it is a meta-training reference)."""
+
+META_TRAIN_REFERENCES = ("digits/mlp-16", "wine/mlp-16")
+"""The references a learned sampler may be meta-trained against (fidelity objectives); every other reference is
+held out: evaluation only (docs/evaluation.md, Reference posteriors from NUTS)."""
+HELD_OUT_REFERENCES = tuple(
+    name for name in ("uci:power-plant[mile-s1]/mlp-linear", "digits/mlp-32", "mnist/mlp-8-n10000",
+                      "mnist/mlp-linear-n10000", "breast_cancer/mlp-16") if name not in META_TRAIN_REFERENCES)
+"""The held-out references, by task name."""
 
 
 def load_references(references: dict | None, names: list[str], tasks: list) -> dict[str, dict]:

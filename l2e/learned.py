@@ -13,8 +13,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-import numpy as np
 
+from l2e.meta_model import check_stack
 from l2e.types import LearnedSampler, PyTree, Shipped
 
 __all__ = ["DEFAULT_SHIPPED", "MODULES", "REGISTRY", "check_meta_params", "check_stack", "get", "kind_of_config", "shipped"]
@@ -25,6 +25,7 @@ MODULES = (  # one line per learned sampler (its module l2e.<name>), in the orde
     "meta_sgmcmc",
     "l2e",
     "step_scale",
+    "transient",
 )
 
 REGISTRY: dict[str, LearnedSampler] = {
@@ -75,38 +76,6 @@ def shipped() -> dict[str, tuple[LearnedSampler, Shipped]]:
     return {s.name: (entry, s) for entry in REGISTRY.values() for s in entry.shipped}
 
 
-def check_stack(tree: Any, where: str, inputs: int, outputs: int) -> PyTree:
-    """Validate a restored Dense stack `inputs` → … → `outputs`.
-
-    Args:
-      tree: {"Dense_i": {"kernel", "bias"}}.
-      where: the name in the error message.
-      inputs: the expected input width.
-      outputs: the expected output width.
-    Returns:
-      the tree with float32 numpy leaves.
-    Raises:
-      ValueError: naming `where`.
-    """
-    try:
-        layers = sorted(tree, key=lambda k: int(k.split("_")[-1]))
-        shapes = [(tuple(np.shape(tree[k]["kernel"])), tuple(np.shape(tree[k]["bias"]))) for k in layers]
-        fan_in = inputs
-        for (kin, kout), (b,) in shapes:
-            if kin != fan_in or b != kout:
-                raise ValueError(f"{where}: meta-model of another shape (layer {kin}x{kout}, expected input {fan_in})")
-            fan_in = kout
-    except (TypeError, KeyError, AttributeError) as e:
-        raise ValueError(f"{where}: not an L2E meta-model parameter tree") from e
-    except ValueError as e:
-        if str(e).startswith(f"{where}: meta-model"):
-            raise
-        raise ValueError(f"{where}: not an L2E meta-model parameter tree") from None
-    if fan_in != outputs:
-        raise ValueError(f"{where}: meta-model has {fan_in} outputs, expected {outputs}")
-    return {k: {name: np.asarray(v, np.float32) for name, v in tree[k].items()} for k in layers}
-
-
 def check_meta_params(entry: LearnedSampler, tree: Any, where: str) -> PyTree:
     """Validate a restored meta-parameter tree against `entry`'s meta-model (one Dense stack features → … →
     outputs, or one per head).
@@ -120,6 +89,8 @@ def check_meta_params(entry: LearnedSampler, tree: Any, where: str) -> PyTree:
     Raises:
       ValueError: one line naming `where`.
     """
+    if entry.check is not None:
+        return entry.check(tree, where)
     heads = entry.heads
     if heads is None:
         return check_stack(tree, where, entry.inputs, entry.outputs)

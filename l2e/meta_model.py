@@ -12,7 +12,7 @@ of θ alone (`theta_features`: θ normalised per tensor, the tensor's log RMS, i
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 import flax.linen as nn
 import jax
@@ -306,3 +306,71 @@ def apply_mu(meta_params: PyTree, position: PyTree) -> PyTree:
         bounds.append(bounds[-1] + x.size)
     return jax.tree.unflatten(treedef, [out[lo:hi].reshape(x.shape).astype(x.dtype)
                                         for lo, hi, x in zip(bounds[:-1], bounds[1:], leaves)])
+
+
+# ------------------------------------------------------------------------ restored meta-parameter trees
+
+
+def check_stack(tree: Any, where: str, inputs: int, outputs: int) -> PyTree:
+    """Validate a restored Dense stack `inputs` → … → `outputs`.
+
+    Args:
+      tree: {"Dense_i": {"kernel", "bias"}}.
+      where: the name in the error message.
+      inputs: the expected input width.
+      outputs: the expected output width.
+    Returns:
+      the tree with float32 numpy leaves.
+    Raises:
+      ValueError: naming `where`.
+    """
+    try:
+        layers = sorted(tree, key=lambda k: int(k.split("_")[-1]))
+        shapes = [(tuple(np.shape(tree[k]["kernel"])), tuple(np.shape(tree[k]["bias"]))) for k in layers]
+        fan_in = inputs
+        for (kin, kout), (b,) in shapes:
+            if kin != fan_in or b != kout:
+                raise ValueError(f"{where}: meta-model of another shape (layer {kin}x{kout}, expected input {fan_in})")
+            fan_in = kout
+    except (TypeError, KeyError, AttributeError) as e:
+        raise ValueError(f"{where}: not an L2E meta-model parameter tree") from e
+    except ValueError as e:
+        if str(e).startswith(f"{where}: meta-model"):
+            raise
+        raise ValueError(f"{where}: not an L2E meta-model parameter tree") from None
+    if fan_in != outputs:
+        raise ValueError(f"{where}: meta-model has {fan_in} outputs, expected {outputs}")
+    return {k: {name: np.asarray(v, np.float32) for name, v in tree[k].items()} for k in layers}
+
+
+def check_tree(tree, where: str, fixed: dict, stack: str, inputs: int, outputs: int) -> PyTree:
+    """Validate a restored meta-parameter tree of fixed-shape arrays plus one Dense stack.
+
+    Args:
+      tree: the restored tree.
+      where: the name in error messages.
+      fixed: the expected nested dict of array shapes, e.g. {"window": {"kappa": ()}}.
+      stack: the key of the Dense stack (`check_stack`), `inputs` → … → `outputs`.
+    Returns:
+      the tree with float32 numpy leaves.
+    Raises:
+      ValueError: one line naming `where` and the field.
+    """
+    if not isinstance(tree, dict) or sorted(tree) != sorted([*fixed, stack]):
+        got = ", ".join(map(str, sorted(tree))) if isinstance(tree, dict) else type(tree).__name__
+        raise ValueError(f"{where}: expected the entries {', '.join(sorted([*fixed, stack]))}, got {got}")
+
+    def check(node, spec, path):
+        if isinstance(spec, dict):
+            if not isinstance(node, dict) or sorted(node) != sorted(spec):
+                raise ValueError(f"{where}: {path} must hold {', '.join(sorted(spec))}")
+            return {k: check(node[k], spec[k], f"{path}.{k}") for k in spec}
+        arr = np.asarray(node, np.float32)
+        if arr.shape != tuple(spec) or not np.all(np.isfinite(arr)):
+            raise ValueError(f"{where}: {path} must be a finite array of shape {tuple(spec)}, got {arr.shape}")
+        return arr
+
+    out = {k: check(tree[k], fixed[k], k) for k in fixed}
+    out[stack] = check_stack(tree[stack], f"{where} ({stack})", inputs, outputs)
+    return out
+

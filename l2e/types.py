@@ -254,6 +254,8 @@ class LearnedSampler:
       counterpart: the hand-designed sampler the "sghmc" start reproduces.
       lrs: the evaluation's default learning-rate grid (lr = ε²·N) for this sampler.
       shipped: the checkpoints of this kind shipped with the package (`Shipped`), the first one the kind's own.
+      check: (restored tree, where) -> tree of float32 numpy leaves, ValueError naming `where` otherwise — for a
+        meta-parameter tree that is not one Dense stack per head (None: `features` / `outputs` describe the stacks).
     """
 
     name: str
@@ -270,6 +272,7 @@ class LearnedSampler:
     counterpart: str = "sghmc"
     lrs: tuple[float, ...] = (0.01, 0.03, 0.1)
     shipped: tuple[Shipped, ...] = ()
+    check: Callable[[Any, str], PyTree] | None = None
 
     @property
     def heads(self) -> dict[str, int] | None:

@@ -6,6 +6,7 @@ from l2e.kinetic import KineticConfig
 from l2e.l2e import L2EConfig
 from l2e.mass import MassConfig
 from l2e.meta_sgmcmc import MetaSGMCMCConfig
+from l2e.transient import TransientConfig
 from meta_train.config import ESConfig, MetaTrainConfig, ObjectiveConfig
 from tasks.distribution import TaskDistribution
 
@@ -131,5 +132,20 @@ PRESETS: dict[str, MetaTrainConfig] = {
         sampler=L2EConfig(learning_rate=0.5, alpha_scale=0.1, beta_scale=0.1),
         inner=ChainSchedule(num_steps=300, num_samples=10, thinning=10, batch_size=64, chunk=2),
         tasks=TaskDistribution(tasks=MIXED_TASKS),
+    ),
+    # Transient-L2E (l2e.transient: learned burn-in, Fisher-preconditioned SGHMC window, no learning rate) meta-trained
+    # on fidelity to the NUTS references of the meta-training split (evaluate.reference.META_TRAIN_REFERENCES:
+    # digits/mlp-16, wine/mlp-16; the held-out references are never seen) at a short budget, where burn-in is most of
+    # the chain: 1,000 updates, 10 samples 50 apart over the last 500 (the window freezes at update 500); meta-loss:
+    # TV of the 10-sample BMA to the reference; ES population 8; φ₀ = 0 (the hand-designed counterpart).  ≈ 25 min
+    # on 2 CPU cores.  Needs results/references (shipped with the repository).
+    "transient": MetaTrainConfig(
+        num_outer=200, meta_loss_examples=256, checkpoint_every=25, sampler_kind="transient", hidden=(16,),
+        transient=TransientConfig(),
+        es=ESConfig(population=8),
+        objective=ObjectiveConfig(kind="fidelity", reference="results/references", burn_in=500,
+                                  log_temperature=True),
+        inner=ChainSchedule(num_steps=1000, num_samples=10, thinning=50, batch_size=64, chunk=2),
+        tasks=TaskDistribution(tasks=("digits/mlp-16", "wine/mlp-16")),
     ),
 }

@@ -17,6 +17,8 @@ from l2e.psgld import psgld
 from l2e.sgld import sgld
 from l2e.types import Posterior
 
+from conftest import DATA_DIR, iris_mlp
+
 DIM, N = 10, 100
 MU = jnp.linspace(-2.0, 2.0, DIM)
 SD = jnp.linspace(0.5, 1.5, DIM)
@@ -89,6 +91,7 @@ def test_psgld_recovers_gaussian_with_stationary_preconditioner():
 # ------------------------------------------------------------------------------------- functional SGMCMC
 
 
+@pytest.mark.slow
 def test_fsgmcmc_gradient_equals_dense_computation():
     """Tiny 3-class MLP, one RBF GP per logit: ∇Ũ = N·ḡ + Σ_c J_cᵀ K_c⁻¹ f_c with J from jax.jacfwd (dense)."""
     kx, kw1, kw2, kb = jax.random.split(jax.random.PRNGKey(0), 4)
@@ -231,6 +234,7 @@ def test_mclmc_fixed_parameters_gaussian():
     check_moments(xs, MU, SD, var_rtol=0.1)
 
 
+@pytest.mark.slow
 def test_mile_gaussian_moments():
     """MILE (n = 1000/300/300, 500 samples thinned by 2, 8 chains, ε₀ = 0.1 as from a DE) with a tighter EEVPD
     schedule 0.01 → 0.002: mean within 0.1·sd, variance within 15 %; ε is adapted away from ε₀ and the sampling
@@ -245,6 +249,7 @@ def test_mile_gaussian_moments():
     check_moments(np.asarray(xs).reshape(-1, DIM), MU, SD)
 
 
+@pytest.mark.slow
 def test_mile_two_component_mixture():
     """Equal-weight 2-D mixture at (±1.5, 0), sd 0.6, MILE defaults (EEVPD 0.5 → 0.1), 8 chains all started in
     the right mode: the left-mode mass is within 0.5 ± 0.1, Var x = 0.36 + 2.25 = 2.61 within 15 %,
@@ -302,6 +307,7 @@ def test_sgnht_one_step_matches_blackjax():
 # ------------------------------------------------------------------------------------- ESS vs blackjax
 
 
+@pytest.mark.slow
 def test_ess_geyer_agrees_with_blackjax_on_ar1_chains():
     """`l2e.mclmc.ess_geyer` (METRICS.md: ρ_t = γ_t/γ_0) against `blackjax.diagnostics.effective_sample_size` on
     one chain (Stan's ρ_t = γ_t/γ_0 − 1/(n−1) and truncation rule) for AR(1) chains x_t = φx_{t−1} + ξ_t,
@@ -329,16 +335,15 @@ def test_ess_geyer_agrees_with_blackjax_on_ar1_chains():
 # ------------------------------------------------------------------------------- fSGHMC's GP prior (evaluate)
 
 
+@pytest.mark.slow
 def test_fsghmc_gp_prior_follows_the_spec():
     """evaluate.methods.fsghmc (BASELINES §5): the RBF hyperparameters are fitted by type-II ML (the fitted negative
     log marginal likelihood is below the one at the median-distance start); measurement points follow the paper's
     rule per task — 1-D regression 40 training + 40 box points per update, classification 40 training inputs per
     update, UCI with N < 1000 all training inputs fixed (K⁻¹ precomputed, (N, N)); the Dirichlet-based GP gives a
     constant prior mean per class; kernel_fit_steps = 0 is the fixed GP (median distance, zero mean)."""
-    from pathlib import Path
-
     from evaluate.methods.fsghmc import FSGHMCSettings, _neg_log_marginal, fit_gp, fsghmc_posterior
-    from tasks import ModelSpec, TaskSpec, build
+    from tasks import build
     from tasks.regression import RegressionSpec
 
     s = FSGHMCSettings(kernel_fit_steps=60, kernel_fit_points=150)
@@ -357,11 +362,11 @@ def test_fsghmc_gp_prior_follows_the_spec():
         start = nlml(fixed["lengthscale"], np.var(y), 0.1 * np.var(y))
         assert nlml(record["lengthscale"], record["variance"], record["noise_variance"]) < start - 10
     assert fixed["variance"] == 1.0 and fixed["mean"] == [0.0]
-    iris = build(TaskSpec("iris", ModelSpec("mlp", hidden=())))
+    iris = build(iris_mlp())
     post, record = fsghmc_posterior(iris, s)
     assert post.measurement_sampler(jax.random.PRNGKey(0), None).shape == (40, 4) and len(record["mean"]) == 3
     assert post.prior_mean(jnp.zeros((5, 4))).shape == (5, 3) and all(m < 0 for m in record["mean"])
-    uci = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "uci"
+    uci = DATA_DIR / "uci"
     if (uci / "yacht").is_dir():
         yacht = build(RegressionSpec("uci:yacht", hidden=(4,), data_dir=str(uci)))
         post, record = fsghmc_posterior(yacht, s)

@@ -5,6 +5,8 @@ import pytest
 
 from tasks import ModelSpec, TaskSpec
 
+from conftest import ROOT
+
 
 def _ok(x):
     return isinstance(x, float) and math.isfinite(x) and x > 0
@@ -24,6 +26,7 @@ def tiny_task():
     return make_task("digits", channels=4, depth=1, max_train=200)
 
 
+@pytest.mark.slow
 def test_b1_b2_step_costs(tiny_task, meta_params):
     from bench.inner_loop import step_costs
 
@@ -34,12 +37,14 @@ def test_b1_b2_step_costs(tiny_task, meta_params):
     assert all(_ok(v) for v in r["ms"].values())
 
 
+@pytest.mark.slow
 def test_fused_step_matches_generic_step(tiny_task, meta_params):
     from bench.inner_loop import check_fused
 
     assert check_fused(tiny_task, steps=1, meta_params=meta_params) < 1e-4
 
 
+@pytest.mark.slow
 def test_b3_es_throughput():
     from bench.es_throughput import es_throughput
 
@@ -54,6 +59,7 @@ def test_goal_lines():
     assert "MISS" in line("B3", 0.5)
 
 
+@pytest.mark.slow
 def test_b5_ess_both_definitions():
     from bench.ess import ess_per_second
 
@@ -64,6 +70,7 @@ def test_b5_ess_both_definitions():
         assert len(r[m]["weight_ess_per_chain"]) == 2 and all(0 < e for e in r[m]["weight_ess_per_chain"])
 
 
+@pytest.mark.slow
 def test_step_cost_per_family_harness():
     """B1 per family (bench.step_cost) on a tiny MLP: finite ratios, SGHMC's exactly 1, a meta-model row for the
     learned samplers, and a paper-form L2E MLP variant compared with the f32 reference."""
@@ -85,14 +92,14 @@ def test_step_cost_per_family_harness():
     assert "| tiny-mlp |" in markdown([r], {"n": 1, "median": 1.0, "best": 1.0})
 
 
+@pytest.mark.slow
 def test_meta_loss_curves_harness(tmp_path):
     """bench.meta_loss_curves on a tiny budget: one ES run on digits/mlp-32 against the committed NUTS reference
     (skipped without it); the yardstick has φ₀ plus one point per checkpoint (every checkpoint kept, not only
     meta_train's newest 3), finite TVs in (0, 1] and the per-iteration meta-loss of every iteration."""
     import json
-    from pathlib import Path
 
-    ref = Path(__file__).resolve().parents[1] / "results" / "references"
+    ref = ROOT / "results" / "references"
     if not (ref / "digits_mlp-32" / "probs.txt").is_file():
         pytest.skip(f"no digits/mlp-32 NUTS reference under {ref}")
     from bench.meta_loss_curves import main

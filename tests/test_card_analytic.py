@@ -15,6 +15,8 @@ from evaluate.card.analytic import (TARGETS, AnalyticConfig, analytic_markdown, 
 from l2e.io import ConfigError
 from l2e.types import SamplingAlgorithm
 
+from conftest import ROOT, run_cli
+
 
 @pytest.mark.parametrize("name", sorted(TARGETS))
 def test_reference_moments_match_exact_draws(name):
@@ -33,6 +35,7 @@ def test_reference_moments_match_exact_draws(name):
     assert abs(virial - 1) < 0.05, virial
 
 
+@pytest.mark.slow
 def test_noise_laws_are_standardised():
     """Each of the four laws of the noise vector b has mean 0 and variance 1 (200,000 draws × 10 coordinates:
     |mean| < 0.01, variance within 5 %); Laplace and Student-t are heavier-tailed than the Gaussian (kurtosis)."""
@@ -94,6 +97,7 @@ def test_config_checks():
             dataclasses.replace(TINY, **bad).check()
 
 
+@pytest.mark.slow
 def test_end_to_end_tiny_budget(tmp_path):
     """Hand-designed, SMILE-family and a learned sampler (whose card builder needs a concrete step size: the
     per-step fallback) run the tiny benchmark; every (sampler, noise, step) has a row, every (sampler, noise) a
@@ -117,15 +121,11 @@ def test_end_to_end_tiny_budget(tmp_path):
 
 
 def test_cli_bad_analytic_input_is_one_line_exit_2_and_writes_nothing(tmp_path):
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
+    """`python -m evaluate card --analytic ...` (run in this process) with bad settings: exit status 2, exactly one
+    stderr line `error: ...`, no output directory."""
     for args in (["--analytic", "--set", "seeds=0"], ["--analytic", "--set", "noises=isotropic,none"],
                  ["--analytic", "huge"]):
         out = tmp_path / "out"
-        proc = subprocess.run([sys.executable, "-m", "evaluate", "card", "--output", str(out), *args], cwd=root,
-                              capture_output=True, text=True, timeout=300)
+        proc = run_cli("evaluate", "card", "--output", out, *args, cwd=ROOT)
         assert proc.returncode == 2 and proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
         assert not out.exists()

@@ -73,6 +73,7 @@ def test_ess_single_chain_is_the_spec_definition(n):
     np.testing.assert_allclose(dg.ess_single_chain(np.ones((n, 2))), min(n, n * np.log10(n)))  # constant: τ̂ = 1
 
 
+@pytest.mark.slow
 def test_single_chain_ess_versus_blackjax_and_arviz():
     """blackjax / ArviZ single-chain ESS agree with ours on long chains but not on the 10-draw chains evaluate
     reports (their ρ̂_t = γ̂_t/γ̂_0 − 1/(n−1) and extra τ̂ term; see ess_single_chain), hence our own."""
@@ -85,6 +86,7 @@ def test_single_chain_ess_versus_blackjax_and_arviz():
     assert rel.max() > 0.3  # 0.64 on these chains (mean 0.15)
 
 
+@pytest.mark.slow
 def test_ess_iid_and_bulk_against_arviz():
     x = np.random.default_rng(1).standard_normal((4, 2000, 10))
     np.testing.assert_allclose(dg.ess_single_chain(x[0]).mean(), 2000, rtol=0.1)

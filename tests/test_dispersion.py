@@ -18,8 +18,10 @@ from evaluate.dispersion import (
 from evaluate.hmc_reference import compute_reference
 from evaluate.methods import MethodResult
 from evaluate.reference import load_references
-from tasks import ModelSpec, TaskSpec, build
+from tasks import build
 from tasks.reference import write_reference
+
+from conftest import iris_mlp
 
 D, N_TEST, C = 30, 200, 4
 RNG = np.random.default_rng(0)
@@ -83,7 +85,7 @@ def test_synthetic_cold_sampler_is_flagged_and_warm_one_is_not(layout):
     assert dispersion_entry(TASK, result(draws(20, 1.0, 2), ids), None) is None
 
 
-IRIS = TaskSpec("iris", ModelSpec("mlp", hidden=()))
+IRIS = iris_mlp()
 
 
 def sghmc_result(task, temperature: float) -> MethodResult:
@@ -106,6 +108,7 @@ def sghmc_result(task, temperature: float) -> MethodResult:
                         chain_ids=np.zeros(50, int))
 
 
+@pytest.mark.slow
 def test_sghmc_at_t005_is_flagged_against_a_nuts_reference(tmp_path):
     """NUTS reference of iris with a linear softmax model (2 chains × 200 draws), stored with its dispersion
     statistics and read back by load_references.  SGHMC at T = 1: nothing flagged; at T = 0.05: the within-chain

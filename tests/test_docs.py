@@ -11,9 +11,8 @@ import re
 import subprocess
 import sys
 
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT  # noqa: E402
 
 USER_FACING = ["README.md", "docs", "l2e", "tasks", "meta_train", "evaluate"]
 OUTSIDE = re.compile(r"shared/spec|\.\./shared|shared/data|shared/seeds")

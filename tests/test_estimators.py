@@ -23,7 +23,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from l2e.chains import ChainSchedule
 from l2e.meta_model import init_mu_params
 from meta_train.config import ConfigError, ESConfig, MetaTrainConfig, ObjectiveConfig, apply_overrides
 from meta_train.es import ProgramCache, outer_keys, sampler_module
@@ -33,20 +32,19 @@ from meta_train.objectives import ksd, stein_gradient
 from meta_train.train import initial_meta_params, meta_train
 from tasks.distribution import TaskDistribution
 
+from conftest import tiny_meta_config
+
 
 def tiny(estimator: str, kind: str, objective: str = "bma") -> MetaTrainConfig:
-    return MetaTrainConfig(
-        num_outer=2, meta_loss_examples=64, checkpoint_every=2, hidden=(8,), sampler_kind=kind,
-        es=ESConfig(estimator=estimator, truncation=10, lr=0.05),
-        inner=ChainSchedule(num_steps=20, num_samples=2, thinning=5, batch_size=16, chunk=2),
-        tasks=TaskDistribution(datasets=("digits",), mlp_hidden=((8,),), max_train=200),
-        objective=ObjectiveConfig(kind=objective))
+    return tiny_meta_config(kind, ESConfig(estimator=estimator, truncation=10, lr=0.05), ObjectiveConfig(kind=objective),
+                            TaskDistribution(datasets=("digits",), mlp_hidden=((8,),), max_train=200))
 
 
 def _flat(tree):
     return np.concatenate([np.ravel(np.asarray(x)) for x in jax.tree.leaves(tree)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("estimator, kind, objective", [("truncated", "l2e", "bma"), ("pes", "meta_sgmcmc", "ksd"),
                                                          ("backprop", "meta_sgmcmc", "stein_kl")])
 def test_estimators_meta_train(tmp_path, estimator, kind, objective):
@@ -58,6 +56,7 @@ def test_estimators_meta_train(tmp_path, estimator, kind, objective):
     assert [(r["estimator"], r["segment"]) for r in rows] == [(estimator, 0), (estimator, 1)]
 
 
+@pytest.mark.slow
 def test_backprop_is_the_pathwise_derivative():
     config = tiny("backprop", "kinetic")
     cache = ProgramCache()
@@ -79,6 +78,7 @@ def test_backprop_is_the_pathwise_derivative():
     assert abs(ad) > 1e-3 and abs(fd - ad) <= 0.05 * abs(ad), (fd, ad)  # float32, ReLU kinks: measured 3 % at h 1e-2
 
 
+@pytest.mark.slow
 def test_pes_first_segment_is_truncated_es_then_accumulates():
     cache = ProgramCache()
     configs = {e: tiny(e, "meta_sgmcmc") for e in ("pes", "truncated")}

@@ -4,8 +4,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
@@ -16,7 +14,9 @@ from evaluate.config import DEFAULT_METHODS, ConfigError, EvalConfig, PRESETS, a
 from evaluate.methods import MethodSettings, get_method
 from evaluate.run import evaluate, load_l2e
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import ROOT as REPO
+from conftest import one_error_line, run_cli
+
 TEST_SAMPLER = l2e.L2EConfig(learning_rate=0.5, alpha_scale=1.0, beta_scale=1.0)
 
 
@@ -68,6 +68,7 @@ def test_checkpoint_helper_roundtrip(checkpoint):
     assert jax.tree.structure(params) == jax.tree.structure(l2e.meta_model.init_meta_params(jax.random.PRNGKey(0)))
 
 
+@pytest.mark.slow
 def test_smoke_report(smoke):
     out, results = smoke
     for name in ("report.json", "report.md", "bma_curves.png"):
@@ -92,6 +93,7 @@ def test_smoke_report(smoke):
     assert "| sghmc |" in (out / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_save_samples_writes_inference_data(smoke):
     """--save-samples: each method's final-run samples as ArviZ InferenceData, one chain per chain / member."""
     import arviz as az
@@ -113,6 +115,7 @@ def test_save_samples_writes_inference_data(smoke):
     assert shapes == {"l2e": (1, 3), "l2e_mass": (1, 3), "sghmc": (1, 3), "csghmc": (1, 3), "deep_ensemble": (3, 1)}
 
 
+@pytest.mark.slow
 def test_same_seed_same_numbers_other_seed_differs(smoke, checkpoint, tmp_path):
     _, first = smoke
     again = evaluate(get_preset("smoke"), None, sampler_path=checkpoint, progress=False)
@@ -124,6 +127,7 @@ def test_same_seed_same_numbers_other_seed_differs(smoke, checkpoint, tmp_path):
         assert a[key]["nll"] != b[key]["nll"], key
 
 
+@pytest.mark.slow
 def test_divergent_method_is_excluded_and_counted(checkpoint):
     cfg = apply_overrides(get_preset("smoke"), ["tune=false", "methods=sghmc,deep_ensemble",
                                                 "settings.sghmc.lrs=1e6", "settings.deep_ensemble.lrs=1e6"])
@@ -157,16 +161,12 @@ def test_config_validation():
     assert isinstance(default.settings, MethodSettings)
 
 
-def _cli(*args, cwd=REPO):
-    return subprocess.run([sys.executable, "-m", "evaluate", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
+def _cli(*args):
+    """`python -m evaluate args`, run in this process (conftest.run_cli)."""
+    return run_cli("evaluate", *args, cwd=REPO)
 
 
-def _one_line_error(proc) -> str:
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr  # exactly one line, nothing else
-    return lines[0]
+_one_line_error = one_error_line  # exit status 2, exactly one stderr line `error: ...`, nothing else
 
 
 def test_cli_unknown_preset(tmp_path):
@@ -180,6 +180,7 @@ def test_cli_missing_checkpoint(tmp_path):
     assert "checkpoint not found" in line
 
 
+@pytest.mark.slow
 def test_cli_unknown_key_and_existing_report(tmp_path, smoke):
     assert "unknown config key" in _one_line_error(_cli("--preset", "smoke", "--set", "bogus=1",
                                                         "--output", str(tmp_path / "o")))

@@ -8,14 +8,16 @@ import math
 import numpy as np
 import pytest
 
-from evaluate.config import METHODS, ConfigError, EvalConfig, apply_overrides, get_preset, method_settings
+from evaluate.config import METHODS, ConfigError, EvalConfig, apply_overrides, get_preset
 from evaluate.entries import band, hmc_entry, mixture_interval
 from evaluate.methods import REGISTRY
 from evaluate.run import evaluate, load_l2e
-from tasks import ModelSpec, TaskSpec, build
+from tasks import build
 from tasks.regression import RegressionSpec
 
-G, K, B = 40, 4, 16
+from conftest import TINY_EVAL, iris_mlp, tiny_eval_config
+
+G, K, B = TINY_EVAL["num_steps"], TINY_EVAL["num_samples"], TINY_EVAL["batch_size"]  # 40, 4, 16
 MILE_STEPS, MILE_SAMPLES, MILE_THIN = (30, 5, 5), 4, 2
 SETTINGS = dict(sghmc=dict(lrs=(0.03,), frictions=(10.0,)), csghmc=dict(lrs=(0.1,)), l2e=dict(lrs=(0.5,)),
                 deep_ensemble=dict(lrs=(0.1,)), psgld=dict(lrs=(0.003,)), noisy_de=dict(lrs=(0.1,)),
@@ -24,21 +26,24 @@ SETTINGS = dict(sghmc=dict(lrs=(0.03,), frictions=(10.0,)), csghmc=dict(lrs=(0.1
                 mile=dict(chains=2, steps=MILE_STEPS, samples=MILE_SAMPLES, thinning=MILE_THIN),
                 nuts_bde=dict(chains=2, warmup=10, samples=4, max_doublings=5), l2e_mass=dict(lrs=(0.03,)),
                 l2e_kinetic=dict(lrs=(0.03,)), meta_sgmcmc=dict(lrs=(0.03,)), precond_l2e=dict(lrs=(0.03,)),
-                small_l2e=dict(lrs=(0.5,)))
+                small_l2e=dict(lrs=(0.5,)), baoab=dict(lrs=(0.03,), frictions=(10.0,)),
+                precond_rmsprop=dict(lrs=(0.03,), frictions=(10.0,)), precond_fisher=dict(lrs=(0.03,), frictions=(10.0,)),
+                warm_sghmc=dict(lrs=(0.03,), frictions=(10.0,), warm_fractions=(0.5,)))
 FULL_BATCH_METHODS = tuple(m for m in METHODS if REGISTRY[m].full_batch)
 ENSEMBLES = ("deep_ensemble", "noisy_de")
 MOMENTUM_METHODS = ("l2e", "l2e_released", "l2e_mass", "l2e_kinetic", "meta_sgmcmc", "precond_l2e", "small_l2e", "sghmc",
-                    "sghmc_tempered", "csghmc", "fsghmc", "sgnht")
-CLS = TaskSpec("iris", ModelSpec("mlp", hidden=(8,)))
+                    "sghmc_tempered", "csghmc", "fsghmc", "sgnht", "baoab", "precond_rmsprop", "precond_fisher",
+                    "adaptive_sghmc", "warm_sghmc")
+CLS = iris_mlp(8)
 REG = RegressionSpec("synthetic_1d", hidden=(8,))
 TIMING = {"seconds", "ess_per_second", "fs_ess_per_second", "seconds_per_step", "sghmc_seconds_per_step", "seconds_per_step_vs_sghmc"}
 
 
 def tiny(spec, methods=METHODS, settings=None, **kw) -> EvalConfig:
-    base = dict(tasks=(spec,), held_out=("none (test)",), methods=methods, num_steps=G, num_samples=K, thinning=5,
-                batch_size=B, chunk=2, eval_batch=128, tune_examples=32, barrier_examples=50,
-                settings=method_settings(**{**SETTINGS, **(settings or {})}), optional_methods=("l2e_released",))
-    return EvalConfig(**{**base, **kw})
+    """conftest.tiny_eval_config with every method's SETTINGS (`settings` replace them per method); l2e_released
+    optional (skipped without its file)."""
+    return tiny_eval_config(spec, methods, {**SETTINGS, **(settings or {})},
+                            **{"optional_methods": ("l2e_released",), **kw})
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +119,7 @@ def _check_common(task: dict, n_train: int, ran: set):
     assert task["methods"]["fsghmc"]["hyperparameters"]["cholesky_ok"] is True
 
 
+@pytest.mark.slow
 def test_classification_every_method(cls_results):
     (task,) = cls_results["tasks"].values()
     assert task["kind"] == "classification" and task["data"]["classes"] == 3
@@ -132,6 +138,7 @@ def test_classification_every_method(cls_results):
         "hyperparameters"]["learning_rate"]
 
 
+@pytest.mark.slow
 def test_regression_every_method_and_band(reg_results):
     (task,) = reg_results["tasks"].values()
     assert task["kind"] == "regression" and "classes" not in task["data"]
@@ -152,6 +159,7 @@ def test_regression_every_method_and_band(reg_results):
         assert lo.shape == (n,) and np.all(lo < hi) and np.all((lo <= mean + 1e-6) & (mean <= hi + 1e-6))
 
 
+@pytest.mark.slow
 def test_same_seed_same_numbers(cls_results, sampler):
     """Same seed, same numbers; the full-batch methods' warm start is the same DE whether or not it is reported."""
     methods = ("psgld", "fsghmc", "noisy_de", "mile", "nuts_bde")
@@ -164,6 +172,7 @@ def test_same_seed_same_numbers(cls_results, sampler):
         assert a == b, m
 
 
+@pytest.mark.slow
 def test_divergent_new_methods_are_counted_and_excluded():
     cfg = tiny(CLS, methods=("psgld", "fsghmc", "noisy_de"), tune=False,
                settings=dict(psgld=dict(lrs=(1e6,)), fsghmc=dict(lrs=(1e8,), measurement_points=8),

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import json
 import os
 import shutil
@@ -24,7 +23,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, run_cli
+
 BIG = str(2**64)
 SMOKE_EVAL = ["--preset", "smoke", "--set", "methods=sghmc", "--set", "tune=false", "--quiet"]
 
@@ -49,20 +49,12 @@ def snapshot(path: Path):
 
 
 def call(tool: str, argv: list[str]) -> tuple[int, str]:
-    """(exit code, stderr) of `python -m <tool> argv` run in this process."""
+    """(exit code, stderr) of `python -m <tool> argv` run in this process (conftest.run_cli)."""
     if tool == "mt":
-        from meta_train.__main__ import main
+        proc = run_cli("meta_train", *argv)
     else:
-        from evaluate.__main__ import main
-        argv = (["reference"] if tool == "ref" else []) + argv
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            rc = main(argv)
-        except SystemExit as e:
-            rc = e.code
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    return rc, err.getvalue()
+        proc = run_cli("evaluate", *(["reference"] if tool == "ref" else []), *argv)
+    return proc.returncode, proc.stderr
 
 
 def assert_one_error(rc, stderr: str, expected: str, code: int = 2) -> str:
@@ -483,6 +475,7 @@ def _finish(proc: subprocess.Popen, sig: int | None = None) -> tuple[int, str]:
     return proc.returncode, stderr
 
 
+@pytest.mark.slow
 def test_sigterm_and_sigint_mid_meta_training(tmp_path, base):
     """A signal in the inner loop of iteration 2 (after checkpoint 2): one line saying how to continue, exit 143 /
     130, the run directory exactly as it was at the signal, and --resume then ends bit-identical."""
@@ -512,6 +505,7 @@ def test_sigterm_and_sigint_mid_meta_training(tmp_path, base):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.slow
 def test_sigterm_and_sigint_mid_evaluation_keep_the_old_report(tmp_path, base):
     """Signals while `--overwrite` computes (its staging directory exists): one line, exit 143 / 130, the old
     report set byte for byte, and no staging directory left behind."""
@@ -535,6 +529,7 @@ def test_sigterm_and_sigint_mid_evaluation_keep_the_old_report(tmp_path, base):
         assert not list(outs[sig].parent.glob(".report.staging-*"))
 
 
+@pytest.mark.slow
 def test_two_concurrent_runs_are_refused(tmp_path, base):
     """A second `--overwrite` while a meta-training process holds the run directory (paused in iteration 0), and a
     second evaluation while one holds the report directory: one line, nothing written."""
@@ -570,6 +565,7 @@ def test_truncated_orbax_file_is_one_line(tmp_path, base):
     assert snapshot(tmp_path) == before
 
 
+@pytest.mark.slow
 def test_full_disk(tmp_path, base):
     """On a full disk: `meta_train --overwrite` (a real process: orbax) and `evaluate --overwrite` fail with one line
     before deleting or replacing anything."""

@@ -9,19 +9,20 @@ architecture refactor (commit 483545b; values in tests/golden/, written from tha
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, run_cli
+
 GOLDEN = Path(__file__).resolve().parent / "golden"
 TOL = 1e-6
 
 
-def _run(args, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=900)
+def _run(args):
+    """`python -m <args>`, run in this process (conftest.run_cli)."""
+    proc = run_cli(*args, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -40,9 +41,10 @@ def _close(a, b, where):
         assert abs(float(a) - float(b)) <= TOL, f"{where}: {a} != {b} (golden)"
 
 
+@pytest.mark.slow
 def test_smoke_evaluation_matches_golden(tmp_path):
     out = tmp_path / "eval"
-    _run(["evaluate", "--preset", "smoke", "--output", str(out)], tmp_path)
+    _run(["evaluate", "--preset", "smoke", "--output", str(out)])
     report = json.loads((out / "report.json").read_text())
     golden = json.loads((GOLDEN / "evaluate_smoke.json").read_text())["entries"]
     for key, want in golden.items():
@@ -62,7 +64,7 @@ def test_smoke_meta_training_is_bit_identical_to_golden(tmp_path):
     import l2e
 
     out = tmp_path / "mt"
-    _run(["meta_train", "--preset", "smoke", "--output", str(out)], tmp_path)
+    _run(["meta_train", "--preset", "smoke", "--output", str(out)])
     golden = json.loads((GOLDEN / "meta_train_smoke.json").read_text())
     params, _, meta = l2e.load_meta_params(out)
     assert meta.get("iteration") == golden["iteration"]

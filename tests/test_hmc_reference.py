@@ -26,9 +26,10 @@ from tasks import ModelSpec, TaskSpec, build
 from tasks.reference import write_reference
 from tasks.regression import RegressionSpec
 
-ROOT = Path(__file__).resolve().parents[1]
-UCI_DIR = ROOT.parent / "shared" / "data" / "uci"
-IRIS = TaskSpec("iris", ModelSpec("mlp", hidden=()))
+from conftest import DATA_DIR, ROOT, iris_mlp
+
+UCI_DIR = DATA_DIR / "uci"
+IRIS = iris_mlp()  # a linear softmax model (15 parameters)
 NAME = "iris/mlp-linear"
 FAST = ["--chains", "2", "--warmup", "100", "--samples", "40", "--quiet"]
 
@@ -51,6 +52,7 @@ def snapshot(path: Path) -> dict:
     return {str(p): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()} if path.exists() else {}
 
 
+@pytest.mark.slow
 def test_cli_writes_a_classification_reference(iris_ref):
     index = json.loads((iris_ref / "reference.json").read_text())
     assert list(index) == [NAME] and index[NAME]["kind"] == "classification"
@@ -74,6 +76,7 @@ def test_cli_writes_a_classification_reference(iris_ref):
           f"{meta['function_space']['split_rhat']['max']:.3f}, converged {meta['converged']}")
 
 
+@pytest.mark.slow
 def test_directory_round_trips_through_load_references(iris_ref):
     task = build(IRIS)
     for refs in ({None: iris_ref}, {NAME: str(iris_ref)}):
@@ -92,6 +95,7 @@ def test_directory_round_trips_through_load_references(iris_ref):
     assert list(got) == [NAME]
 
 
+@pytest.mark.slow
 def test_mismatches_are_refused_in_one_line(iris_ref, tmp_path):
     task = build(IRIS)
     other_prior = build(TaskSpec("iris", ModelSpec("mlp", hidden=()), prior_variance=1.0))
@@ -135,6 +139,7 @@ def _extra_class(path: Path, tmp: Path) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_same_seed_same_numbers(iris_ref):
     slug = json.loads((iris_ref / "reference.json").read_text())[NAME]["dir"]
     first = np.loadtxt(iris_ref / slug / "probs.txt")
@@ -171,6 +176,7 @@ def test_cli_bad_arguments(tiny_preset, tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_regression_reference_on_yacht(tmp_path):
     if not (UCI_DIR / "yacht").is_dir():
         pytest.skip(f"UCI data not present at {UCI_DIR} (shared/data/uci/yacht)")
@@ -197,6 +203,7 @@ def test_regression_reference_on_yacht(tmp_path):
           f"rmse {meta['test']['rmse']:.3f}, fn R-hat max {meta['function_space']['split_rhat']['max']:.3f}")
 
 
+@pytest.mark.slow
 def test_nuts_known_answer_bayesian_linear_regression():
     """Exact posterior predictive of y = Xw + ε, ε ~ N(0, 0.5²), w ~ N(0, I) (d = 3, 40 points): the NUTS
     predictive mean at 6 test inputs within 0.15 predictive (epistemic) sd, its variance within 20 %."""

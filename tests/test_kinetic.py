@@ -194,6 +194,7 @@ def samples_like_sghmc(row, band) -> bool:
             and row["mean_error"] < 0.1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("draw", [0, 1])
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
 def test_random_kinetic_l2e_is_in_sghmc_band(bands, target, draw):
@@ -203,6 +204,7 @@ def test_random_kinetic_l2e_is_in_sghmc_band(bands, target, draw):
     assert samples_like_sghmc(row, bands[target.name]), (row, bands[target.name])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
 def test_paper_form_l2e_fails_the_band_control(bands, target):
     params, config, _ = l2e.load_meta_params("paper-form")
@@ -217,6 +219,7 @@ def _shipped_kinetic():
     return l2e.load_meta_params("kinetic")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", TARGETS, ids=lambda t: t.name)
 def test_shipped_kinetic_l2e_is_in_sghmc_band(bands, target):
     """The shipped meta-trained Kinetic-L2E ("kinetic") at the card's ε and C passes the band assertions above.

@@ -149,7 +149,8 @@ def draw(sampler: str, target: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
-@pytest.mark.parametrize("sampler", ["sgld", "sghmc", "sgnht", "csghmc", "mclmc", "nuts"])
+@pytest.mark.parametrize("sampler", ["sgld", "sghmc", "sgnht", "csghmc", pytest.param("mclmc", marks=pytest.mark.slow),
+                                     pytest.param("nuts", marks=pytest.mark.slow)])
 def test_recovers_moments(sampler, target):
     """Mean within 0.1 sd, variance within 15 % (every coordinate); mixture mode weight within 0.05."""
     _, _, _, mean, var = TARGETS[target]

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
+
 PACKAGES = ("l2e", "tasks", "cli", "meta_train", "evaluate", "bench")
 FORBIDDEN = {  # package -> packages of ours it must never import
     "l2e": {"tasks", "cli", "meta_train", "evaluate", "bench"},

@@ -14,7 +14,7 @@ import pytest
 from tasks import DatasetError, load_dataset, make_splits
 from tasks.datasets import CIFAR10_MEAN, CIFAR10_STD, DATASETS, MEDMNIST_CLASSES, TFDS_SOURCES, check_dataset_name, read_npz
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+from conftest import DATA_DIR as SHARED
 
 
 def one_line(e: pytest.ExceptionInfo) -> str:

@@ -109,6 +109,7 @@ def bands():
     return {t.name: _band(t) for t in TARGETS}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["far", "shipped"])
 def test_mass_l2e_samples_inside_sghmc_band(which, bands):
     if which == "shipped":
@@ -123,6 +124,7 @@ def test_mass_l2e_samples_inside_sghmc_band(which, bands):
         assert r["mean_error"] < 0.1, (target.name, r["mean_error"])
 
 
+@pytest.mark.slow
 def test_control_paper_form_fails_the_same_assertions(bands):
     params, config, _ = l2e.load_meta_params("paper-form")
     r = card.run_sampler("paper-form", _builder(params, config, l2e.l2e), TARGETS[0], CARD, 0)

@@ -61,6 +61,7 @@ def card(step_factor: float) -> CardConfig:
 # ----------------------------------------------------------------------------- Γ from the heads' derivatives
 
 
+@pytest.mark.slow
 def test_head_derivatives_are_exact():
     phi, cfg = random_draw(0), MetaSGMCMCConfig()
     key = jax.random.PRNGKey(3)
@@ -146,6 +147,7 @@ def _error(row) -> float:
     return abs(row["var_ratio_median"] - 1.0) if row.get("diverged_chains") == 0 else np.inf
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target, factors", [(TEN, (0.2, 0.1, 0.05)), (HUNDRED, (0.1,))], ids=["10d", "100d"])
 def test_moments_converge_and_gamma_is_needed(target, factors):
     errors = []

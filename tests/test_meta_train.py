@@ -1,9 +1,6 @@
 """Meta-training: determinism, exact resumption, checkpoints loadable as a sampler, bad input."""
 import dataclasses
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -14,7 +11,8 @@ import l2e
 from meta_train import PRESETS, ConfigError, RunDirError, apply_overrides, meta_train
 from meta_train.config import from_dict
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, run_cli
+
 SMOKE = apply_overrides(PRESETS["smoke"], ["num_outer=4", "checkpoint_every=2"])
 
 
@@ -53,6 +51,7 @@ def test_different_seed_different_numbers(full_run, tmp_path):
     assert not np.array_equal(flat(summary["meta_params"]), flat(other["meta_params"]))
 
 
+@pytest.mark.slow
 def test_resumed_run_equals_uninterrupted(full_run, tmp_path):
     _, summary = full_run
     out = tmp_path / "resumed"
@@ -110,12 +109,13 @@ def test_config_round_trip_and_overrides():
     (["--preset", "smoke", "--keep-checkpoints", "-1"], "keep_checkpoints"),
 ])
 def test_cli_bad_input_one_line_error(args, msg, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "meta_train", *args, "--output", str(tmp_path / "o")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    """`python -m meta_train` (run in this process): exit status 2, one stderr line naming the problem."""
+    proc = run_cli("meta_train", *args, "--output", tmp_path / "o", cwd=ROOT)
     assert proc.returncode == 2
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and msg in err[0], proc.stderr
     assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "o").exists()
 
 
 def test_divergence_penalty_is_an_evosax_fitness_shaping_function():
@@ -131,6 +131,7 @@ def test_divergence_penalty_is_an_evosax_fitness_shaping_function():
     np.testing.assert_array_equal(ranked, [-0.5, 0.5])  # composes with another shaping function
 
 
+@pytest.mark.slow
 def test_outer_step_is_a_function_of_its_inputs():
     """The same (state, iteration) gives the same new state and log row; the input state is not changed."""
     from meta_train.es import ProgramCache
@@ -215,6 +216,7 @@ def test_kinetic_initial_meta_params_are_sghmc():
     assert np.any(flat(rnd[last]) != 0)
 
 
+@pytest.mark.slow
 def test_kinetic_meta_training_logs_temperature_and_checkpoints_its_kind(tmp_path):
     summary = meta_train(KINETIC, tmp_path / "kin", progress=False)
     rows = [json.loads(line) for line in (tmp_path / "kin" / "log.jsonl").read_text().splitlines()]
@@ -245,6 +247,7 @@ def _fitness(cfg, **kw):
                                cfg.meta_loss_examples, **{**args, **kw})
 
 
+@pytest.mark.slow
 def test_ce_objective_bounds_bma_and_logging_leaves_fitness_unchanged():
     """CE ≥ BMA NLL for the same samples (Jensen; strictly here); T_kin logging changes no fitness bit (l2e and
     kinetic kinds); both executions give the same T_kin to float32 rounding."""

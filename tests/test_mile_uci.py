@@ -3,12 +3,13 @@ test LPPD beats (a) the marginal predictor N(0, 1) of the z-scored target (no fe
 (b) the mean LPPD of the single DE members it starts from."""
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-UCI = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "uci"
+from conftest import DATA_DIR
+
+UCI = DATA_DIR / "uci"
 
 
 @pytest.fixture(scope="module")
@@ -23,6 +24,7 @@ def quick(tmp_path_factory):
     return out, tmp
 
 
+@pytest.mark.slow
 def test_quick_runs_and_writes_finite_numbers(quick):
     _, tmp = quick
     saved = json.loads((tmp / "r.json").read_text())
@@ -35,6 +37,7 @@ def test_quick_runs_and_writes_finite_numbers(quick):
     assert r["mile"]["num_grad_evals_per_chain"] == 2 * (1000 + 200 + 200 + 100 * 5)
 
 
+@pytest.mark.slow
 def test_mile_beats_marginal_and_single_members(quick):
     out, _ = quick
     r = out["results"][0]

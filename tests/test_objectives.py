@@ -22,8 +22,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import subprocess
-import sys
 import types
 from pathlib import Path
 
@@ -32,7 +30,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from l2e.chains import ChainSchedule
 from l2e.types import Posterior
 from meta_train.config import ConfigError, ESConfig, MetaTrainConfig, ObjectiveConfig
 from meta_train.es import ProgramCache
@@ -45,7 +42,8 @@ from tasks.likelihoods import GaussianRegression
 from tasks.task import build_task
 from tasks.task_strings import resolve_task
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, run_cli, tiny_meta_config
+
 TASK = "digits/mlp-8:max=200"  # 160 training examples, the official 360 test examples
 
 
@@ -137,18 +135,16 @@ def test_reference_reader_finds_checks_and_refuses(tmp_path):
 
 
 def _fidelity_config(root, estimator="antithetic", kind="mass", execution="sequential", **inner) -> MetaTrainConfig:
-    return MetaTrainConfig(
-        num_outer=2, meta_loss_examples=64, checkpoint_every=2, hidden=(8,), sampler_kind=kind,
-        es=ESConfig(estimator=estimator, truncation=10, lr=0.05, execution=execution),
-        inner=ChainSchedule(**{**dict(num_steps=20, num_samples=2, thinning=5, batch_size=16, chunk=2), **inner}),
-        tasks=TaskDistribution(tasks=(TASK,)),
-        objective=ObjectiveConfig(kind="fidelity", reference=str(root)))
+    return tiny_meta_config(kind, ESConfig(estimator=estimator, truncation=10, lr=0.05, execution=execution),
+                            ObjectiveConfig(kind="fidelity", reference=str(root)), TaskDistribution(tasks=(TASK,)),
+                            **inner)
 
 
 def _flat(tree):
     return np.concatenate([np.ravel(np.asarray(v)) for v in jax.tree.leaves(tree)])
 
 
+@pytest.mark.slow
 def test_fidelity_es_meta_gradient_is_finite_and_executions_agree(tmp_path):
     task = _task()
     root = write_reference(tmp_path / "refs", task, _smoothed_labels(task))
@@ -165,6 +161,7 @@ def test_fidelity_es_meta_gradient_is_finite_and_executions_agree(tmp_path):
     np.testing.assert_allclose(fitness["sequential"], fitness["vmap"], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_fidelity_backprop_gradient_is_finite(tmp_path):
     task = _task()
     root = write_reference(tmp_path / "refs", task, _smoothed_labels(task))
@@ -180,9 +177,8 @@ def test_missing_reference_exits_2_with_one_error_line(tmp_path):
     task = _task()
     root = write_reference(tmp_path / "refs", task, _smoothed_labels(task))  # a reference, but not the smoke task's
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "meta_train", "--preset", "smoke", "--set", "objective.kind=fidelity",
-                           "--set", f"objective.reference={root}", "--output", str(out), "--no-progress"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=180)
+    proc = run_cli("meta_train", "--preset", "smoke", "--set", "objective.kind=fidelity",
+                   "--set", f"objective.reference={root}", "--output", out, "--no-progress", cwd=ROOT)
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr[-2000:]
@@ -220,14 +216,12 @@ def test_cross_chain_stein_kl_gradient_is_the_kl_gradient_on_a_gaussian():
 
 
 def _cross_config(chains: int = 3) -> MetaTrainConfig:
-    return MetaTrainConfig(
-        num_outer=2, meta_loss_examples=64, checkpoint_every=2, hidden=(8,), sampler_kind="meta_sgmcmc",
-        es=ESConfig(estimator="backprop", truncation=10, lr=0.01),
-        inner=ChainSchedule(num_steps=20, num_samples=5, thinning=2, batch_size=16, chunk=2),
-        tasks=TaskDistribution(tasks=(TASK,)),
-        objective=ObjectiveConfig(kind="stein_kl_cross", chains=chains))
+    return tiny_meta_config("meta_sgmcmc", ESConfig(estimator="backprop", truncation=10, lr=0.01),
+                            ObjectiveConfig(kind="stein_kl_cross", chains=chains), TaskDistribution(tasks=(TASK,)),
+                            num_samples=5, thinning=2)
 
 
+@pytest.mark.slow
 def test_cross_chain_stein_kl_gradient_is_finite_and_nonzero():
     config = _cross_config(3)
     cache, mean = ProgramCache(), initial_meta_params(config)

@@ -30,6 +30,7 @@ def test_paper_preset_is_the_papers_protocol():
     assert cfg.settings.l2e.lrs == (2.0,) and not cfg.tune
 
 
+@pytest.mark.slow
 def test_paper_cifar10_comparison_with_hmc_reference(fake_paper_data, tmp_path):
     """The preset (budget scaled down by --set) runs L2E, cSGHMC and the deep ensemble on CIFAR-10 with
     ResNet20-FRN and reports agreement / TV against a reference file aligned with the test labels."""

@@ -20,17 +20,15 @@ from evaluate.run import evaluate
 from evaluate.seeds import aggregate_entry, mean_se
 from evaluate.tuning import GRID_EXTENSIONS, search
 from l2e.chains import ChainSchedule
-from tasks import ModelSpec, TaskSpec
 
-CLS = TaskSpec("iris", ModelSpec("mlp", hidden=(8,)))
+from conftest import iris_mlp, tiny_eval_config
+
+CLS = iris_mlp(8)
 TIMING = {"seconds", "ess_per_second", "fs_ess_per_second", "seconds_per_step", "sghmc_seconds_per_step", "seconds_per_step_vs_sghmc"}
 
 
 def tiny(methods, settings=None, **kw) -> EvalConfig:
-    base = dict(tasks=(CLS,), held_out=("none (test)",), methods=methods, num_steps=40, num_samples=4, thinning=5,
-                batch_size=16, chunk=2, eval_batch=128, tune_examples=32, barrier_examples=50,
-                settings=method_settings(**(settings or {})))
-    return EvalConfig(**{**base, **kw})
+    return tiny_eval_config(CLS, methods, settings, **kw)
 
 
 def strip_timing(x):
@@ -145,6 +143,7 @@ def test_kinetic_temperature_window_and_sampling_phase():
     assert kinetic_temperature(SimpleNamespace(kinetic=np.full(10, np.inf)), sched, 1) is None
 
 
+@pytest.mark.slow
 def test_sghmc_kinetic_temperature_is_one_and_rows_state_temperatures():
     """SGHMC at T = 1 (lr 0.003, C = 10, B = 64) on iris / MLP-8: T_kin over the second half of 2,000 updates is
     1 within 0.05 (measured 1.014); the tempered control at T = 0.1 measures 0.1 within 0.01 (0.102); every row
@@ -175,6 +174,7 @@ def test_sghmc_tempered_grid_must_include_one():
 
 
 # --------------------------------------------------------------------------- budgets
+@pytest.mark.slow
 def test_flops_of_the_l2e_step_exceed_sghmc():
     cfg = tiny(("l2e", "sghmc"), dict(l2e=dict(lrs=(0.5,)), sghmc=dict(lrs=(0.03,), frictions=(10.0,))), tune=False)
     (task,) = evaluate(cfg, None, progress=False)["tasks"].values()
@@ -195,6 +195,7 @@ def test_seconds_budget_steps_are_inversely_proportional_to_seconds_per_step():
     assert scaled.num_steps == 400 and scaled.thinning == 50 and scaled.num_samples == cfg.num_samples
 
 
+@pytest.mark.slow
 def test_seconds_budget_end_to_end():
     cfg = tiny(("l2e", "sghmc"), dict(l2e=dict(lrs=(0.5,)), sghmc=dict(lrs=(0.03,), frictions=(10.0,))),
                tune=False, budget="seconds", budget_seconds=0.5)
@@ -217,6 +218,7 @@ def test_seconds_budget_end_to_end():
 
 
 # --------------------------------------------------------------------------- seeds end to end
+@pytest.mark.slow
 def test_seeds_repeat_every_method_and_keep_each_seed():
     cfg = tiny(("sghmc", "deep_ensemble"), dict(sghmc=dict(lrs=(0.03, 0.1), frictions=(10.0,)),
                                                  deep_ensemble=dict(lrs=(0.1,))), seeds=(0, 1))
@@ -251,6 +253,7 @@ def test_released_method_missing_file(tmp_path, monkeypatch):
     assert "Skipped methods: l2e_released" in R.render_markdown(res)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not released_file().is_file(), reason=f"released meta-parameters not found at {released_file()}")
 def test_released_sampler_runs_on_the_smoke_task():
     cfg = dataclasses.replace(get_preset("smoke"), methods=("l2e_released",), tune=False)

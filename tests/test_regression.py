@@ -17,7 +17,9 @@ from tasks.data.uci import RegressionData, load_uci, synthetic_1d, synthetic_1d_
 from tasks.likelihoods.gaussian import SCALE_MAX, SCALE_MIN
 from tasks.regression import RegressionSpec, RegressionTask, build_regression_task
 
-UCI_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "uci"
+from conftest import DATA_DIR
+
+UCI_DIR = DATA_DIR / "uci"
 needs_uci = pytest.mark.skipif(
     not (UCI_DIR / "yacht" / "data.txt").is_file(),
     reason=f"UCI regression data not found at {UCI_DIR / 'yacht'} (shared/data/uci is absent)",
@@ -303,6 +305,7 @@ def test_scale_is_clipped_and_predict_shapes():
     assert err[0] == pytest.approx(m["rmse"], rel=1e-12) and task.curve(out_one, np.asarray(yt))["rmse"] == [m["rmse"]]
 
 
+@pytest.mark.slow
 @needs_uci
 def test_sghmc_on_yacht_reduces_nll():
     task = build_regression_task(RegressionSpec("uci:yacht", data_dir=str(UCI_DIR)))

@@ -10,7 +10,9 @@ import pytest
 
 from l2e.released import RELEASED_CONFIG, ReleasedFormatError, load_released
 
-RELEASED = Path(__file__).resolve().parents[2] / "shared" / "data" / "l2e_released"
+from conftest import DATA_DIR
+
+RELEASED = DATA_DIR / "l2e_released"
 
 
 class _Evil:

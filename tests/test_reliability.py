@@ -27,7 +27,8 @@ from l2e.checkpoint import committed_steps
 from meta_train import PRESETS, apply_overrides, meta_train
 from meta_train.run_dir import RunDirError, read_log
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT, iris_mlp
+
 OVERRIDES = ["num_outer=8", "checkpoint_every=2", "tasks.mlp_hidden=8", "tasks.channels=",
              "tasks.datasets=synthetic_images", "tasks.max_train=300"]
 TINY = apply_overrides(PRESETS["smoke"], OVERRIDES)
@@ -78,7 +79,9 @@ def assert_same_step(a: Path, b: Path):
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("jax_cache")
+    """The session's persistent compilation cache (conftest), else one for this module."""
+    session = os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    return Path(session) if session else tmp_path_factory.mktemp("jax_cache")
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +92,7 @@ def reference_run(tmp_path_factory, cache):
     return out
 
 
+@pytest.mark.slow
 def test_sigkill_at_five_points_then_resume_is_bit_identical(tmp_path, cache, reference_run):
     """Kill (SIGKILL) at 5 points — after a log row, mid-checkpoint (es_state staged, the rest not), mid log
     line, inside the inner chains, right after a checkpoint commit — resuming after each; every checkpoint a
@@ -176,6 +180,7 @@ def _check_divergence_run(out: Path, summary: dict, expect_divergent: bool, pena
     return rows
 
 
+@pytest.mark.slow
 def test_nan_gradients_get_the_penalty_and_meta_params_stay_finite(tmp_path, monkeypatch):
     """NaN gradients in every member: every member gets the worst-case fitness (the penalty), the ES
     outer step is skipped (meta_train.estimators.antithetic: no member finite, no update) and the
@@ -207,6 +212,7 @@ def test_nan_gradients_get_the_penalty_and_meta_params_stay_finite(tmp_path, mon
     assert "NaN" not in text and "Infinity" not in text  # the log stays strict JSON
 
 
+@pytest.mark.slow
 def test_one_diverging_member_is_penalised(tmp_path, monkeypatch):
     """One member's chain is NaN (its meta-parameters poisoned inside the inner loop only): it gets the
     penalty, the other member its real loss; the meta-parameters move and stay finite."""
@@ -227,6 +233,7 @@ def test_one_diverging_member_is_penalised(tmp_path, monkeypatch):
         assert r["fitness"][0] == cfg.es.divergence_penalty and r["meta_loss"] == r["loss_minus"][0]
 
 
+@pytest.mark.slow
 def test_huge_step_size_gives_finite_worst_case_fitness(tmp_path):
     """Step size ε ×1000 (learning rate lr = ε²N ×10⁶): the chains blow up (BMA NLL 4–5 nats instead of
     ~1.9; the learned update is bounded, so they stay finite).  With the penalty (the worst case) at 3 nats
@@ -249,9 +256,8 @@ def test_evaluation_report_says_divergent_chains_are_excluded(tmp_path):
 
     from evaluate.config import get_preset
     from evaluate.run import evaluate
-    from tasks import ModelSpec, TaskSpec
 
-    cfg = dataclasses.replace(get_preset("smoke"), tasks=(TaskSpec("iris", ModelSpec("mlp", hidden=(8,))),),
+    cfg = dataclasses.replace(get_preset("smoke"), tasks=(iris_mlp(8),),
                               held_out=("none",))
     cfg = apply_overrides(cfg, ["tune=false", "methods=sghmc", "settings.sghmc.lrs=1e6"])
     results = evaluate(cfg, tmp_path / "rep", progress=False)

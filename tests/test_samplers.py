@@ -183,6 +183,7 @@ def test_bad_hyperparameters_raise(kw):
         l2e.sghmc(gaussian_posterior(), **args)
 
 
+@pytest.mark.slow
 def test_fused_l2e_step_equals_generic_two_pass_step():
     """The default (fused) kernel and the generic kernel with the MLP meta_fn give the same chain."""
     from l2e.l2e import mlp_meta_fn

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +19,9 @@ from evaluate.select import (KIND_METHODS, learned_method_for, metric_value, sel
 from l2e.io import ConfigError
 from meta_train import PRESETS, meta_train
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import ROOT as REPO
+from conftest import one_error_line, run_cli
+
 TINY = ["methods=l2e", "num_samples=2", "num_steps=20", "thinning=5", "tune_examples=32", "settings.l2e.lrs=0.25,0.5",
         "settings.meta_sgmcmc.lrs=0.01,0.03"]
 TINY_CLI = [a for o in TINY for a in ("--set", o)]
@@ -49,6 +49,7 @@ def _strip(row: dict) -> dict:
     return {n: {k: v for k, v in t.items() if k != "seconds"} for n, t in row["tasks"].items()}
 
 
+@pytest.mark.slow
 def test_selection_picks_argmin_of_recorded_scores(selection, run):
     sel = selection
     assert [r["step"] for r in sel["steps"]] == [1, 2, 3] and sel["final_step"] == 3
@@ -65,6 +66,7 @@ def test_selection_picks_argmin_of_recorded_scores(selection, run):
     assert len(set(scores)) == 3  # the steps' meta-parameters differ, so do their numbers
 
 
+@pytest.mark.slow
 def test_each_step_is_the_evaluation_of_that_checkpoint_with_the_same_seed(selection, run):
     """A step's row is exactly `evaluate` of that step's checkpoint (method l2e, same config and seed)."""
     cfg = apply_overrides(tiny_cfg(), ["methods=l2e"])
@@ -75,6 +77,7 @@ def test_each_step_is_the_evaluation_of_that_checkpoint_with_the_same_seed(selec
         assert entry["hyperparameters"]["learning_rate"] == r["tasks"][selection["tasks"][0]]["learning_rate"]
 
 
+@pytest.mark.slow
 def test_same_numbers_when_rerun_and_equal_checkpoints_score_equally(selection, run, tmp_path):
     """Every step runs with the same seed and keys: a copy of step 1 committed as step 9 gets step 1's numbers
     exactly, and a tie goes to the earlier step; the whole selection re-run gives the same numbers."""
@@ -91,6 +94,7 @@ def test_same_numbers_when_rerun_and_equal_checkpoints_score_equally(selection, 
         assert again["chosen_step"] == 1  # the earliest among equal scores
 
 
+@pytest.mark.slow
 def test_selection_written_and_markdown(selection, tmp_path):
     paths = write_selection(selection, tmp_path / "sel")
     back = json.loads(paths["json"].read_text())
@@ -100,6 +104,7 @@ def test_selection_written_and_markdown(selection, tmp_path):
     assert f"**Chosen step: {selection['chosen_step']}**" in md and "Rule: the L2E authors' rule" in md
 
 
+@pytest.mark.slow
 def test_metric_tv_against_committed_reference_two_seeds(run):
     """--metric tv on digits/mlp-32 (results/references), seeds 0 and 1: the score is the recorded total variation
     (the mean over the seeds), each seed's score and their standard error are recorded, and the reference's
@@ -121,6 +126,7 @@ def test_metric_tv_against_committed_reference_two_seeds(run):
     assert "± " in selection_markdown(sel)
 
 
+@pytest.mark.slow
 def test_shipped_kind_runs_its_method_on_the_step(tmp_path):
     """A meta_sgmcmc run is evaluated as method meta_sgmcmc with the step's meta-parameters in place of the
     shipped checkpoint: the shipped checkpoint itself, committed as a run's step, gets method meta_sgmcmc's own
@@ -141,7 +147,7 @@ def test_shipped_kind_runs_its_method_on_the_step(tmp_path):
 
 def test_learned_method_by_kind():
     assert KIND_METHODS == {"l2e": "l2e", "mass": "l2e_mass", "kinetic": "l2e_kinetic", "meta_sgmcmc": "meta_sgmcmc",
-                            "step_scale": "l2e"}  # a kind without a shipped method runs through --sampler
+                            "step_scale": "l2e", "transient": "l2e"}  # a kind without a shipped method runs through --sampler
     assert learned_method_for("l2e") == ("l2e", None)
     assert learned_method_for("step_scale") == ("l2e", None)
     assert learned_method_for("mass") == ("l2e_mass", "mass")
@@ -166,17 +172,14 @@ def test_metric_value():
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "evaluate", "select", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
+    """`python -m evaluate select args`, run in this process (conftest.run_cli)."""
+    return run_cli("evaluate", "select", *args, cwd=REPO)
 
 
-def _one_line_error(proc) -> str:
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
-    return lines[0]
+_one_line_error = one_error_line  # exit status 2, exactly one stderr line `error: ...`
 
 
+@pytest.mark.slow
 def test_cli_bad_input_one_line_error_nothing_written(run, tmp_path):
     out = tmp_path / "out"
     empty = tmp_path / "empty"
@@ -200,6 +203,7 @@ def test_cli_bad_input_one_line_error_nothing_written(run, tmp_path):
         assert not out.exists(), args
 
 
+@pytest.mark.slow
 def test_cli_writes_selection_and_refuses_existing_output(run, tmp_path):
     out = tmp_path / "sel"
     proc = _cli(str(run), "--output", str(out), "--preset", "smoke", *TINY_CLI, "--quiet")

@@ -10,21 +10,20 @@ import numpy as np
 import pytest
 
 import l2e
-from evaluate.config import ConfigError, EvalConfig, apply_overrides, get_preset, method_settings
+from evaluate.config import ConfigError, EvalConfig, apply_overrides, get_preset
 from evaluate.methods import METHODS, REGISTRY, run_method
 from evaluate.methods.sgnht import SGNHTSettings
 from evaluate.run import evaluate
 from l2e.chains import make_chunk, run_chain
-from tasks import ModelSpec, TaskSpec, build
+from tasks import build
 
-IRIS = TaskSpec("iris", ModelSpec("mlp", hidden=(8,)))
+from conftest import iris_mlp, tiny_eval_config
+
+IRIS = iris_mlp(8)
 
 
 def tiny(**kw) -> EvalConfig:
-    base = dict(tasks=(IRIS,), held_out=("none (test)",), methods=("sgnht",), num_steps=40, num_samples=4,
-                thinning=5, batch_size=16, chunk=2, eval_batch=128, tune_examples=32, barrier_examples=50,
-                settings=method_settings(sgnht=dict(lrs=(0.01, 0.03))))
-    return EvalConfig(**{**base, **kw})
+    return tiny_eval_config(IRIS, ("sgnht",), dict(sgnht=dict(lrs=(0.01, 0.03))), **kw)
 
 
 def test_registered_with_settings_and_in_every_method_presets():

@@ -19,8 +19,9 @@ from tasks.models import ModelSpec
 from tasks.spec_parse import GRAMMAR, TaskStringError, parse_task_string
 from tasks.task_strings import resolve_task
 
-ROOT = Path(__file__).resolve().parents[1]
-UCI_DIR = ROOT.parent / "shared" / "data" / "uci"
+from conftest import DATA_DIR, ROOT
+
+UCI_DIR = DATA_DIR / "uci"
 TINY = ["--preset", "smoke", "--quiet", "--set", "methods=l2e,sghmc", "--set", "tune=false"]
 
 
@@ -196,6 +197,7 @@ def test_bad_input_is_one_line_before_anything_is_written(tmp_path, capsys):
             assert not out.exists(), spec
 
 
+@pytest.mark.slow
 def test_bad_input_exit_status_and_model_errors(tmp_path):
     """The real process: exit status 2, one stderr line, no output directory (also for --model problems)."""
     reg = _npz(tmp_path / "r.npz")
@@ -218,6 +220,7 @@ def test_bad_input_exit_status_and_model_errors(tmp_path):
 # ----------------------------------------------------------------------------- runs
 
 
+@pytest.mark.slow
 def test_user_model_and_mlp_tasks_evaluate(tmp_path, monkeypatch, capsys):
     """--model for the tasks without /MODEL, an MLP for the other; the report states each likelihood."""
     import json
@@ -243,6 +246,7 @@ def test_user_model_and_mlp_tasks_evaluate(tmp_path, monkeypatch, capsys):
     assert "likelihood classification (inferred" in (out / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_meta_training_task_lists(tmp_path, monkeypatch):
     """`--set tasks=...` (comma list and @file), weights, a regression task among them, config round trip."""
     import jax
@@ -290,6 +294,7 @@ def test_mixed_preset_resolves_and_loads(tmp_path):
     check_inputs(PRESETS["mixed"], ProgramCache())  # every task of the preset builds (data present, shapes fit)
 
 
+@pytest.mark.slow
 def test_readme_section_runs(tmp_path, monkeypatch, capsys):
     """The README's "Evaluate on your own data" commands: the data snippet verbatim, the evaluate command verbatim
     plus TINY (the smoke preset's budget, two methods, no tuning; the command itself is run verbatim by hand)."""
@@ -300,7 +305,7 @@ def test_readme_section_runs(tmp_path, monkeypatch, capsys):
     snippet = block.split("<<'EOF'\n", 1)[1].split("\nEOF\n", 1)[0]
     command = block.split("\nEOF\n", 1)[1].strip()
     monkeypatch.chdir(tmp_path)
-    subprocess.run([sys.executable, "-c", snippet], check=True, timeout=120)
+    exec(compile(snippet, "README.md (the data snippet)", "exec"), {"__name__": "__main__"})  # python - <<'EOF'
     argv = shlex.split(command)
     assert argv[:3] == [".venv/bin/python", "-m", "evaluate"], argv
     assert main(argv[3:] + TINY) == 0, capsys.readouterr().err

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import gzip
 import sys
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +17,9 @@ from tasks import (
 from tasks.data.tfds import tfds_to_dataset
 from tasks.datasets import read_npz_images
 
-MNIST_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "mnist"
+from conftest import DATA_DIR, iris_mlp
+
+MNIST_DIR = DATA_DIR / "mnist"
 
 
 # ----------------------------------------------------------------------------- datasets
@@ -235,7 +236,7 @@ def test_task_nll_prior_posterior():
 
 
 def test_task_api_delegates_to_the_likelihood():
-    task = build_task(TaskSpec("iris", ModelSpec("mlp", hidden=(8,))))
+    task = build_task(iris_mlp(8))
     assert task.kind == "classification" and task.metric_keys == ("acc", "nll", "ece", "pairwise_kld")
     params = jax.vmap(task.init_params)(jax.random.split(jax.random.key(0), 3))
     x, y = task.splits.test

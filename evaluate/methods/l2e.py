@@ -76,7 +76,10 @@ def run_l2e(ctx, key, hp: dict):
     # the kind's sampling-window rule (what freezes when) at the first update of the sampling window
     sampler = sampler_module(sampler).sampling_config(sampler, schedule.num_steps - schedule.num_samples
                                                       * schedule.thinning)
-    static = dataclasses.replace(sampler, learning_rate=1.0)  # lr is a traced call argument; the rest is static
+    # lr is a traced call argument, the rest static (a tuning-free sampler's config has no learning_rate field: its
+    # kernel's learning_rate is a dimensionless multiplier)
+    static = (dataclasses.replace(sampler, learning_rate=1.0)
+              if "learning_rate" in {f.name for f in dataclasses.fields(sampler)} else sampler)
     args = {**lr_args(hp), "meta": meta_params}
     return run_single_chain(ctx, key, l2e_record(ctx, hp, sampler), schedule, ("l2e", static),
                             lambda: _kernel(ctx.task, static), sampler_module(sampler).init, args)

@@ -1,5 +1,6 @@
-"""pSMILE (docs/samplers.md, SMILE / pSMILE; `l2e.smile.psmile`): SMILE with the diagonal gradient-noise preconditioner — the same
-runner, budget, warm start and settings as `evaluate.methods.smile` (group `settings.psmile`)."""
+"""pSMILE (`l2e.smile.psmile`; docs/samplers.md § SMILE / pSMILE): SMILE with the diagonal gradient-noise
+preconditioner — the same runner, budget, warm start, initial-ε grid, warm-up and settings as
+`evaluate.methods.smile` (the authors' protocol; group `settings.psmile`)."""
 from __future__ import annotations
 
 import dataclasses

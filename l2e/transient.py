@@ -1,0 +1,307 @@
+"""Transient-L2E: a learned, free-form burn-in in front of a correct, Fisher-preconditioned SGHMC window — the learned
+family "free burn-in, correct window" (docs/sampling.md, Where a learned sampler can win). Tuning-free: no learning
+rate; every constant is in units that transfer across data size and model.
+
+Burn-in (updates t < freeze_step, τ = t / freeze_step): preconditioned Langevin (pSGLD's RMSprop form, Γ dropped)
+with a learned schedule of its step η(τ) (parameter units per update) and temperature T_b(τ):
+
+    v ← ρ·v + (1 − ρ)·ḡ²,   G = 1 / (λ + √v),   θ ← θ − (η/N)·G·∇Ũ + sqrt(2·(η/N)·T_b·G)·ξ,
+    log η(τ) = log η₀ + B·tanh(a(τ)/B),   log T_b(τ) = log T + (1 − τ)·B·tanh(b(τ)/B),
+
+a, b piecewise linear between KNOTS evenly spaced knots (φ["schedule"]), B = LOG_BOUND. The burn-in only has to
+reach the typical set and spread; no sample is taken in it. Over its last adapt_fraction it gathers Welford means and
+variances of θ and of the potential gradient ∇Ũ.
+
+At the freeze (update freeze_step), from those statistics (n states):
+
+    σ̂²_i = sqrt(Var θ_i / Var ∇_iŨ)                      the Fisher-divergence diagonal (Seyboldt et al., 2026); the
+                                                          minibatch noise inside Var ∇Ũ makes it smaller (safer);
+    log M⁻¹_i = w·(log σ̂²_i − mean) + mean + B·tanh(h_φ(f_i)/B),   w = n/(n + SHRINK) (Stan's shrinkage),
+    ε = κ₀·exp(B·tanh(k_φ/B)),   γ = (δ₀/ε)·exp(B·tanh(d_φ/B)),   r ~ N(0, T·M) drawn afresh,
+
+with h_φ a per-coordinate MLP (φ["mass"]) on f_i = Mass-L2E's four features (l2e.mass.mass_features) and log σ̂²_i
+relative to its mean; κ is the window's step in whitened units (a coordinate moves ≈ κ·σ̂_i per update), δ = γ·ε its
+damping per update.
+
+Window (t ≥ freeze_step): SGHMC with mass M and friction D = γ·M (so every whitened coordinate is damped alike),
+
+    r' = r − ε·∇Ũ(θ) − ε·γ·r + N(0, 2·γ·ε·T·M),     θ' = θ + ε·M⁻¹r',
+
+whose stationary law is exp(−U(θ)/T − ½rᵀM⁻¹r/T) for every constant M, ε, γ: correct by construction, whatever φ is.
+
+φ with every entry 0 (start "sghmc") is the hand-designed counterpart: a pSGLD burn-in at constant η₀ and T, then
+SGHMC preconditioned by the Fisher diagonal at κ₀ and δ₀. The kernel's `learning_rate` is a dimensionless multiplier
+of η and ε (1: the sampler as configured; the evaluation gives it no grid).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from l2e.checks import check_positive
+from l2e.mass import MASS_FEATURE_NAMES, mass_features
+from l2e.meta_model import MetaMLP, check_mlp_shapes, check_tree, hidden_sizes, mlp_layers_names
+from l2e.types import LearnedSampler, Posterior, PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_vdot
+
+__all__ = ["FEATURE_NAMES", "KNOTS", "LEARNED", "TransientConfig", "TransientInfo", "TransientState", "build_kernel",
+           "init", "init_meta_params", "transient"]
+
+KNOTS = 4
+LOG_BOUND = 3.0
+SHRINK = 5.0
+FEATURE_NAMES = MASS_FEATURE_NAMES + ("log_fisher_scale",)
+_TINY = 1e-30
+
+
+@dataclasses.dataclass(frozen=True)
+class TransientConfig:
+    """temperature: T; freeze_step: the first update of the sampling window (the constants freeze there);
+    adapt_fraction: the last fraction of the burn-in whose states the statistics gather; base_step: η₀, the burn-in
+    step in parameter units; base_kappa: κ₀, the window step in whitened units; base_damping: δ₀ = γε, the window's
+    damping per update; rms_decay, rms_eps: ρ and λ of the burn-in's RMSprop preconditioner."""
+
+    temperature: float = 1.0
+    freeze_step: int = 1000
+    adapt_fraction: float = 0.5
+    base_step: float = 1e-3
+    base_kappa: float = 0.3
+    base_damping: float = 0.1
+    rms_decay: float = 0.99
+    rms_eps: float = 1e-8
+
+    def __post_init__(self):
+        check_positive(temperature=self.temperature, base_step=self.base_step, base_kappa=self.base_kappa,
+                       base_damping=self.base_damping, rms_eps=self.rms_eps)
+        if isinstance(self.freeze_step, bool) or not isinstance(self.freeze_step, int) or self.freeze_step < 1:
+            raise ValueError(f"freeze_step must be an integer ≥ 1, got {self.freeze_step!r}")
+        if not 0.0 < self.adapt_fraction <= 1.0:
+            raise ValueError(f"adapt_fraction must be in (0, 1], got {self.adapt_fraction}")
+        if not 0.0 <= self.rms_decay < 1.0:
+            raise ValueError(f"rms_decay must be in [0, 1), got {self.rms_decay}")
+
+
+class TransientState(NamedTuple):
+    """position, momentum: θ, r (r unused in the burn-in); step: updates done (int32); inv_mass: M⁻¹ (1 before the
+    freeze); eps, gamma: ε and γ of the window (f32 scalars, 0 before the freeze); sq: the burn-in's RMSprop average of
+    ḡ²; count: adaptation states so far (f32); mean_x, m2_x, mean_g, m2_g: Welford statistics of θ and ∇Ũ."""
+
+    position: PyTree
+    momentum: PyTree
+    step: jax.Array
+    inv_mass: PyTree
+    eps: jax.Array
+    gamma: jax.Array
+    sq: PyTree
+    count: jax.Array
+    mean_x: PyTree
+    m2_x: PyTree
+    mean_g: PyTree
+    m2_g: PyTree
+
+
+class TransientInfo(NamedTuple):
+    """loss: mean minibatch NLL at the pre-update θ (f32); is_finite: loss and Σθ'·θ' finite (bool); kinetic:
+    Σ r'·M⁻¹r' at the new momentum in the window (≈ d·T at equilibrium), 0 in the burn-in (no momentum there)."""
+
+    loss: jax.Array
+    is_finite: jax.Array
+    kinetic: jax.Array
+
+
+def init(position: PyTree) -> TransientState:
+    """The state before the first update (zero momentum and statistics, M⁻¹ = 1).
+
+    Args:
+      position: θ₀, a pytree of float32 arrays.
+    Returns:
+      TransientState.
+    """
+    zeros = jax.tree.map(jnp.zeros_like, position)
+    ones = jax.tree.map(jnp.ones_like, position)
+    z = jnp.zeros((), jnp.float32)
+    return TransientState(position, zeros, jnp.zeros((), jnp.int32), ones, z, z, zeros, z, zeros, zeros, zeros,
+                          zeros)
+
+
+def init_meta_params(key: jax.Array, hidden: Sequence[int] = (8,), start: str = "sghmc") -> PyTree:
+    """Meta-parameters φ = {"schedule": {"eta": (KNOTS,), "temp": (KNOTS,)}, "window": {"kappa": (), "damping": ()},
+    "mass": a Dense stack len(FEATURE_NAMES) → hidden → 1}.
+
+    Args:
+      key: PRNG key.
+      hidden: hidden widths of the per-coordinate mass correction.
+      start: "sghmc" — every schedule and window entry 0 and the mass MLP's output layer 0: the hand-designed
+        counterpart (module docstring); "random" — the MLP random, the rest 0.
+    Returns:
+      φ (float32 leaves).
+    """
+    if start not in ("sghmc", "random"):
+        raise ValueError(f"start must be 'sghmc' or 'random', got {start!r}")
+    mass = MetaMLP(tuple(hidden), outputs=1).init(key, jnp.zeros((1, len(FEATURE_NAMES))))["params"]
+    if start == "sghmc":
+        last = mlp_layers_names(mass)[-1]
+        mass = {**mass, last: jax.tree.map(jnp.zeros_like, mass[last])}
+    zero = jnp.zeros((), jnp.float32)
+    return {"schedule": {"eta": jnp.zeros(KNOTS), "temp": jnp.zeros(KNOTS)},
+            "window": {"kappa": zero, "damping": zero}, "mass": mass}
+
+
+def check_meta_params(tree: Any, where: str) -> PyTree:
+    """A restored φ checked (ValueError naming `where`): the shapes of `init_meta_params`, finite; float32 numpy."""
+    return check_tree(tree, where, {"schedule": {"eta": (KNOTS,), "temp": (KNOTS,)},
+                                    "window": {"kappa": (), "damping": ()}}, "mass", len(FEATURE_NAMES), 1)
+
+
+def _bounded(x):
+    return LOG_BOUND * jnp.tanh(x / LOG_BOUND)
+
+
+def _schedule(phi, tau):
+    """(log η(τ) − log η₀, log T_b(τ) − log T) at τ ∈ [0, 1]."""
+    knots = jnp.linspace(0.0, 1.0, KNOTS)
+    a = jnp.interp(tau, knots, phi["schedule"]["eta"])
+    b = jnp.interp(tau, knots, phi["schedule"]["temp"])
+    return _bounded(a), (1.0 - tau) * _bounded(b)
+
+
+def _welford(count, mean, m2, x):
+    new_mean = jax.tree.map(lambda m, v: m + (v - m) / count, mean, x)
+    return new_mean, jax.tree.map(lambda s, m, mn, v: s + (v - m) * (v - mn), m2, mean, new_mean, x)
+
+
+def _freeze(state: TransientState, phi, config: TransientConfig, n_data: int, key, scale) -> TransientState:
+    """The window's constants from the burn-in statistics (module docstring) and a fresh momentum r ~ N(0, T·M)."""
+    n = jnp.maximum(state.count - 1.0, 1.0)
+    var_x = jax.tree.map(lambda m2: m2 / n + _TINY, state.m2_x)
+    var_g = jax.tree.map(lambda m2: m2 / n + _TINY, state.m2_g)
+    log_s2 = jax.tree.map(lambda vx, vg: 0.5 * (jnp.log(vx) - jnp.log(vg)), var_x, var_g)
+    leaves = jax.tree.leaves(log_s2)
+    mean = sum(jnp.sum(v) for v in leaves) / sum(v.size for v in leaves)
+    w = state.count / (state.count + SHRINK)
+    log_s2 = jax.tree.map(lambda v: w * (v - mean) + mean, log_s2)
+    avg_grad = jax.tree.map(lambda m: m / n_data, state.mean_g)
+    avg_sq = jax.tree.map(lambda vg, m: (vg + m * m) / n_data**2, var_g, state.mean_g)
+    feats = jnp.concatenate([mass_features(state.position, avg_grad, avg_sq),
+                             jnp.concatenate([(v - mean).reshape(-1, 1) for v in jax.tree.leaves(log_s2)])], axis=1)
+    h = _bounded(MetaMLP(hidden_sizes(phi["mass"]), outputs=1).apply({"params": phi["mass"]}, feats)[:, 0])
+    leaves_s, treedef = jax.tree.flatten(log_s2)
+    bounds = np.cumsum([0] + [x.size for x in leaves_s])
+    inv_mass = jax.tree.unflatten(treedef, [jnp.exp(v + h[lo:hi].reshape(v.shape)) for v, lo, hi in
+                                            zip(leaves_s, bounds[:-1], bounds[1:])])
+    eps = config.base_kappa * jnp.exp(_bounded(phi["window"]["kappa"])) * scale
+    gamma = config.base_damping / eps * jnp.exp(_bounded(phi["window"]["damping"]))
+    z = normal_like(key, state.position)
+    mom = jax.tree.map(lambda zi, m: zi * jnp.sqrt(config.temperature / m), z, inv_mass)
+    return state._replace(inv_mass=inv_mass, eps=eps.astype(jnp.float32), gamma=gamma.astype(jnp.float32),
+                          momentum=mom)
+
+
+def _burn_in(state: TransientState, grad_u, key, phi, config: TransientConfig, n_data: int, scale, freeze,
+             adapt_start) -> tuple[TransientState, jax.Array]:
+    """One burn-in update (module docstring) and its statistics."""
+    tau = state.step.astype(jnp.float32) / freeze
+    log_eta, log_tb = _schedule(phi, tau)
+    eta = config.base_step * scale * jnp.exp(log_eta)
+    temp_b = config.temperature * jnp.exp(log_tb)
+    rho, lam = config.rms_decay, config.rms_eps
+    sq = jax.tree.map(lambda v, g: rho * v + (1.0 - rho) * jnp.square(g / n_data), state.sq, grad_u)
+    z = normal_like(key, state.position)
+
+    def move(x, g, v, zi):
+        precond = 1.0 / (lam + jnp.sqrt(v))
+        return x - (eta / n_data) * precond * g + jnp.sqrt(2.0 * (eta / n_data) * temp_b * precond) * zi
+
+    pos = jax.tree.map(move, state.position, grad_u, sq, z)
+    inside = state.step >= adapt_start
+    count = state.count + jnp.where(inside, 1.0, 0.0)
+    safe = jnp.maximum(count, 1.0)
+    mx, sx = _welford(safe, state.mean_x, state.m2_x, state.position)
+    mg, sg = _welford(safe, state.mean_g, state.m2_g, grad_u)
+    keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(inside, a, b), new, old)  # noqa: E731
+    new = state._replace(position=pos, sq=sq, count=count, mean_x=keep(mx, state.mean_x), m2_x=keep(sx, state.m2_x),
+                         mean_g=keep(mg, state.mean_g), m2_g=keep(sg, state.m2_g))
+    return new, jnp.zeros((), jnp.float32)
+
+
+def _window(state: TransientState, grad_u, key, temperature) -> tuple[TransientState, jax.Array]:
+    """One window update: SGHMC with mass M, friction γ·M (module docstring)."""
+    eps, gamma = state.eps, state.gamma
+    z = normal_like(key, state.position)
+    noise = jnp.sqrt(2.0 * gamma * eps * temperature)
+    mom = jax.tree.map(lambda r, g, m, zi: r - eps * g - eps * gamma * r + noise * zi / jnp.sqrt(m),
+                       state.momentum, grad_u, state.inv_mass, z)
+    velocity = jax.tree.map(jnp.multiply, state.inv_mass, mom)
+    pos = jax.tree.map(lambda x, v: x + eps * v, state.position, velocity)
+    return state._replace(position=pos, momentum=mom), tree_vdot(*settled((mom, velocity)))
+
+
+def build_kernel(posterior: Posterior, config: TransientConfig = TransientConfig()):
+    """kernel(key, state, minibatch, meta_params, learning_rate=1.0, temperature=config.temperature) ->
+    (TransientState, TransientInfo).
+
+    Args:
+      posterior: the target (l2e.Posterior).
+      config: TransientConfig; freeze_step and adapt_fraction are static.
+    Returns:
+      The kernel; meta_params (φ) and learning_rate (a dimensionless multiplier of η and ε) are traced arguments.
+    """
+    freeze = int(config.freeze_step)
+    adapt_start = freeze - max(1, int(round(config.adapt_fraction * freeze)))
+    n_data = posterior.data_size
+
+    def kernel(key: jax.Array, state: TransientState, minibatch, meta_params: PyTree, learning_rate=1.0,
+               temperature=config.temperature):
+        cfg = config
+        k_step, k_freeze = jax.random.split(key)
+        state = jax.lax.cond(state.step == freeze,
+                             lambda s: _freeze(s, meta_params, cfg, n_data, k_freeze, learning_rate),
+                             lambda s: s, state)
+        loss, _, grad_u = posterior.value_and_potential_grad(state.position, minibatch)
+        state, kinetic = jax.lax.cond(
+            state.step < freeze,
+            lambda s: _burn_in(s, grad_u, k_step, meta_params, cfg, n_data, learning_rate, freeze, adapt_start),
+            lambda s: _window(s, grad_u, k_step, temperature), state)
+        state = state._replace(step=state.step + 1)
+        return state, TransientInfo(loss, all_finite(loss, tree_vdot(*settled((state.position, state.position)))),
+                                    kinetic)
+
+    return kernel
+
+
+def transient(posterior: Posterior, meta_params: PyTree, config: TransientConfig = TransientConfig()
+              ) -> SamplingAlgorithm:
+    """A ready Transient-L2E sampler (no learning rate).
+
+    Args:
+      posterior: the target (l2e.Posterior).
+      meta_params: φ (`init_meta_params`).
+      config: TransientConfig (freeze_step: the first update of the sampling window).
+    Returns:
+      SamplingAlgorithm: init(position) -> TransientState; step(key, state, minibatch) -> (state, TransientInfo).
+    """
+    check_mlp_shapes(meta_params["mass"], len(FEATURE_NAMES), 1, "meta_params['mass']")
+    kernel = build_kernel(posterior, config)
+
+    def step(key, state, minibatch):
+        return kernel(key, state, minibatch, meta_params)
+
+    return SamplingAlgorithm(init, step)
+
+
+def freeze_at(config: TransientConfig, start: int) -> TransientConfig:
+    """The sampling-window rule: the constants freeze at update `start`, the first update of the sampling window."""
+    return dataclasses.replace(config, freeze_step=int(start))
+
+
+LEARNED = LearnedSampler(
+    name="transient", title="Transient-L2E", config=TransientConfig, config_group="transient", init=init,
+    build_kernel=build_kernel, factory=transient, features=FEATURE_NAMES, outputs=1,
+    init_meta_params=init_meta_params, window=freeze_at, counterpart="psgld burn-in + Fisher-preconditioned SGHMC",
+    lrs=(1.0,), check=check_meta_params,
+)
+"""Transient-L2E in the learned-sampler registry: tuning-free (its evaluation grid is the one multiplier 1)."""
+

@@ -1,0 +1,128 @@
+"""Transient-L2E (l2e.transient): a learned burn-in in front of a correct Fisher-preconditioned SGHMC window.
+
+- φ = 0 is the hand-designed counterpart: constant pSGLD burn-in at η₀, then M⁻¹ = the Fisher diagonal (shrunk),
+  ε = κ₀, γε = δ₀; on N(0, diag σ²) that diagonal recovers σ² (median ratio within 15 %);
+- after the freeze the constants are fixed and the update is SGHMC with mass M and friction γM: θ' − θ = ε·M⁻¹r';
+- stationarity in the window with φ far from 0 (a hot, fast burn-in schedule, a random mass correction, stronger
+  friction; the window's whitened step κ₀ = 0.1, near SGHMC's, since a larger step only adds SGHMC's own O(ε) and
+  gradient-noise bias, larger where M⁻¹ is large): the
+  variance ratios on a 10-D anisotropic Gaussian and on the banana, and E[θ1²θ2], lie inside SGHMC's 3-seed band ±
+  SLACK at SGHMC's ε, and T_kin is within 10 % of T;
+- it loads through the registry (checkpoint round trip, l2e.transient at the top level) with no learning rate.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import l2e
+from l2e import transient as T
+from l2e.checkpoint import save_checkpoint
+
+N, D = 100, 10
+SD = np.geomspace(0.3, 3.0, D)
+
+
+def gaussian_posterior(noise=0.3):
+    return l2e.Posterior(lambda th, b: (0.5 * jnp.sum(th**2 / SD**2) + noise * jnp.dot(jnp.mean(b, 0), th)) / N,
+                         lambda th: jnp.zeros(()), N)
+
+
+def banana_posterior(noise=0.3):
+    def nll(th, b):
+        lp = -0.5 * th[0] ** 2 - 0.5 * (th[1] - th[0] ** 2 + 1.0) ** 2 / 0.25
+        return (-lp + noise * jnp.dot(jnp.mean(b, 0), th)) / N
+    return l2e.Posterior(nll, lambda th: jnp.zeros(()), N)
+
+
+def far_params():
+    """φ far from 0: a hot (T_b up to e²·T early), fast burn-in schedule, a larger window step, a random mass MLP."""
+    phi = T.init_meta_params(jax.random.PRNGKey(3), (8,), "random")
+    return {**phi, "schedule": {"eta": jnp.asarray([2.0, 1.0, 0.0, -1.0]), "temp": jnp.asarray([2.0, 1.0, 0.5, 0.0])},
+            "window": {"kappa": jnp.asarray(0.3), "damping": jnp.asarray(0.5)}}
+
+
+def run(alg, dim, steps=8000, burn=2000, chains=32, start=2.0, seed=0):
+    def chain(key):
+        def body(st, k):
+            kb, ks = jax.random.split(k)
+            st, info = alg.step(ks, st, jax.random.normal(kb, (8, dim)))
+            return st, (st.position, info.kinetic)
+
+        st, (xs, kin) = jax.lax.scan(body, alg.init(jnp.full(dim, start)), jax.random.split(key, steps))
+        return st, xs[burn:], kin[burn:]
+
+    st, xs, kin = jax.jit(jax.vmap(chain))(jax.random.split(jax.random.PRNGKey(seed), chains))
+    return st, np.asarray(xs, np.float64).reshape(-1, dim), float(np.mean(kin)) / dim
+
+
+def test_zero_phi_recovers_the_fisher_diagonal():
+    alg = T.transient(gaussian_posterior(), T.init_meta_params(jax.random.PRNGKey(0)),
+                      T.TransientConfig(freeze_step=3000, base_step=1e-2))
+    st, _, _ = run(alg, D, steps=3001, burn=3000, chains=4)
+    ratio = np.asarray(st.inv_mass)[0] / SD**2
+    assert abs(np.median(ratio) - 1) < 0.15, ratio
+    assert np.allclose(np.asarray(st.eps), 0.3) and np.allclose(np.asarray(st.eps * st.gamma), 0.1)
+
+
+def test_window_is_mass_sghmc_with_frozen_constants():
+    post = gaussian_posterior()
+    alg = T.transient(post, far_params(), T.TransientConfig(freeze_step=50, base_step=1e-2))
+    step = jax.jit(alg.step)
+    state = alg.init(jnp.ones(D))
+    for t in range(50):
+        state, info = step(jax.random.PRNGKey(t), state, jax.random.normal(jax.random.PRNGKey(500 + t), (8, D)))
+        assert float(info.kinetic) == 0.0
+    frozen = None
+    for t in range(50, 56):
+        new, info = step(jax.random.PRNGKey(t), state, jax.random.normal(jax.random.PRNGKey(500 + t), (8, D)))
+        consts = (np.asarray(new.inv_mass), float(new.eps), float(new.gamma))
+        if frozen is None:
+            frozen = consts
+        assert np.array_equal(consts[0], frozen[0]) and consts[1:] == frozen[1:]
+        np.testing.assert_allclose(new.position - state.position, new.eps * new.inv_mass * new.momentum, rtol=1e-4,
+                                   atol=1e-7)  # float32: a few roundings of 6e-8 relative
+        np.testing.assert_allclose(info.kinetic, np.sum(new.momentum**2 * new.inv_mass), rtol=1e-5)
+        state = new
+
+
+SLACK = 0.08
+"""Distance allowed from SGHMC's 3-seed band (seed noise and the splittings' O(ε) bias), as tests/test_rivals.py."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["gauss", "banana"])
+def test_window_samples_inside_sghmc_band(target):
+    post, dim = (gaussian_posterior(), D) if target == "gauss" else (banana_posterior(), 2)
+    var = SD**2 if target == "gauss" else np.array([1.0, 2.25])
+    cfg = T.TransientConfig(freeze_step=2000, base_step=1e-2, base_kappa=0.1)
+    phi = {**far_params(), "window": {"kappa": jnp.asarray(0.0), "damping": jnp.asarray(0.5)}}
+    _, xs, t_kin = run(T.transient(post, phi, cfg), dim)
+    band = [run(l2e.sghmc(post, 0.5, 3.0), dim, seed=s)[1] for s in range(3)]
+    ratios = np.stack([b.var(0) / var for b in band])
+    got = xs.var(0) / var
+    assert np.all(got >= ratios.min(0) - SLACK) and np.all(got <= ratios.max(0) + SLACK), (got, ratios)
+    assert abs(t_kin - 1.0) < 0.1, t_kin
+    if target == "banana":
+        e = [np.mean(b[:, 0] ** 2 * b[:, 1]) for b in band]
+        assert min(e) - 2 * SLACK <= np.mean(xs[:, 0] ** 2 * xs[:, 1]) <= max(e) + 2 * SLACK
+
+
+def test_registry_checkpoint_and_no_learning_rate(tmp_path):
+    entry = l2e.learned.get("transient")
+    assert entry.lrs == (1.0,) and l2e.transient.init is T.init and "learning_rate" not in {
+        f.name for f in dataclasses.fields(T.TransientConfig)}
+    phi = far_params()
+    save_checkpoint(tmp_path / "checkpoints", 1, {"count": jnp.zeros(())}, phi,
+                    {"iteration": 1, "sampler_kind": "transient", "sampler": dataclasses.asdict(T.TransientConfig())})
+    sampler = l2e.load_sampler(tmp_path, posterior=gaussian_posterior(), freeze_step=5)
+    state = sampler.init(jnp.ones(D))
+    for t in range(8):
+        state, info = sampler.step(jax.random.PRNGKey(t), state, jnp.zeros((8, D)))
+    assert bool(info.is_finite) and float(state.eps) > 0
+    with pytest.raises(Exception, match="schedule"):
+        l2e.checkpoint.check_kind_params(entry, {**phi, "schedule": {"eta": np.zeros(3)}}, "ckpt")
