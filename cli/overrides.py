@@ -52,6 +52,8 @@ def _convert(value: str, typ: Any, key: str) -> Any:
                     raise ConfigError(f"bad value for {key}: '' (an empty list; give values, or none for the default)")
                 return None
             return _convert(value, args[0], key)
+    except ConfigError:
+        raise
     except ValueError:
         raise ConfigError(f"bad value for {key}: {_shown(value)} (expected {getattr(typ, '__name__', typ)})") from None
     raise ConfigError(f"cannot set {key} from the command line")

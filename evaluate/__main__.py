@@ -157,6 +157,15 @@ def _reference_inputs(args):
                              ("--max-doublings", args.max_doublings, 1)):
         if value < low:
             raise ConfigError(f"{flag} must be ≥ {low}, got {value}")
+    from cli import limits
+
+    for flag, value, limit in (("--chains", args.chains, limits.MAX_CHAINS),
+                               ("--warmup", args.warmup, limits.MAX_STEPS),
+                               ("--samples", args.samples, limits.MAX_SAMPLES),
+                               ("--thinning", args.thinning, limits.MAX_STEPS),
+                               ("--max-doublings", args.max_doublings, 20),
+                               ("--samples × --thinning", args.samples * args.thinning, limits.MAX_STEPS)):
+        limits.at_most(flag, value, limit)
     cfg = get_preset(args.preset)
     cfg = apply_overrides(cfg, list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else []))
     names = cfg.task_names()

@@ -27,14 +27,16 @@ DEFAULT_METHODS = ("l2e", "l2e_mass", "sghmc", "csghmc", "deep_ensemble")
 
 
 def _check_setting_limits(method: str, settings) -> None:
-    """A method's settings within the resource limits: integers (steps, chains, warm-up) at most cli.limits.MAX_STEPS,
-    value lists (tuning grids) at most MAX_GRID long."""
+    """A method's settings within the resource limits: integers (steps, chains, warm-up; also inside value lists) at
+    most cli.limits.MAX_STEPS, value lists (tuning grids) at most MAX_GRID long."""
     if not dataclasses.is_dataclass(settings):
         return
     for f in dataclasses.fields(settings):
         value = getattr(settings, f.name)
         if isinstance(value, tuple):
             limits.at_most(f"settings.{method}.{f.name} (its length)", len(value), limits.MAX_GRID)
+            for v in value:
+                limits.at_most(f"settings.{method}.{f.name}", v if isinstance(v, int) else 0, limits.MAX_STEPS)
         else:
             limits.at_most(f"settings.{method}.{f.name}", value if isinstance(value, int) else 0, limits.MAX_STEPS)
 

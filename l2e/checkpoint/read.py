@@ -180,7 +180,7 @@ def read_meta(step_dir: Path) -> dict:
         l2e.io.MAX_JSON_DEPTH, not a JSON object, or a field of META_SCHEMA of another type.
     """
     f = step_dir / "meta" / "metadata"
-    if not f.is_file():
+    if not f.exists():
         raise CheckpointError(f"checkpoint metadata missing: {f}")
     try:
         meta = parse_json(read_bounded(f))

@@ -116,8 +116,9 @@ def _inputs(data: UserData) -> dict:
 
 def standardised(data: UserData, arrays: dict, what: str, stats_from: str = "train") -> dict:
     """Arrays by split z-scored with the `stats_from` split's statistics (computed in the arrays' own dtype), as
-    float32; DatasetError if the result is not finite (values too large to standardise: float32 data near its
-    limit overflow), numpy's overflow warnings silenced.
+    float32; DatasetError if the statistics or the result are not finite (values too large to standardise: float32
+    data near its limit overflow, or a standard deviation that does and zeroes every input), numpy's overflow
+    warnings silenced.
 
     Args:
       data: the user's data (for messages).
@@ -133,7 +134,7 @@ def standardised(data: UserData, arrays: dict, what: str, stats_from: str = "tra
         sd = np.where(sd > 0, sd, 1.0)
         out = {s: ((a - mu) / sd).astype(np.float32) for s, a in arrays.items()}
     for split, a in out.items():
-        if not np.all(np.isfinite(a)):
+        if not (np.all(np.isfinite(a)) and np.all(np.isfinite(mu)) and np.all(np.isfinite(sd))):
             raise DatasetError(f"{data.where}: {split} {what} are too large to standardise (magnitudes up to "
                                f"{float(np.max(np.abs(arrays[split]))):.3g}); rescale them")
     return out
