@@ -11,7 +11,7 @@ from pathlib import Path
 
 from l2e.io import atomic_write_text, parse_json, read_bounded
 
-__all__ = ["KINDS", "MARKER", "OutputLock", "read_marker", "require_ours", "write_marker"]
+__all__ = ["KINDS", "MARKER", "OutputLock", "check_output_dir", "read_marker", "require_ours", "write_marker"]
 
 MARKER = ".l2e-output"
 """The marker file of an output directory: JSON {"kind": one of KINDS, "format": 1}."""
@@ -75,6 +75,35 @@ def require_ours(out: str | Path, kind: str, error, action: str = "replace anyth
     if found == DAMAGED:
         raise error(f"--output {out}: its {MARKER} marker is damaged; refusing to {action}: choose another --output")
     raise error(f"--output {out} holds {KINDS[found]}, not {KINDS[kind]}; choose another --output")
+
+
+def check_output_dir(out: str | Path, kind: str, own: str, overwrite: bool, error) -> None:
+    """The output check of a CLI whose --output holds one set of files of `kind` (a card, budget curves): refuse an
+    --output that is a dangling link or not a directory, holds another output of ours, holds `own` without
+    `overwrite`, or holds anything without this kind's marker (before anything is computed).
+
+    Args:
+      out: the --output path.
+      kind: a key of KINDS.
+      own: the set's main file (e.g. "curve.json").
+      overwrite: whether --overwrite was given.
+      error: the exception type raised (one line).
+    Returns:
+      None.
+    """
+    out = Path(out)
+    if out.is_symlink() and not out.exists():
+        raise error(f"--output {out} is a dangling symbolic link (to {os.readlink(out)})")
+    if out.exists() and not out.is_dir():
+        raise error(f"--output {out} exists and is not a directory")
+    if out.is_dir():
+        found = read_marker(out)
+        if found in KINDS and found != kind:
+            raise error(f"--output {out} holds {KINDS[found]}, not {KINDS[kind]}; choose another --output")
+        if (out / own).exists() and not overwrite:
+            raise error(f"{out / own} exists; pass --overwrite or choose another --output")
+        if any(p for p in out.iterdir() if not p.name.startswith(".")):
+            require_ours(out, kind, error, f"write {KINDS[kind]} into it")
 
 
 class OutputLock:

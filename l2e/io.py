@@ -13,6 +13,7 @@ import json
 import math
 import os
 import stat
+import types
 import typing
 import uuid
 from pathlib import Path
@@ -204,6 +205,23 @@ def _scalar_ok(v: Any, t: Any) -> bool:
     return True
 
 
+def _fits(v: Any, t: Any) -> bool:
+    """Whether JSON value `v` (lists already tuples) fits type hint `t`: the scalars of `_scalar_ok`, Optional[T]
+    (None or T), tuple[T, ...] / tuple[T1, T2] (every item checked, nested tuples too); other hints are not checked."""
+    origin, args = typing.get_origin(t), typing.get_args(t)
+    if origin in (typing.Union, types.UnionType):
+        return any(v is None if a is type(None) else _fits(v, a) for a in args)
+    if origin is tuple or t is tuple:
+        if not isinstance(v, tuple):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_fits(x, args[0]) for x in v)
+        return not args or (len(args) == len(v) and all(_fits(x, a) for x, a in zip(v, args)))
+    if t in (bool, int, float, str):
+        return not isinstance(v, (tuple, dict)) and _scalar_ok(v, t)
+    return True
+
+
 def dataclass_from_dict(cls: type, data: dict, where: str = "") -> Any:
     """Rebuild dataclass `cls` from `dataclasses.asdict` / JSON output: nested dataclass fields recursively,
     lists back to tuples (one level of nesting); keys `data` lacks keep their defaults. A value of the wrong
@@ -229,6 +247,8 @@ def dataclass_from_dict(cls: type, data: dict, where: str = "") -> Any:
             v = dataclass_from_dict(t, v, key + ".")
         elif isinstance(v, list):
             v = tuple(tuple(x) if isinstance(x, list) else x for x in v)
+            if not _fits(v, t):  # every item of the type its field holds (a number where a name belongs: refused)
+                raise ConfigError(f"{key}: bad value {json.dumps(v)[:80]} (expected {t})")
         elif isinstance(v, dict) or typing.get_origin(t) is tuple or not _scalar_ok(v, t):
             raise ConfigError(f"{key}: bad value {v!r} (expected {getattr(t, '__name__', t)})")
         kw[f.name] = v

@@ -132,6 +132,30 @@ def test_overwrite_refuses_a_directory_we_did_not_write(which, marker, tmp_path)
     assert snapshot(tmp_path) == before
 
 
+@pytest.mark.parametrize("kind", ["card", "curve", "selection", "report", "reference", "run"])
+def test_one_definition_of_our_directory(kind, tmp_path):
+    """cli.outputs for every kind: no marker, a damaged one or another kind's refuses; its own kind accepts."""
+    from cli.outputs import KINDS, check_output_dir, require_ours
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "own.json").write_text("{}")
+    for marker, expected in ((None, "is not marked as"), ("{", "marker is damaged"), ("other", "holds")):
+        if marker == "other":
+            write_marker(out, next(k for k in KINDS if k != kind))
+        elif marker is not None:
+            (out / MARKER).write_text(marker)
+        for check in (lambda: require_ours(out, kind, ValueError),
+                      lambda: check_output_dir(out, kind, "own.json", True, ValueError)):
+            with pytest.raises(ValueError, match=expected):
+                check()
+    write_marker(out, kind)
+    require_ours(out, kind, ValueError)
+    check_output_dir(out, kind, "own.json", True, ValueError)
+    with pytest.raises(ValueError, match="pass --overwrite"):
+        check_output_dir(out, kind, "own.json", False, ValueError)
+
+
 @pytest.mark.parametrize("text", ["{broken", "[]", '{"digits/mlp-32": "digits_mlp-32"}',
                                   '{"t": {"dir": "../elsewhere", "kind": "classification"}}',
                                   '{"t": {"dir": 3}}', deep_json()])

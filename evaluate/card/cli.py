@@ -107,22 +107,10 @@ def build_card_parser():
 def _check_card_output(out: Path, name: str, overwrite: bool) -> None:
     """Refuse an --output that is not a directory, holds another output of ours or anything that is not a card of
     ours (no card marker, cli.outputs), or holds this card without --overwrite; probe writability."""
-    from cli import read_marker, require_ours
-    from cli.outputs import KINDS
+    from cli.outputs import check_output_dir
     from evaluate.report import probe_writable
 
-    if out.is_symlink() and not out.exists():
-        raise ConfigError(f"--output {out} is a dangling symbolic link")
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--output {out} exists and is not a directory")
-    if out.is_dir():
-        kind = read_marker(out)
-        if kind in KINDS and kind != "card":
-            raise ConfigError(f"--output {out} holds {KINDS[kind]}; choose another --output")
-        if (out / f"{name}.json").exists() and not overwrite:
-            raise ConfigError(f"{out / f'{name}.json'} exists; pass --overwrite or choose another --output")
-        if any(p for p in out.iterdir() if not p.name.startswith(".")):
-            require_ours(out, "card", ConfigError, "write a card into it")
+    check_output_dir(out, "card", f"{name}.json", overwrite, ConfigError)
     probe_writable(out, ConfigError)
 
 

@@ -105,7 +105,9 @@ def curve_main(argv) -> int:
     """`python -m evaluate curve ...`: every input checked before anything runs; one-line errors."""
     import dataclasses
 
-    from cli import apply_overrides, handle_sigterm, publish_dir, staging_dir
+    from cli import OutputLock, apply_overrides, handle_sigterm, publish_dir, staging_dir
+    from cli.outputs import check_output_dir
+    from evaluate.report import probe_writable
     from evaluate.cli_common import failed_run
     from evaluate.config import get_preset
     from evaluate.curve.report import curve_markdown, plot_curves
@@ -114,7 +116,7 @@ def curve_main(argv) -> int:
     from tasks.datasets import DatasetError
 
     args = build_curve_parser().parse_args(argv)
-    out = Path(args.output)
+    out, lock = Path(args.output), None
     try:
         handle_sigterm()
         cfg = apply_overrides(get_preset(args.preset), args.overrides)
@@ -129,8 +131,9 @@ def curve_main(argv) -> int:
         if unknown or not names:
             raise ConfigError(f"no task to run: {', '.join(unknown) or 'the reference holds none of'} "
                               f"(the preset's tasks: {', '.join(cfg.task_names())})")
-        if (out / "curve.json").exists() and not args.overwrite:
-            raise ConfigError(f"{out / 'curve.json'} exists; pass --overwrite or choose another --output")
+        check_output_dir(out, "curve", "curve.json", args.overwrite, ConfigError)
+        probe_writable(out, ConfigError)
+        lock = OutputLock(out, ConfigError)  # a second run on this --output is refused (cli.outputs)
         progress = None if args.quiet else (lambda line: print(f"curve: {line}", flush=True))
         t0 = time.perf_counter()
         results = run_curves(cfg, curve, args.reference, names, args.sampler, progress)
@@ -140,8 +143,9 @@ def curve_main(argv) -> int:
         pngs = plot_curves(results, stage)
         atomic_write_text(stage / "curve.md", "# Budget curves\n\n" + curve_markdown(results) + "\n"
                           + "".join(f"![{p}]({p})\n" for p in pngs))
-        publish_dir(stage, out, ("curve.json", "curve.md", *pngs))
+        publish_dir(stage, out, ("curve.json", "curve.md", *pngs), kind="curve")
+        lock.release(failed=False)
     except (KeyboardInterrupt, ConfigError, DatasetError, ValueError, OSError) as e:
-        return failed_run(e, None, f"{args.output} is unchanged")
+        return failed_run(e, lock, f"{args.output} is unchanged")
     print(f"curves: {out / 'curve.md'} ({results['seconds']:.0f} s)")
     return 0
