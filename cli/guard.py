@@ -20,20 +20,14 @@ import traceback
 import warnings
 from typing import Callable, Iterator
 
+from cli.process import DEBUG_ENV, ParserExit, Terminated
 from l2e.io import one_line
 
 __all__ = ["DEBUG_ENV", "ParserExit", "debug_requested", "guarded", "held_warnings", "on_failure",
            "run_failure_cleanups", "settled"]
 
-DEBUG_ENV = "L2E_DEBUG"
-"""Set to 1 (or pass --debug) to print the traceback of an unexpected error before its `error:` line."""
-
 _CLEANUPS: dict[int, Callable[[], None]] = {}
 _TOKENS = itertools.count()
-
-
-class ParserExit(SystemExit):
-    """An exit of the argument parser itself (--help, a usage error): the only SystemExit `guarded` passes on."""
 
 
 def on_failure(action: Callable[[], None]) -> int:
@@ -104,8 +98,6 @@ def debug_requested(argv) -> bool:
 
 
 def _interrupted(e: KeyboardInterrupt) -> int:
-    from cli.process import Terminated
-
     terminated = isinstance(e, Terminated)
     print(f"error: {'terminated (SIGTERM)' if terminated else 'interrupted'}", file=sys.stderr, flush=True)
     return 143 if terminated else 130

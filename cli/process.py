@@ -43,15 +43,22 @@ def exit_cli(code: int) -> None:
     sys.exit(code)
 
 
+DEBUG_ENV = "L2E_DEBUG"
+"""Set to 1 (or pass --debug) to print the traceback of an unexpected error before its `error:` line (cli.guard)."""
+
+
+class ParserExit(SystemExit):
+    """An exit of the argument parser itself (--help, a usage error): the only SystemExit the CLI guard
+    (cli.guard.guarded) passes on."""
+
+
 class OneLineErrorParser(argparse.ArgumentParser):
     """argparse parser whose usage errors print one line `error: <message>` to stderr and exit with status 2
-    (argparse's own error output is a multi-line usage dump); its exits raise `cli.guard.ParserExit` (the only
+    (argparse's own error output is a multi-line usage dump); its exits raise `ParserExit` (the only
     SystemExit the CLI guard passes on). Every such parser takes `--debug` (the traceback of an unexpected error)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        from cli.guard import DEBUG_ENV
-
         self.add_argument("--debug", action="store_true",
                           help=f"on an unexpected error also print its traceback (or set {DEBUG_ENV}=1)")
 
@@ -64,8 +71,6 @@ class OneLineErrorParser(argparse.ArgumentParser):
         Returns:
           never.
         """
-        from cli.guard import ParserExit
-
         if message:
             self._print_message(message, sys.stderr)
         raise ParserExit(status)
@@ -78,7 +83,5 @@ class OneLineErrorParser(argparse.ArgumentParser):
         Returns:
           never (ParserExit, a SystemExit).
         """
-        from cli.guard import ParserExit
-
         print(f"error: {' '.join(str(message).split())}", file=sys.stderr)
         raise ParserExit(2)

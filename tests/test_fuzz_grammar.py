@@ -14,7 +14,9 @@ Families (each a generator of random types, nesting depths and sizes, driven by 
                                  --overwrite`) replaced by random JSON or mutated;
   reference_metadata             a reference's metadata.json mutated field by field (`evaluate --reference`);
   run_files                      a meta-training run's config.json / log.jsonl mutated (`meta_train --resume`);
-  task_list                      `--set tasks=@FILE` with random file contents (`meta_train`).
+  task_list                      `--set tasks=@FILE` with random file contents (`meta_train`);
+  npz_data                       `--task npz:FILE/mlp-4` with random arrays: dtypes, shapes, lengths, huge or
+                                 non-finite values, labels beyond any class count, missing keys, truncated files.
 A generated input that the project accepts (it would start a run) is recognised beforehand by calling the same
 readers in-process, and is counted as "valid" and not run.
 
@@ -299,6 +301,83 @@ def test_fuzz_task_list_files(tmp_path):
             continue
         check_refused("task_list", "meta_train", ["--preset", "smoke", "--no-progress", "--output",
                                                   str(tmp_path / "out"), "--set", f"tasks=@{f}"], tmp_path)
+
+
+# --------------------------------------------------------------------------- npz / csv data
+
+
+def _rand_npz(rng: random.Random, path: Path) -> None:
+    """A valid classification npz (x (n, 3) float32, labels 0..2) with one to three random changes: an array's dtype
+    or shape, huge / non-finite / out-of-range values, a label of 2**32 + 1, a key dropped or added, the file
+    truncated."""
+    import numpy as np
+
+    g = np.random.default_rng(rng.randrange(2**32))
+    n = rng.choice([2, 8, 20])
+    arrays = {"x_train": g.normal(size=(n, 3)).astype(np.float32), "y_train": np.arange(n) % 3,
+              "x_test": g.normal(size=(4, 3)).astype(np.float32), "y_test": np.arange(4) % 3}
+    if rng.random() < 0.3:
+        arrays.update(x_valid=g.normal(size=(3, 3)).astype(np.float32), y_valid=np.arange(3) % 3)
+    truncate = False
+    for _ in range(rng.randint(1, 3)):
+        key = rng.choice(list(arrays))
+        a = arrays[key]
+        r = rng.random()
+        if r < 0.2:
+            dtype = rng.choice(["float16", "float64", "int8", "uint8", "int64", "uint64", "bool", "complex64", "U3",
+                                "datetime64[s]"])
+            try:
+                arrays[key] = a.astype(dtype)
+            except (TypeError, ValueError):
+                arrays[key] = a.astype(str)
+        elif r < 0.35:
+            arrays[key] = a.reshape(-1) if a.ndim > 1 else np.stack([a, a], axis=-1)
+        elif r < 0.45:
+            arrays[key] = a[: rng.randint(0, max(0, len(a) - 1))]
+        elif r < 0.65 and a.size:
+            a = a.astype(np.float64) if rng.random() < 0.5 or a.dtype.kind != "i" else a.copy()
+            value = rng.choice([float("nan"), float("inf"), 3e38, -3e38, 1e300, -1.0, 2.0**32 + 1, 1e6, 0.5])
+            if a.dtype.kind == "i":
+                value = rng.choice([-1, 2**32 + 1, 2**62, 10**6])
+            a.flat[rng.randrange(a.size)] = value
+            arrays[key] = a
+        elif r < 0.75:
+            arrays[key] = a * rng.choice([3e38, 1e-40, 0.0])
+        elif r < 0.85:
+            del arrays[key]
+        elif r < 0.92:
+            arrays[rng.choice(["x_valid", "y_valid", "extra"])] = g.normal(size=(3, 3))
+        else:
+            truncate = True
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+    if truncate:
+        path.write_bytes(path.read_bytes()[: rng.randrange(max(1, path.stat().st_size))])
+
+
+def test_fuzz_npz_data(tmp_path):
+    from evaluate.cli_common import with_task_strings
+    from evaluate.config import get_preset
+    from tasks import TaskCache, build
+
+    rng = random.Random(f"{SEED}-npz")
+    base = get_preset("smoke")
+    for i in range(max(4, CASES // 2)):
+        count("npz_data", "generated")
+        case = tmp_path / str(i)
+        case.mkdir()
+        _rand_npz(rng, case / "d.npz")
+        text = f"npz:{case / 'd.npz'}/mlp-4" + rng.choice(["", ":likelihood=regression", ":classes=3"])
+
+        def accepted():
+            cfg = with_task_strings(base, [text], None)
+            build(cfg.tasks[0], TaskCache())
+
+        if _accepts(accepted):
+            count("npz_data", "valid")
+            continue
+        check_refused("npz_data", "evaluate", ["--preset", "smoke", "--quiet", "--task", text,
+                                               "--output", str(case / "out")], case)
 
 
 # --------------------------------------------------------------------------- reference files
