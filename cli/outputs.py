@@ -138,12 +138,15 @@ class OutputLock:
     def _cleanup(self) -> None:
         if self.created:
             try:
-                self.out.rmdir()  # only if still empty
+                if [p.name for p in self.out.iterdir()] == [MARKER]:  # marked by this run, nothing else written
+                    (self.out / MARKER).unlink()
+                self.out.rmdir()  # only if (then) empty
             except OSError:
                 pass
 
     def release(self, failed: bool) -> None:
-        """Release the lock; after a failure also remove the directory if this run created it and it is empty.
+        """Release the lock; after a failure also remove the directory if this run created it and it is empty (or
+        holds only the marker this run wrote).
 
         Args:
           failed: whether the run failed.

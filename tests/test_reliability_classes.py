@@ -570,6 +570,32 @@ def test_posterior_under_a_transformation_and_sample_batch():
 # =========================================================================== litter and order
 
 
+def test_a_failed_run_leaves_no_directory_it_created(tmp_path, capsys):
+    """OutputLock: released as failed, or by the guard's failure cleanups after any exception, a directory this run
+    created and only marked is removed; one that held anything else before is kept as it was."""
+    from cli import OutputLock
+
+    out = tmp_path / "new"
+    lock = OutputLock(out, ValueError)
+    write_marker(out, "reference")
+    lock.release(failed=True)
+    assert not out.exists()
+
+    def body(argv):
+        OutputLock(out, ValueError)
+        write_marker(out, "card")
+        raise RuntimeError("failed mid-run")
+
+    assert guarded(body, []) == 1 and not out.exists()
+    assert capsys.readouterr().err.count("error: ") == 1
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    before = snapshot(tmp_path)
+    OutputLock(kept, ValueError).release(failed=True)
+    assert snapshot(tmp_path) == before
+
+
 def test_refused_settings_write_nothing(tmp_path):
     out = tmp_path / "run"
     one_error_line(run_cli("meta_train", "--preset", "smoke", "--no-progress", "--output", out, "--set", "hidden="))
