@@ -521,6 +521,30 @@ def test_card_takes_the_output_lock(tmp_path):
         lock.release()
 
 
+@pytest.mark.slow
+def test_card_ends_on_sigterm_with_one_line_and_its_output_unchanged(tmp_path):
+    """`evaluate card` handles SIGTERM like the other commands: exit 143, one line, no staging folder left, and an
+    earlier card (ours, marked) byte for byte as it was."""
+    import signal
+
+    from test_fuzz import _finish, cli, wait_for
+
+    out = tmp_path / "card"
+    out.mkdir()
+    (out / "card.json").write_text("{}\n")
+    write_marker(out, "card")
+    before = snapshot(tmp_path)
+    proc = cli("ev", "card", "--quiet", "--overwrite", "--output", str(out))
+    try:
+        wait_for(lambda: any(tmp_path.glob(".card.staging-*")), what="the card's staging directory")
+        rc, stderr = _finish(proc, signal.SIGTERM)
+    finally:
+        proc.kill()
+    lines = stderr.splitlines()
+    assert rc == 143 and len(lines) == 1 and lines[0].startswith("error: terminated (SIGTERM)"), stderr[-2000:]
+    assert snapshot(tmp_path) == before
+
+
 # =========================================================================== 6. the library's own checks
 
 
