@@ -217,6 +217,24 @@ def test_reference_metadata_schema_names_each_field(path, key):
         schema.check_metadata(meta, "m", ReferenceDataError, FORMATS)
 
 
+@pytest.mark.parametrize("key,value", [("hidden", [8, "8"]), ("hidden", [[8]]), ("tasks.datasets", ["digits", 3]),
+                                       ("tasks.datasets", [None]), ("hidden", "8"), ("seed", [0])])
+def test_run_config_list_items_are_typed(key, value):
+    """A run's config.json read back (l2e.io.dataclass_from_dict): every item of a list is of its field's type, else
+    one ConfigError naming the field (a number among dataset names was an AttributeError; found by the fuzz)."""
+    from l2e.io import ConfigError
+    from meta_train.config import from_dict
+
+    config = smoke_run_config()
+    where = config
+    *parents, last = key.split(".")
+    for p in parents:
+        where = where[p]
+    where[last] = value
+    with pytest.raises(ConfigError, match=last):
+        from_dict(config)
+
+
 def _write_deep(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(deep_json())
