@@ -655,6 +655,26 @@ def test_refused_overwrite_leaves_no_staged_config(tmp_path):
     assert "notes.txt" in line and snapshot(tmp_path) == before
 
 
+def test_a_failed_overwrite_leaves_no_staged_config(tmp_path, monkeypatch):
+    """--overwrite stages the new config.json first; when deleting the old run then fails (an OSError), the staged
+    file goes too and the run is as it was."""
+    import meta_train.run_dir as run_dir
+
+    out = tmp_path / "run"
+    (out / "checkpoints").mkdir(parents=True)
+    (out / "config.json").write_text(json.dumps(smoke_run_config()))
+    (out / "log.jsonl").write_text('{"iteration": 0, "meta_loss": 1.0}\n')
+    write_marker(out, "run")
+    before = snapshot(tmp_path)
+
+    def refuse(path, *a, **k):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(run_dir.shutil, "rmtree", refuse)
+    line = one_error_line(run_cli("meta_train", "--preset", "smoke", "--no-progress", "--overwrite", "--output", out))
+    assert "cannot write to" in line and snapshot(tmp_path) == before
+
+
 def test_numpy_warnings_do_not_precede_the_error(tmp_path):
     x = np.full((8, 2), 3e38, np.float32)
     x[::2] *= -1
