@@ -14,16 +14,19 @@ Families (each a generator of random types, nesting depths and sizes, driven by 
                                  --overwrite`) replaced by random JSON or mutated;
   reference_metadata             a reference's metadata.json mutated field by field (`evaluate --reference`);
   run_files                      a meta-training run's config.json / log.jsonl mutated (`meta_train --resume`);
+  checkpoint_metadata            a checkpoint's meta/metadata mutated (`evaluate --sampler`);
   task_list                      `--set tasks=@FILE` with random file contents (`meta_train`);
   npz_data                       `--task npz:FILE/mlp-4` with random arrays: dtypes, shapes, lengths, huge or
                                  non-finite values, labels beyond any class count, missing keys, truncated files.
 A generated input that the project accepts (it would start a run) is recognised beforehand by calling the same
 readers in-process, and is counted as "valid" and not run.
 
-Size: $L2E_FUZZ_CASES cases per family (default 60; run_files, task_list and set_meta_train a third, npz_data a
-half) from seed $L2E_FUZZ_SEED (default 0); the counts are printed (`pytest -s`). Recorded (2-core machine under
-load): the default run generates 330 cases, runs 281 (49 are accepted inputs, not run), about 25 s; seed 1 with 300
-per family (before npz_data existed) 1500 / 1283, seed 2 with 200 per family 1098 / 943 — no failure.
+Size: $L2E_FUZZ_CASES cases per family (default 60; run_files, task_list and set_meta_train a third, npz_data and
+checkpoint_metadata a half) from seed $L2E_FUZZ_SEED (default 0); the counts are printed (`pytest -s`).
+Recorded (2-core machine under load): the default run generates 360 cases and runs 296 (64 are accepted inputs, not
+run), about 25 s; seed 1 with 300 per family (before npz_data and checkpoint_metadata existed) 1500 generated /
+1283 run, seed 2 with 200 per family (before checkpoint_metadata) 1098 / 943, checkpoint_metadata alone with seeds
+1 and 2, 300 each: 600 / 272 — no failure.
 Failures found while writing it, and fixed: one class — a run's config.json whose list field holds an item of
 another type (a number among tasks.datasets) escaped `meta_train --resume` as an AttributeError (status 1) instead
 of a ConfigError line; l2e.io.dataclass_from_dict now checks every list item against its field's type.
@@ -433,6 +436,30 @@ def test_fuzz_reference_metadata(tmp_path):
             continue
         check_refused("reference_metadata", "evaluate", [
             "--preset", "smoke", "--quiet", "--set", "methods=sghmc", "--task", TASK, "--reference", str(ref),
+            "--output", str(tmp_path / "out")], tmp_path)
+
+
+# --------------------------------------------------------------------------- checkpoint metadata
+
+
+def test_fuzz_checkpoint_metadata(tmp_path):
+    """The shipped paper-form step directory copied and its meta/metadata mutated (`evaluate --sampler`)."""
+    from l2e.checkpoint import load_meta_params
+
+    rng = random.Random(f"{SEED}-checkpoint")
+    step = tmp_path / "ckpt"
+    shutil.copytree(ROOT / "checkpoints" / "paper_form", step,
+                    ignore=shutil.ignore_patterns("*.png", "log.jsonl", "PROVENANCE.md"))
+    meta_file = step / "meta" / "metadata"
+    good = json.loads(meta_file.read_text())
+    for i in range(max(4, CASES // 2)):
+        count("checkpoint_metadata", "generated")
+        meta_file.write_text(json_text(rng, mutate(rng, good)))
+        if _accepts(lambda: load_meta_params(step)):
+            count("checkpoint_metadata", "valid")
+            continue
+        check_refused("checkpoint_metadata", "evaluate", [
+            "--preset", "smoke", "--quiet", "--set", "methods=l2e", "--sampler", str(step),
             "--output", str(tmp_path / "out")], tmp_path)
 
 
