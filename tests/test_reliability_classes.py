@@ -644,7 +644,7 @@ def test_refused_settings_write_nothing(tmp_path):
     assert not out.exists()
 
 
-def test_refused_overwrite_leaves_no_staged_config(tmp_path):
+def test_overwrite_refuses_a_run_holding_foreign_files(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
     (out / "config.json").write_text(json.dumps(smoke_run_config()))
