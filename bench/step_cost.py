@@ -43,7 +43,11 @@ from bench.stats import fmt, median_ratio
 from l2e.checkpoint import SHIPPED, load_meta_params, resolve_step_dir, sampler_kind, shipped_checkpoint
 from l2e.learned import REGISTRY
 
-BASELINES = ("sghmc", "sgld", "csghmc", "psgld", "sgnht", "fsghmc", "smile", "psmile")
+BASELINES = ("sghmc", "sgld", "csghmc", "psgld", "sgnht", "fsghmc", "smile", "psmile", "baoab", "precond_fisher",
+             "precond_fisher (window)", "precond_rmsprop", "adaptive_sghmc", "adaptive_sghmc (window)",
+             "warm_sghmc (Adam)", "warm_sghmc (window)")
+"""The hand-designed steps timed; "(window)" rows time a sampler that adapts in burn-in after its freeze (the
+timed calls start at update 0, so the plain row is the burn-in step)."""
 
 
 class DenseHeadCNN(nn.Module):
@@ -130,6 +134,15 @@ def baseline(name: str, post, fpost):
         "fsghmc": lambda: l2e.fsghmc(fpost, 0.05, 15.0),
         "smile": lambda: _smile(post, False),
         "psmile": lambda: _smile(post, True),
+        "baoab": lambda: l2e.baoab(post, 0.05, 15.0),
+        "precond_fisher": lambda: l2e.precond_sghmc(post, 0.05, 15.0, preconditioner="fisher", freeze_step=10**9),
+        "precond_fisher (window)": lambda: l2e.precond_sghmc(post, 0.05, 15.0, preconditioner="fisher",
+                                                             freeze_step=1),
+        "precond_rmsprop": lambda: l2e.precond_sghmc(post, 0.05, 15.0, preconditioner="rmsprop", freeze_step=10**9),
+        "adaptive_sghmc": lambda: l2e.adaptive_sghmc(post, burn_in=10**9),
+        "adaptive_sghmc (window)": lambda: l2e.adaptive_sghmc(post, burn_in=1),
+        "warm_sghmc (Adam)": lambda: l2e.warm_sghmc(post, 0.05, 15.0, warm_steps=10**9),
+        "warm_sghmc (window)": lambda: l2e.warm_sghmc(post, 0.05, 15.0, warm_steps=0),
     }[name]()
 
 
@@ -154,6 +167,9 @@ def learned_samplers(post) -> tuple[dict[str, tuple], dict[str, str]]:
         shipped_kinds.add(kind)
         label = "l2e (paper-form)" if name == "paper-form" else name
         out[label] = (kind, REGISTRY[kind].factory(post, params, config), params, config)
+        if "freeze_step" in {f.name for f in dataclasses.fields(config)}:  # the calls start in burn-in: the window too
+            window = dataclasses.replace(config, freeze_step=1)
+            out[f"{label} (window)"] = (kind, REGISTRY[kind].factory(post, params, window), params, window)
     for kind, spec in REGISTRY.items():
         if kind in shipped_kinds:
             continue

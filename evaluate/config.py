@@ -220,7 +220,8 @@ _FULL_GRID = dict(
     precond_rmsprop=dict(lrs=(0.03, 0.1, 0.3, 1.0), frictions=(10.0,)),
     precond_fisher=dict(lrs=(0.03, 0.1, 0.3, 1.0), frictions=(10.0,)),
     warm_sghmc=dict(lrs=(0.01, 0.03), frictions=(10.0,), warm_fractions=(0.25, 0.5)))
-"""Tuning grids of the `full` preset: FULL_GRID_POINTS points for every tuned method (sghmc, baoab, the
+"""Tuning grids of the `full` preset: FULL_GRID_POINTS points for every tuned method but the tuning-free learned
+ones (their one point, the multiplier 1) (sghmc, baoab, the
 preconditioned SGHMCs: 4 lrs × 1 friction; warm_sghmc: 2 lrs × 2 Adam fractions; sghmc_tempered: 2 lrs ×
 T ∈ {1, 0.1}), extended at an edge of the lr grid (extend_grid)."""
 

@@ -45,7 +45,9 @@ import numpy as np
 from l2e.checks import check_positive
 from l2e.mass import MASS_FEATURE_NAMES, mass_features
 from l2e.meta_model import MetaMLP, check_mlp_shapes, check_tree, hidden_sizes, mlp_layers_names
-from l2e.types import LearnedSampler, Posterior, PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_vdot
+from l2e.types import (
+    LearnedSampler, Posterior, PyTree, SamplingAlgorithm, Shipped, all_finite, normal_like, settled, tree_vdot,
+)
 
 __all__ = ["FEATURE_NAMES", "KNOTS", "LEARNED", "TransientConfig", "TransientInfo", "TransientState", "build_kernel",
            "init", "init_meta_params", "transient"]
@@ -301,7 +303,7 @@ LEARNED = LearnedSampler(
     name="transient", title="Transient-L2E", config=TransientConfig, config_group="transient", init=init,
     build_kernel=build_kernel, factory=transient, features=FEATURE_NAMES, outputs=1,
     init_meta_params=init_meta_params, window=freeze_at, counterpart="psgld burn-in + Fisher-preconditioned SGHMC",
-    lrs=(1.0,), check=check_meta_params,
+    lrs=(1.0,), check=check_meta_params, shipped=(Shipped("transient", "l2e_transient"),),
 )
 """Transient-L2E in the learned-sampler registry: tuning-free (its evaluation grid is the one multiplier 1)."""
 

@@ -118,3 +118,29 @@ def test_curve_command_end_to_end(tmp_path):
             assert [p["budget"] for p in pts] == [100, 400] and [p["gradients"] for p in pts] == [100, 400]
             assert all(p["tv"] is not None and 0 <= p["tv"] <= 1 for p in pts)
     assert (out / "curve.md").is_file() and (out / "curve_digits_mlp-32.png").is_file()
+
+
+def _part(methods: dict, floors=None, budgets=(100, 200)) -> dict:
+    def row(mean, reached=3):
+        s = {"reached": reached, "seeds": 3, "mean": mean, "se": 1.0}
+        return {"tuning": {"gradients": 800}, "choices": {"oracle": {"to_floor": {"tv": s, "energy": s}}}}
+
+    return {"k": 10, "curve": {"budgets": list(budgets), "chains": [1], "seeds": [0, 1, 2], "tune_budget": 200,
+                               "tune_seed": 0},
+            "methods": list(methods), "tasks": {"t": {"floors": floors or {"tv": 1}, "seconds": 1.0,
+                                                      "methods": {m: row(v) for m, v in methods.items()}}}}
+
+
+def test_merge_pools_rows_and_compares_the_learned_sampler_with_the_bar():
+    from evaluate.curve.report import learned_vs_bar, merge_results
+
+    merged = merge_results([_part({"sghmc": 4000.0, "baoab": 3000.0}), _part({"l2e_transient": 1000.0})])
+    task = merged["tasks"]["t"]
+    assert set(task["methods"]) == {"sghmc", "baoab", "l2e_transient"} and task["seconds"] == 2.0
+    assert learned_vs_bar(task, "tv") == [("l2e_transient", "0.33 × baoab's gradients")]
+    with pytest.raises(ValueError, match="more than one run"):
+        merge_results([_part({"sghmc": 1.0}), _part({"sghmc": 2.0})])
+    with pytest.raises(ValueError, match="floors differ"):
+        merge_results([_part({"sghmc": 1.0}), _part({"baoab": 1.0}, floors={"tv": 2})])
+    with pytest.raises(ValueError, match="must share"):
+        merge_results([_part({"sghmc": 1.0}), _part({"baoab": 1.0}, budgets=(100, 400))])

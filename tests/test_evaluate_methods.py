@@ -28,12 +28,12 @@ SETTINGS = dict(sghmc=dict(lrs=(0.03,), frictions=(10.0,)), csghmc=dict(lrs=(0.1
                 l2e_kinetic=dict(lrs=(0.03,)), meta_sgmcmc=dict(lrs=(0.03,)), precond_l2e=dict(lrs=(0.03,)),
                 small_l2e=dict(lrs=(0.5,)), baoab=dict(lrs=(0.03,), frictions=(10.0,)),
                 precond_rmsprop=dict(lrs=(0.03,), frictions=(10.0,)), precond_fisher=dict(lrs=(0.03,), frictions=(10.0,)),
-                warm_sghmc=dict(lrs=(0.03,), frictions=(10.0,), warm_fractions=(0.5,)))
+                warm_sghmc=dict(lrs=(0.03,), frictions=(10.0,), warm_fractions=(0.5,)), l2e_transient=dict(lrs=(1.0,)))
 FULL_BATCH_METHODS = tuple(m for m in METHODS if REGISTRY[m].full_batch)
 ENSEMBLES = ("deep_ensemble", "noisy_de")
 MOMENTUM_METHODS = ("l2e", "l2e_released", "l2e_mass", "l2e_kinetic", "meta_sgmcmc", "precond_l2e", "small_l2e", "sghmc",
                     "sghmc_tempered", "csghmc", "fsghmc", "sgnht", "baoab", "precond_rmsprop", "precond_fisher",
-                    "adaptive_sghmc", "warm_sghmc")
+                    "adaptive_sghmc", "warm_sghmc", "l2e_transient")
 CLS = iris_mlp(8)
 REG = RegressionSpec("synthetic_1d", hidden=(8,))
 TIMING = {"seconds", "ess_per_second", "fs_ess_per_second", "seconds_per_step", "sghmc_seconds_per_step", "seconds_per_step_vs_sghmc"}

@@ -10,6 +10,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from l2e import learned
+
 from evaluate import report as R
 from evaluate.budget import seconds_num_steps, with_num_steps
 from evaluate.config import FULL_GRID_POINTS, ConfigError, EvalConfig, get_preset, method_settings
@@ -110,6 +112,9 @@ def test_grid_extends_at_an_edge_at_most_twice():
 def test_full_preset_gives_every_tuned_method_the_same_grid_size():
     full = get_preset("full")
     sizes = {m: len(get_method(m).points(getattr(full.settings, m))) for m in full.methods if get_method(m).tuned}
+    tuning_free = {s.method for e in learned.REGISTRY.values() if e.lrs == (1.0,) for s in e.shipped if s.method}
+    assert tuning_free and all(sizes[m] == 1 for m in tuning_free)  # a tuning-free learned sampler: its one point
+    sizes = {m: n for m, n in sizes.items() if m not in tuning_free}
     assert set(sizes.values()) == {FULL_GRID_POINTS} and {"sghmc_tempered", "l2e_released"} <= set(sizes)
     assert full.extend_grid and full.optional_methods == ("l2e_released",)
     assert not get_preset("smoke").extend_grid and not get_preset("default").extend_grid

@@ -147,7 +147,7 @@ def test_shipped_kind_runs_its_method_on_the_step(tmp_path):
 
 def test_learned_method_by_kind():
     assert KIND_METHODS == {"l2e": "l2e", "mass": "l2e_mass", "kinetic": "l2e_kinetic", "meta_sgmcmc": "meta_sgmcmc",
-                            "step_scale": "l2e", "transient": "l2e"}  # a kind without a shipped method runs through --sampler
+                            "step_scale": "l2e", "transient": "l2e_transient"}  # a kind without a shipped method runs through --sampler
     assert learned_method_for("l2e") == ("l2e", None)
     assert learned_method_for("step_scale") == ("l2e", None)
     assert learned_method_for("mass") == ("l2e_mass", "mass")

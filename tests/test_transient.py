@@ -126,3 +126,19 @@ def test_registry_checkpoint_and_no_learning_rate(tmp_path):
     assert bool(info.is_finite) and float(state.eps) > 0
     with pytest.raises(Exception, match="schedule"):
         l2e.checkpoint.check_kind_params(entry, {**phi, "schedule": {"eta": np.zeros(3)}}, "ckpt")
+
+
+def test_shipped_checkpoint_loads_as_a_drop_in_step():
+    """The shipped "transient" checkpoint: the preset's 200 iterations, kind transient, its PROVENANCE, and a step
+    through the freeze on a 5-D Gaussian (finite, the window's constants set)."""
+    from l2e.checkpoint import shipped_checkpoint
+
+    phi, config, meta = l2e.load_meta_params("transient")
+    assert meta["iteration"] == meta["config"]["num_outer"] == 200 and meta["sampler_kind"] == "transient"
+    assert (shipped_checkpoint("transient") / "PROVENANCE.md").is_file()
+    post = l2e.Posterior(lambda p, b: 0.5 * jnp.sum((p - b) ** 2), lambda p: 0.0 * p.sum(), 100)
+    sampler = l2e.load_sampler("transient", posterior=post, freeze_step=4)
+    state = sampler.init(jnp.ones(5))
+    for t in range(8):
+        state, info = sampler.step(jax.random.PRNGKey(t), state, jnp.zeros((8, 5)))
+    assert bool(info.is_finite) and np.all(np.isfinite(np.asarray(state.position))) and float(state.eps) > 0

@@ -22,6 +22,11 @@ def card_markdown(card: dict) -> str:
         lines.append(f"| {r['target']} | {r['sampler']} | {_f(r['mean_error'])} | {_f(r['var_ratio_median'])} "
                      f"({_f(r['var_ratio_q05'], '.2f')}–{_f(r['var_ratio_q95'], '.2f')}) | {_f(r['t_kin'])} | "
                      f"{_f(r['t_conf'])} | {r['diverged_chains']} |")
+    moments = [r for r in card["rows"] if r.get("moment")]
+    if moments:
+        lines += ["", "| target | sampler | statistic | value | exact |", "|---|---|---|---|---|"]
+        lines += [f"| {r['target']} | {r['sampler']} | {r['moment']['label']} | {_f(r['moment']['value'])} | "
+                  f"{_f(r['moment']['exact'])} |" for r in moments]
     lines.append("")
     lines += [f"SGHMC band (median variance ratio over {card['config']['band_seeds']} seeds), {t}: "
               f"{lo:.3f}–{hi:.3f}" for t, (lo, hi) in card["band"].items()]

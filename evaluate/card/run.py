@@ -26,8 +26,9 @@ def always(state) -> jax.Array:
 
 
 def hand_designed() -> dict[str, SamplerBuilder]:
-    """The card builders of the hand-designed samplers, by name: sgld, psgld, sghmc, csghmc, sgnht (step rules in
-    the module doc of evaluate.card).
+    """The card builders of the hand-designed samplers, by name: sgld, psgld, sghmc, csghmc, baoab, precond_rmsprop,
+    precond_fisher (mass adapted over the first fifth, then frozen), adaptive_sghmc (its published constants),
+    warm_sghmc (Adam for the first tenth), sgnht (step rules in the module doc of evaluate.card).
 
     Returns:
       {name: builder(post, eps, c, smin, steps) -> (SamplingAlgorithm, weight(state) -> () 0/1)}.
@@ -48,7 +49,24 @@ def hand_designed() -> dict[str, SamplerBuilder]:
             l2e.cyclical_sghmc.cyclical_schedule(s.step - 1, 1.0, steps, cycles, ratio)[1], jnp.float32)
         return alg, weight
 
-    out = {"sgld": sgld, "psgld": psgld, "sghmc": sghmc, "csghmc": csghmc}
+    def baoab(post, eps, c, smin, steps):
+        return l2e.baoab(post, eps**2 * post.data_size, c), always
+
+    def precond(kind):  # the card's gradient noise has no batch to split: the noise-variance estimate is off
+        def build(post, eps, c, smin, steps):
+            return l2e.precond_sghmc(post, eps**2 * post.data_size, c, preconditioner=kind, freeze_step=steps // 5,
+                                     noise_halves=False), always
+        return build
+
+    def adaptive_sghmc(post, eps, c, smin, steps):  # its published constants (no ε, C of the card), burn-in steps/5
+        return l2e.adaptive_sghmc(post, burn_in=steps // 5), always
+
+    def warm_sghmc(post, eps, c, smin, steps):  # Adam for the first tenth, then SGHMC at the card's ε, C
+        return l2e.warm_sghmc(post, eps**2 * post.data_size, c, warm_steps=steps // 10), always
+
+    out = {"sgld": sgld, "psgld": psgld, "sghmc": sghmc, "csghmc": csghmc, "baoab": baoab,
+           "precond_rmsprop": precond("rmsprop"), "precond_fisher": precond("fisher"),
+           "adaptive_sghmc": adaptive_sghmc, "warm_sghmc": warm_sghmc}
     if hasattr(l2e, "sgnht"):
         def sgnht(post, eps, c, smin, steps):
             return l2e.sgnht(post, eps**2 * post.data_size, c), always
@@ -70,8 +88,11 @@ def learned_builder(meta_params, config, factory: Callable = l2e.l2e) -> Sampler
       builder(post, eps, c, smin, steps) -> (SamplingAlgorithm at lr = ε²N and friction C, `always`).
     """
 
-    def build(post, eps, c, smin, steps):
-        cfg = dataclasses.replace(config, learning_rate=eps**2 * post.data_size, friction=c)
+    fields = {f.name for f in dataclasses.fields(config)}
+
+    def build(post, eps, c, smin, steps):  # a tuning-free sampler (no learning_rate field) runs as configured
+        cfg = (dataclasses.replace(config, learning_rate=eps**2 * post.data_size, friction=c)
+               if {"learning_rate", "friction"} <= fields else config)
         return factory(post, meta_params, cfg), always
 
     return build
@@ -83,6 +104,7 @@ class _Sums(NamedTuple):
     x2: jax.Array
     kinetic: jax.Array
     virial: jax.Array
+    moment: jax.Array
     finite: jax.Array
 
 
@@ -91,7 +113,8 @@ def _chain_stats(alg, weight_fn, target: Target, sample_noise, key, x0, cfg: Car
     grad_u = jax.grad(target.energy)
     d = x0.shape[0]
     zero = jnp.zeros(())
-    sums0 = _Sums(zero, jnp.zeros(d), jnp.zeros(d), zero, zero, jnp.ones((), bool))
+    sums0 = _Sums(zero, jnp.zeros(d), jnp.zeros(d), zero, zero, zero, jnp.ones((), bool))
+    moment = target.moment or (lambda x: jnp.zeros(()))
 
     def body(carry, t):
         state, sums = carry
@@ -101,7 +124,8 @@ def _chain_stats(alg, weight_fn, target: Target, sample_noise, key, x0, cfg: Car
         w = jnp.where(t >= cfg.burn_in, weight_fn(state), 0.0)
         kin = getattr(info, "kinetic", jnp.zeros(()))
         sums = _Sums(sums.weight + w, sums.x + w * x, sums.x2 + w * x * x, sums.kinetic + w * kin,
-                     sums.virial + w * virial(x, grad_u), sums.finite & jnp.all(jnp.isfinite(x)))
+                     sums.virial + w * virial(x, grad_u), sums.moment + w * moment(x),
+                     sums.finite & jnp.all(jnp.isfinite(x)))
         return (state, sums), None
 
     (_, sums), _ = jax.lax.scan(body, (alg.init({"x": x0}), sums0), jnp.arange(cfg.num_steps))
@@ -119,7 +143,7 @@ def run_sampler(name: str, builder: SamplerBuilder, target: Target, cfg: CardCon
       {"sampler", "target", "seed", "diverged_chains"} and, unless every chain diverged, "step_size" (ε),
       "friction", "mean_error" (mean |E θ_i − μ_i|/σ_i), "var_ratio_median", "var_ratio_q05", "var_ratio_q95"
       (Var θ_i / σ_i² over coordinates), "t_kin" (None without a kinetic Info field) and "t_conf" (both in units
-      of the target temperature).
+      of the target temperature), "moment" (None, or the target's extra statistic: label, value, exact).
     """
     post, sample_noise = card_posterior(target, cfg)
     smin = float(1.0 / np.max(target.grad_scale))  # σ_min
@@ -147,7 +171,10 @@ def run_sampler(name: str, builder: SamplerBuilder, target: Target, cfg: CardCon
             "var_ratio_median": float(np.median(ratio)), "var_ratio_q05": float(np.quantile(ratio, 0.05)),
             "var_ratio_q95": float(np.quantile(ratio, 0.95)),
             "t_kin": float(s.kinetic[ok].sum() / w / d) if momentum else None,
-            "t_conf": float(s.virial[ok].sum() / w / d)}
+            "t_conf": float(s.virial[ok].sum() / w / d),
+            "moment": (None if target.moment is None else
+                       {"label": target.moment_label, "value": float(s.moment[ok].sum() / w),
+                        "exact": float(target.moment_value)})}
 
 
 def sampler_card(samplers: dict[str, SamplerBuilder], cfg: CardConfig = CardConfig(),

@@ -14,7 +14,8 @@ import numpy as np
 from l2e.io import ConfigError
 from l2e.types import Posterior
 
-__all__ = ["CardConfig", "Target", "card_posterior", "default_targets", "gaussian_target", "mixture_target"]
+__all__ = ["CardConfig", "Target", "banana_target", "card_posterior", "default_targets", "gaussian_target",
+           "mixture_target"]
 
 
 class Target(NamedTuple):
@@ -26,6 +27,9 @@ class Target(NamedTuple):
     var: np.ndarray
     grad_scale: np.ndarray  # (d,) 1/σ_i: the scale of the gradient of coordinate i (noise units)
     sample: Callable[[jax.Array, int], jax.Array]  # (key, n) -> (n, d) exact draws
+    moment: Callable[[jax.Array], jax.Array] | None = None  # a scalar statistic of θ beyond mean and variance
+    moment_value: float | None = None  # its exact expectation
+    moment_label: str = ""
 
 
 def gaussian_target(name: str, sigmas) -> Target:
@@ -53,10 +57,26 @@ def mixture_target(name: str = "mixture-2d", offset: float = 1.0, scale: float =
                   np.full(2, 1.0 / scale, np.float32), sample)
 
 
+def banana_target(name: str = "banana", scale: float = 0.5) -> Target:
+    """θ1 ~ N(0, 1), θ2 | θ1 ~ N(θ1² − 1, s²): mean 0, variance (1, 2 + s²), E[θ1²θ2] = E[θ1⁴] − E[θ1²] = 2 (the
+    curvature a Gaussian fit misses)."""
+
+    def energy(x):
+        return 0.5 * x[0] ** 2 + 0.5 * ((x[1] - x[0] ** 2 + 1.0) / scale) ** 2
+
+    def sample(key, n):
+        k1, k2 = jax.random.split(key)
+        a = jax.random.normal(k1, (n,))
+        return jnp.stack([a, a**2 - 1.0 + scale * jax.random.normal(k2, (n,))], axis=1)
+
+    return Target(name, energy, np.zeros(2, np.float32), np.asarray([1.0, 2.0 + scale**2], np.float32),
+                  np.asarray([1.0, 1.0 / scale], np.float32), sample, lambda x: x[0] ** 2 * x[1], 2.0, "E[θ1²θ2]")
+
+
 def default_targets() -> tuple[Target, ...]:
     return (gaussian_target("gaussian-10d", np.ones(10)),
             gaussian_target("gaussian-100d-aniso", np.logspace(-1, 1, 100)),
-            mixture_target())
+            mixture_target(), banana_target())
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,8 +30,11 @@ def build_curve_parser():
     p = OneLineErrorParser(prog="python -m evaluate curve", epilog=TASK_EPILOG,
                            description="Budget curves: every method's fidelity to a NUTS reference against its "
                                        "gradient budget, tuned once by validation NLL and by the oracle.")
-    p.add_argument("--reference", required=True, help="reference directory (python -m evaluate reference) whose "
-                   "tasks keep per-draw predictives")
+    p.add_argument("--reference", default=None, help="reference directory (python -m evaluate reference) whose "
+                   "tasks keep per-draw predictives (required unless --merge)")
+    p.add_argument("--merge", action="append", default=[], metavar="DIR",
+                   help="instead of running: pool the method rows of curve runs DIR (repeatable; same budgets, chain "
+                        "allocations, seeds, tuning budget and floors) into one report in --output")
     p.add_argument("--output", default="runs/curve", help="output directory (default: runs/curve)")
     p.add_argument("--preset", default="references", help="configuration preset (tasks, methods, K, grids; default: "
                    "references)")
@@ -101,6 +104,37 @@ def run_curves(cfg, curve, reference_dir, names, sampler_path=None, progress=Non
     return out
 
 
+def _merge_main(args, out: Path) -> int:
+    """--merge: read every DIR/curve.json, pool them (evaluate.curve.report.merge_results), write --output."""
+    from cli import publish_dir, staging_dir
+    from evaluate.curve.report import curve_markdown, merge_results, plot_curves
+    from l2e.io import atomic_write_text, read_json
+
+    if len(args.merge) < 2:
+        raise ConfigError("--merge needs at least two curve runs")
+    if (out / "curve.json").exists() and not args.overwrite:
+        raise ConfigError(f"{out / 'curve.json'} exists; pass --overwrite or choose another --output")
+    parts = []
+    for d in args.merge:
+        part = read_json(Path(d) / "curve.json", f"curve run {d}")
+        if not isinstance(part, dict) or not {"k", "curve", "methods", "tasks"} <= set(part):
+            raise ConfigError(f"{Path(d) / 'curve.json'} is not a curve result (k, curve, methods, tasks)")
+        parts.append(part)
+    try:
+        results = merge_results(parts)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"cannot merge {', '.join(args.merge)}: {e}") from None
+    results["merged"] = list(args.merge)
+    stage = staging_dir(out)
+    atomic_write_text(stage / "curve.json", json.dumps(results, indent=1, default=float))
+    pngs = plot_curves(results, stage)
+    atomic_write_text(stage / "curve.md", "# Budget curves\n\n" + f"Merged from {', '.join(args.merge)}.\n\n"
+                      + curve_markdown(results) + "\n" + "".join(f"![{p}]({p})\n" for p in pngs))
+    publish_dir(stage, out, ("curve.json", "curve.md", *pngs))
+    print(f"curves: {out / 'curve.md'} (merged {len(parts)} runs)")
+    return 0
+
+
 def curve_main(argv) -> int:
     """`python -m evaluate curve ...`: every input checked before anything runs; one-line errors."""
     import dataclasses
@@ -119,6 +153,10 @@ def curve_main(argv) -> int:
     out, lock = Path(args.output), None
     try:
         handle_sigterm()
+        if args.merge:
+            return _merge_main(args, out)
+        if args.reference is None:
+            raise ConfigError("--reference is required (or --merge DIR ... to pool finished curve runs)")
         cfg = apply_overrides(get_preset(args.preset), args.overrides)
         curve = CurveConfig(budgets=_ints(args.budgets, "--budgets"), chains=_ints(args.chains, "--chains"),
                             tune_budget=args.tune_budget, seeds=_ints(args.seeds, "--seeds")).check(cfg.num_samples)

@@ -10,7 +10,7 @@ import numpy as np
 from evaluate.curve.fidelity import DISPERSION_BAND, FLOOR_FACTOR
 from evaluate.methods import get_method
 
-__all__ = ["curve_markdown", "plot_curves", "strongest_hand_designed"]
+__all__ = ["curve_markdown", "learned_vs_bar", "merge_results", "plot_curves", "strongest_hand_designed"]
 
 METRICS = (("tv", "TV"), ("energy", "E²"))
 
@@ -61,6 +61,57 @@ def strongest_hand_designed(task: dict, metric: str = "energy") -> tuple[str, fl
     return best
 
 
+def learned_vs_bar(task: dict, metric: str) -> list[tuple[str, str]]:
+    """[(learned row, text)]: each learned row's gradients to 1.1 × the floor on `metric` (its oracle choice; a
+    tuning-free sampler has one point, so both choices are the same run) ÷ the strongest hand-designed row's."""
+    bar = strongest_hand_designed(task, metric)
+    out = []
+    for name, row in task["methods"].items():
+        if not learned(name):
+            continue
+        s = row["choices"]["oracle"]["to_floor"][metric]
+        if bar is None:
+            out.append((name, "no hand-designed bar"))
+        elif s["reached"] < s["seeds"]:
+            out.append((name, f"not reached on every seed ({s['reached']}/{s['seeds']}); bar {bar[0]}"))
+        else:
+            out.append((name, f"{s['mean'] / bar[1]:.2f} × {bar[0]}'s gradients"))
+    return out
+
+
+def merge_results(parts: list[dict]) -> dict:
+    """One curve result from several runs of the same protocol (K, budgets, chain allocations, seeds, tuning budget
+    and seed; per task the same floors), their method rows pooled (a row in two runs: ValueError). How a separate
+    run of a new sampler is read against a committed run of the rivals."""
+    first = parts[0]
+    keys = ("budgets", "chains", "seeds", "tune_budget", "tune_seed")
+    out = {"k": first["k"], "curve": dict(first["curve"]), "methods": [], "tasks": {},
+           "seconds": sum(p.get("seconds", 0.0) for p in parts), "merged_from": len(parts)}
+    for part in parts:
+        if part["k"] != first["k"] or not all(json_equal(part["curve"][k], first["curve"][k]) for k in keys):
+            raise ValueError("curve runs to merge must share K, budgets, chains, seeds and the tuning budget / seed")
+        out["methods"] += [m for m in part["methods"] if m not in out["methods"]]
+        for name, task in part["tasks"].items():
+            if name not in out["tasks"]:
+                out["tasks"][name] = {**task, "methods": dict(task["methods"])}
+                continue
+            have = out["tasks"][name]
+            if have["floors"] != task["floors"]:
+                raise ValueError(f"{name}: the runs' K-draw floors differ (another reference?)")
+            clash = set(have["methods"]) & set(task["methods"])
+            if clash:
+                raise ValueError(f"{name}: method rows in more than one run: {', '.join(sorted(clash))}")
+            have["methods"].update(task["methods"])
+            have["seconds"] = have.get("seconds", 0.0) + task.get("seconds", 0.0)
+    return out
+
+
+def json_equal(a, b) -> bool:
+    """a == b with tuples and lists alike (a result read from curve.json against one made in memory)."""
+    norm = (lambda v: list(v) if isinstance(v, (list, tuple)) else v)  # noqa: E731
+    return norm(a) == norm(b)
+
+
 def curve_markdown(results: dict) -> str:
     """curve.md of a `python -m evaluate curve` run."""
     cfg = results["curve"]
@@ -81,6 +132,10 @@ def curve_markdown(results: dict) -> str:
         lines += ["Strongest hand-designed sampler at its best (oracle-tuned, grid not counted): " + "; ".join(
             f"{label}: {b[0]} ({b[1]:,.0f} gradients)" if b else f"{label}: none reaches the floor on every seed"
             for (m, label), b in zip(METRICS, bar.values())), ""]
+        versus = {label: learned_vs_bar(task, m) for m, label in METRICS}
+        if any(versus.values()):
+            lines += ["Learned samplers against that bar: " + "; ".join(
+                f"{row} ({label}): {text}" for label, rows in versus.items() for row, text in rows), ""]
         lines += ["| method | choice | hp | TV: gradients to floor | + tuning | E²: gradients to floor | + tuning | "
                   "ratios at max G (w / pair / pred-var) | T_kin | divergent |", "|---|---|---|---|---|---|---|---|---|---|"]
         for row_name, row in task["methods"].items():
