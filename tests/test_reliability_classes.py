@@ -156,6 +156,27 @@ def test_one_definition_of_our_directory(kind, tmp_path):
         check_output_dir(out, kind, "own.json", False, ValueError)
 
 
+def test_curve_merge_refuses_foreign_outputs_and_incomplete_parts(tmp_path):
+    """`evaluate curve --merge`: a directory holding someone else's curve.json is refused; parts that lack a field
+    the pooled report needs are one input-error line before anything is written (both: the directory unchanged)."""
+    from test_curve import _part
+
+    parts = []
+    for name, methods in (("a", {"sghmc": 4000.0}), ("b", {"baoab": 3000.0})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "curve.json").write_text(json.dumps(_part(methods)))  # no floor details: incomplete
+        parts += ["--merge", tmp_path / name]
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "curve.json").write_text("{}")
+    before = snapshot(tmp_path)
+    assert "is not marked as" in one_error_line(run_cli("evaluate", "curve", *parts, "--overwrite",
+                                                        "--output", foreign))
+    line = one_error_line(run_cli("evaluate", "curve", *parts, "--output", tmp_path / "merged"))
+    assert "cannot merge" in line and "KeyError" in line, line
+    assert snapshot(tmp_path) == before
+
+
 @pytest.mark.parametrize("text", ["{broken", "[]", '{"digits/mlp-32": "digits_mlp-32"}',
                                   '{"t": {"dir": "../elsewhere", "kind": "classification"}}',
                                   '{"t": {"dir": 3}}', deep_json()])
