@@ -19,11 +19,39 @@ def handle_sigterm() -> None:
     Returns:
       None (installs the handlers; main thread only).
     """
-    def raise_terminated(signum, frame):
-        raise Terminated("terminated (SIGTERM)")
-
-    signal.signal(signal.SIGTERM, raise_terminated)
+    _SIGTERM["raised"] = False
+    if not getattr(sys.unraisablehook, "redelivers_sigterm", False):
+        sys.unraisablehook = _redeliver_swallowed(sys.unraisablehook)
+    signal.signal(signal.SIGTERM, _raise_terminated)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_SIGTERM = {"raised": False}
+"""Whether a Terminated is on its way out (later SIGTERMs are ignored: the run is already ending)."""
+
+
+def _raise_terminated(signum, frame):
+    if _SIGTERM["raised"]:
+        return
+    _SIGTERM["raised"] = True
+    raise Terminated("terminated (SIGTERM)")
+
+
+def _redeliver_swallowed(previous):
+    """An unraisable hook: a Terminated raised while Python ran a garbage-collection callback or a finaliser (JAX
+    registers one) cannot propagate — Python would print "Exception ignored in ..." with a traceback and the run
+    would go on. Instead it is dropped silently and SIGTERM delivered again 50 ms later, outside that callback."""
+    import threading
+
+    def hook(unraisable):
+        if isinstance(unraisable.exc_value, Terminated):
+            _SIGTERM["raised"] = False
+            threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGTERM)).start()
+            return
+        previous(unraisable)
+
+    hook.redelivers_sigterm = True
+    return hook
 
 
 def exit_cli(code: int) -> None:

@@ -584,6 +584,33 @@ def test_card_ends_on_sigterm_with_one_line_and_its_output_unchanged(tmp_path):
     assert snapshot(tmp_path) == before
 
 
+def test_a_sigterm_swallowed_by_a_finaliser_is_delivered_again(monkeypatch):
+    """SIGTERM arriving while Python runs a finaliser or a gc callback (JAX registers one): the Terminated raised
+    there cannot propagate (Python would print "Exception ignored" and go on); it is redelivered outside."""
+    import signal
+    import time
+
+    from cli.process import Terminated, handle_sigterm
+
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # restored after the test
+
+    class Finaliser:
+        def __del__(self):
+            signal.raise_signal(signal.SIGTERM)  # the handler runs here, inside the finaliser
+
+    try:
+        handle_sigterm()
+        with pytest.raises(Terminated):
+            Finaliser()  # collected at once
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                time.sleep(0.01)
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+
+
 # =========================================================================== 6. the library's own checks
 
 
