@@ -136,8 +136,10 @@ def _b6(q: bool, results: dict, emit) -> None:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    from cli import OneLineErrorParser
+
+    ap = OneLineErrorParser(prog="python -m bench", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="tiny repeats / budgets (harness check, not the figures)")
     ap.add_argument("--skip", default="", help="comma-separated figures to skip, e.g. B4,B6")
     ap.add_argument("--only", default="", help="comma-separated figures to run (B1…B6, step_cost); default all")
@@ -147,7 +149,7 @@ def main(argv=None) -> dict:
     skip = {s.strip().upper() for s in a.skip.split(",") if s.strip()}
     only = {s.strip().upper() for s in a.only.split(",") if s.strip()}
     if only - set(FIGURES):
-        raise SystemExit(f"unknown figure(s) {sorted(only - set(FIGURES))} (known: {', '.join(FIGURES)})")
+        ap.error(f"unknown figure(s) {sorted(only - set(FIGURES))} (known: {', '.join(FIGURES)})")
     if only:
         skip |= set(FIGURES) - only
     results, lines = {}, []
@@ -174,5 +176,16 @@ def main(argv=None) -> dict:
     return results
 
 
+def cli_main(argv=None) -> int:
+    """`python -m bench ...` under the CLI guard (cli.guard: whatever escapes is one `error:` line)."""
+    from cli import guarded
+
+    def run(args: list[str]) -> int:
+        main(args)
+        return 0
+
+    return guarded(run, sys.argv[1:] if argv is None else list(argv))
+
+
 if __name__ == "__main__":
-    main()
+    raise SystemExit(cli_main())

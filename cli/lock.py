@@ -21,6 +21,7 @@ class DirectoryLock:
         """
         self.directory = Path(directory)
         self._fd: int | None = None
+        self._cleanup: int | None = None
 
     def acquire(self) -> "DirectoryLock":
         """Take the lock without waiting.
@@ -37,6 +38,9 @@ class DirectoryLock:
             os.close(fd)
             raise LockHeldError(f"{self.directory} is in use by another process") from None
         self._fd = fd
+        from cli.guard import on_failure
+
+        self._cleanup = on_failure(self.release)  # a CLI that fails releases it (cli.guard)
         return self
 
     def release(self) -> None:
@@ -45,6 +49,10 @@ class DirectoryLock:
         Returns:
           None.
         """
+        from cli.guard import settled
+
+        settled(self._cleanup)
+        self._cleanup = None
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)

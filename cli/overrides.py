@@ -10,6 +10,12 @@ from typing import Any
 from l2e.io import ConfigError, one_line
 
 
+def _shown(value: str) -> str:
+    """`value`'s repr for a message, at most 80 characters."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:76] + "…" + text[-1]
+
+
 def _convert(value: str, typ: Any, key: str) -> Any:
     """`value` (command-line text) as type `typ`: bool, int, float, str, tuple[T, ...] or Optional[T]."""
     origin = typing.get_origin(typ)
@@ -23,21 +29,33 @@ def _convert(value: str, typ: Any, key: str) -> Any:
         if typ is float:
             number = float(value)
             if not math.isfinite(number):
-                raise ConfigError(f"bad value for {key}: {value!r} (expected a finite number)")
+                raise ConfigError(f"bad value for {key}: {_shown(value)} (expected a finite number)")
             return number
-        if typ in (int, str):
-            return typ(value)
+        if typ is int:
+            number = int(value)
+            if abs(number) >= 2**63:
+                raise ConfigError(f"bad value for {key}: {_shown(value)} ({key} must be an integer of magnitude "
+                                  "below 2**63)")
+            return number
+        if typ is str:
+            return value
         if origin is tuple:
             inner = typing.get_args(typ)[0]
             items = [v for v in value.replace("(", "").replace(")", "").split(",") if v.strip()]
             return tuple(_convert(v.strip(), inner, key) for v in items)
         if origin in (typing.Union, types.UnionType):
             args = [a for a in typing.get_args(typ) if a is not type(None)]
-            if value.lower() in ("none", "null", ""):
+            if value.lower() in ("none", "null"):
+                return None
+            if not value.strip():
+                if typing.get_origin(args[0]) is tuple:  # an empty list is not "unset": say which is meant
+                    raise ConfigError(f"bad value for {key}: '' (an empty list; give values, or none for the default)")
                 return None
             return _convert(value, args[0], key)
+    except ConfigError:
+        raise
     except ValueError:
-        raise ConfigError(f"bad value for {key}: {value!r} (expected {getattr(typ, '__name__', typ)})") from None
+        raise ConfigError(f"bad value for {key}: {_shown(value)} (expected {getattr(typ, '__name__', typ)})") from None
     raise ConfigError(f"cannot set {key} from the command line")
 
 

@@ -19,11 +19,39 @@ def handle_sigterm() -> None:
     Returns:
       None (installs the handlers; main thread only).
     """
-    def raise_terminated(signum, frame):
-        raise Terminated("terminated (SIGTERM)")
-
-    signal.signal(signal.SIGTERM, raise_terminated)
+    _SIGTERM["raised"] = False
+    if not getattr(sys.unraisablehook, "redelivers_sigterm", False):
+        sys.unraisablehook = _redeliver_swallowed(sys.unraisablehook)
+    signal.signal(signal.SIGTERM, _raise_terminated)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+_SIGTERM = {"raised": False}
+"""Whether a Terminated is on its way out (later SIGTERMs are ignored: the run is already ending)."""
+
+
+def _raise_terminated(signum, frame):
+    if _SIGTERM["raised"]:
+        return
+    _SIGTERM["raised"] = True
+    raise Terminated("terminated (SIGTERM)")
+
+
+def _redeliver_swallowed(previous):
+    """An unraisable hook: a Terminated raised while Python ran a garbage-collection callback or a finaliser (JAX
+    registers one) cannot propagate — Python would print "Exception ignored in ..." with a traceback and the run
+    would go on. Instead it is dropped silently and SIGTERM delivered again 50 ms later, outside that callback."""
+    import threading
+
+    def hook(unraisable):
+        if isinstance(unraisable.exc_value, Terminated):
+            _SIGTERM["raised"] = False
+            threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGTERM)).start()
+            return
+        previous(unraisable)
+
+    hook.redelivers_sigterm = True
+    return hook
 
 
 def exit_cli(code: int) -> None:
@@ -43,9 +71,37 @@ def exit_cli(code: int) -> None:
     sys.exit(code)
 
 
+DEBUG_ENV = "L2E_DEBUG"
+"""Set to 1 (or pass --debug) to print the traceback of an unexpected error before its `error:` line (cli.guard)."""
+
+
+class ParserExit(SystemExit):
+    """An exit of the argument parser itself (--help, a usage error): the only SystemExit the CLI guard
+    (cli.guard.guarded) passes on."""
+
+
 class OneLineErrorParser(argparse.ArgumentParser):
     """argparse parser whose usage errors print one line `error: <message>` to stderr and exit with status 2
-    (argparse's own error output is a multi-line usage dump)."""
+    (argparse's own error output is a multi-line usage dump); its exits raise `ParserExit` (the only
+    SystemExit the CLI guard passes on). Every such parser takes `--debug` (the traceback of an unexpected error)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.add_argument("--debug", action="store_true",
+                          help=f"on an unexpected error also print its traceback (or set {DEBUG_ENV}=1)")
+
+    def exit(self, status=0, message=None):
+        """Print `message` (if any) to stderr and leave with `status` (ParserExit).
+
+        Args:
+          status: the exit status.
+          message: printed first.
+        Returns:
+          never.
+        """
+        if message:
+            self._print_message(message, sys.stderr)
+        raise ParserExit(status)
 
     def error(self, message):
         """Print `error: <message>` to stderr and exit with status 2.
@@ -53,7 +109,7 @@ class OneLineErrorParser(argparse.ArgumentParser):
         Args:
           message: argparse's message.
         Returns:
-          never (SystemExit).
+          never (ParserExit, a SystemExit).
         """
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
+        print(f"error: {' '.join(str(message).split())}", file=sys.stderr)
+        raise ParserExit(2)

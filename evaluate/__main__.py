@@ -35,7 +35,7 @@ from evaluate.cli_common import (TASK_EPILOG, OutputLock, failed_run, interrupte
                                  with_task_strings)
 from evaluate.report import probe_writable
 from l2e.io import ConfigError, one_line
-from cli import OneLineErrorParser, Terminated, apply_overrides, handle_sigterm
+from cli import OneLineErrorParser, Terminated, apply_overrides, handle_sigterm, held_warnings, write_marker
 from tasks.spec_parse import TaskStringError
 
 RUN_MARKERS = ("config.json", "log.jsonl", "checkpoints")
@@ -85,21 +85,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_output(out: Path, overwrite: bool, config_error) -> None:
-    """Refuse an --output that holds a report (unless overwrite), a meta-training run or anything else that is
-    not a report, is not a directory, is a dangling symbolic link, or cannot be written (nor its parent, where
-    the report set is staged); probe writability now rather than after the evaluation."""
+    """Refuse an --output that holds a report (unless overwrite), a report we did not write (no report marker,
+    cli.outputs: a report.json alone proves nothing) on --overwrite, a meta-training run or any other output of
+    ours, anything else that is not a report, is not a directory, is a dangling symbolic link, or cannot be written
+    (nor its parent, where the report set is staged); probe writability now rather than after the evaluation."""
+    from cli import read_marker, require_ours
+    from cli.outputs import KINDS
+
     if out.is_symlink() and not out.exists():
         raise config_error(f"--output {out} is a dangling symbolic link (to {os.readlink(out)})")
     if out.exists() and not out.is_dir():
         raise config_error(f"--output {out} exists and is not a directory")
     if out.is_dir():
-        if (out / "report.json").exists() and not overwrite:
+        kind, has_report = read_marker(out), (out / "report.json").exists()
+        if kind in KINDS and kind != "report":
+            raise config_error(f"--output {out} holds {KINDS[kind]}; choose another --output")
+        if has_report and not overwrite:
             raise config_error(f"{out / 'report.json'} exists; pass --overwrite or choose another --output")
         markers = [m for m in RUN_MARKERS if (out / m).exists()]
-        if markers and not (out / "report.json").exists():
+        if markers and not has_report:
             raise config_error(f"--output {out} holds a meta-training run ({', '.join(markers)}); "
                                "choose another --output")
-        if not (out / "report.json").exists() and any(p for p in out.iterdir() if not p.name.startswith(".")):
+        if has_report:
+            require_ours(out, "report", config_error, "replace its report")
+        elif kind != "report" and any(p for p in out.iterdir() if not p.name.startswith(".")):
             raise config_error(f"--output {out} is a non-empty directory without report.json (not a report of "
                                "ours); choose another --output")
     probe_writable(out, config_error)
@@ -148,6 +157,15 @@ def _reference_inputs(args):
                              ("--max-doublings", args.max_doublings, 1)):
         if value < low:
             raise ConfigError(f"{flag} must be ≥ {low}, got {value}")
+    from cli import limits
+
+    for flag, value, limit in (("--chains", args.chains, limits.MAX_CHAINS),
+                               ("--warmup", args.warmup, limits.MAX_STEPS),
+                               ("--samples", args.samples, limits.MAX_SAMPLES),
+                               ("--thinning", args.thinning, limits.MAX_STEPS),
+                               ("--max-doublings", args.max_doublings, 20),
+                               ("--samples × --thinning", args.samples * args.thinning, limits.MAX_STEPS)):
+        limits.at_most(flag, value, limit)
     cfg = get_preset(args.preset)
     cfg = apply_overrides(cfg, list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else []))
     names = cfg.task_names()
@@ -208,12 +226,16 @@ def reference_main(argv) -> int:
     lock = None
     try:
         handle_sigterm()
-        inputs = _reference_inputs(args)
+        with held_warnings():
+            inputs = _reference_inputs(args)
         lock = OutputLock(inputs[3], ConfigError)
+        write_marker(inputs[3], "reference")
     except KeyboardInterrupt as e:
         print(f"error: {interrupted(e)}", file=sys.stderr)
         return 143 if isinstance(e, Terminated) else 130
-    except (ConfigError, DatasetError, ValueError) as e:
+    except (ConfigError, DatasetError, ValueError, OSError) as e:
+        if lock is not None:
+            lock.release(failed=True)
         print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     try:
@@ -234,7 +256,13 @@ def _cli_overrides(args) -> list[str]:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    """`python -m evaluate [SUBCOMMAND] ...` under the CLI guard (cli.guard: whatever escapes is one `error:` line)."""
+    from cli import guarded
+
+    return guarded(_main, sys.argv[1:] if argv is None else list(argv))
+
+
+def _main(argv: list[str]) -> int:
     if argv and argv[0] == "reference":
         return reference_main(argv[1:])
     if argv and argv[0] == "card":
@@ -260,11 +288,12 @@ def main(argv=None) -> int:
     lock = None
     try:
         handle_sigterm()
-        cfg = apply_overrides(get_preset(args.preset), _cli_overrides(args))
-        cfg = with_task_strings(cfg, args.tasks, args.model)
-        out = Path(args.output)
-        check_output(out, args.overwrite, ConfigError)
-        references = parse_references(args.reference)
+        with held_warnings():
+            cfg = apply_overrides(get_preset(args.preset), _cli_overrides(args))
+            cfg = with_task_strings(cfg, args.tasks, args.model)
+            out = Path(args.output)
+            check_output(out, args.overwrite, ConfigError)
+            references = parse_references(args.reference)
         lock = OutputLock(out, ConfigError)
         results = evaluate(cfg, out, sampler_path=args.sampler, progress=not args.quiet, references=references,
                            samples=args.save_samples, released_path=args.released)

@@ -25,11 +25,37 @@ from typing import Any, Callable
 
 from l2e.chains import ChainSchedule
 
-__all__ = ["BUDGET_MODES", "FLOPS_NOTE", "PROBE_NOTE", "budget_note", "epochs", "example_grads", "flops_of",
+__all__ = ["BUDGET_MODES", "FLOPS_NOTE", "PROBE_NOTE", "budget_note", "check_sample_memory", "epochs",
+           "example_grads", "flops_of",
            "gradient_label", "member_schedule", "seconds_num_steps", "single_chain_schedule", "step_flops",
            "with_num_steps"]
 
 BUDGET_MODES = ("gradients", "seconds")
+
+
+def check_sample_memory(cfg, tasks) -> None:
+    """Refuse a configuration whose kept samples of one run would not fit the resource limit
+    (cli.limits.MAX_SAMPLE_BYTES: num_samples float32 copies of each task's parameters), before anything runs.
+
+    Args:
+      cfg: the EvalConfig.
+      tasks: the built tasks (their parameter shapes are found abstractly: nothing is allocated).
+    Returns:
+      None.
+    Raises:
+      ConfigError: above the limit.
+    """
+    import jax
+
+    from cli.limits import MAX_SAMPLE_BYTES
+    from l2e.io import ConfigError
+
+    for name, task in zip(cfg.task_names(), tasks):
+        shapes = jax.eval_shape(task.init_params, jax.random.PRNGKey(0))
+        size = cfg.num_samples * 4 * sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
+        if size > MAX_SAMPLE_BYTES:
+            raise ConfigError(f"task {name}: num_samples={cfg.num_samples} copies of its parameters take {size:.3g} "
+                              f"bytes, more than the limit of {MAX_SAMPLE_BYTES:.3g} (a resource limit)")
 FLOPS_NOTE = ("flops_per_step: XLA cost analysis (jax.jit(kernel).lower(...).compile().cost_analysis()['flops']) of "
               "one update on one minibatch, the sampler's meta-model included; library calls XLA does not see into "
               "(e.g. a CPU Cholesky) count 0; None for the full-batch methods (not measured)")

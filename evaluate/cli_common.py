@@ -2,51 +2,18 @@
 the --output lock, --task / --reference handling and the one-line failure exit."""
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 from l2e.io import ConfigError, one_line
-from cli import Terminated
+from cli import OutputLock, Terminated
+from cli.limits import HELP as LIMITS
+from tasks.limits import HELP as TASK_LIMITS
 from tasks.spec_parse import GRAMMAR
 
 __all__ = ["TASK_EPILOG", "OutputLock", "failed_run", "interrupted", "parse_references", "with_task_strings"]
 
-TASK_EPILOG = "task strings (--task SPEC):\n" + GRAMMAR
-
-
-class OutputLock:
-    """The exclusive lock of --output while an evaluation computes and writes it (cli.DirectoryLock): creates
-    the directory if needed (and removes it again, if still empty, when the run fails)."""
-
-    def __init__(self, out: Path, error):
-        from cli import DirectoryLock, LockHeldError
-
-        if out.is_symlink() and not out.exists():
-            raise error(f"--output {out} is a dangling symbolic link (to {os.readlink(out)})")
-        self.created = not out.exists()
-        self.out = out
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-            self.lock = DirectoryLock(out).acquire()
-        except LockHeldError:
-            self._cleanup()
-            raise error(f"--output {out} is in use by another evaluation") from None
-        except OSError as e:
-            self._cleanup()
-            raise error(f"--output {out}: cannot create or lock it ({e.strerror})") from None
-
-    def _cleanup(self) -> None:
-        if self.created:
-            try:
-                self.out.rmdir()  # only if still empty
-            except OSError:
-                pass
-
-    def release(self, failed: bool) -> None:
-        self.lock.release()
-        if failed:
-            self._cleanup()
+TASK_EPILOG = "task strings (--task SPEC):\n" + GRAMMAR + f"\n\n{LIMITS}.\n{TASK_LIMITS}."
 
 
 def with_task_strings(cfg, texts: list[str], model: str | None):

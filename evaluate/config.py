@@ -13,7 +13,7 @@ from evaluate.reference import REFERENCE_TASKS
 from evaluate.methods.registry import METHODS, MethodSettings, get_method, method_settings
 from l2e.chains import ChainSchedule
 from l2e.io import ConfigError
-from cli import apply_overrides, check_seed
+from cli import apply_overrides, check_seed, limits
 from tasks.models import ModelSpec
 from tasks.reference import task_name
 from tasks.regression import RegressionSpec
@@ -24,6 +24,21 @@ __all__ = ["DEFAULT_METHODS", "FULL_GRID_POINTS", "METHODS", "ConfigError", "Eva
 
 DEFAULT_METHODS = ("l2e", "l2e_mass", "sghmc", "csghmc", "deep_ensemble")
 """The methods of `EvalConfig()` and of the "default" / "smoke" presets."""
+
+
+def _check_setting_limits(method: str, settings) -> None:
+    """A method's settings within the resource limits: integers (steps, chains, warm-up; also inside value lists) at
+    most cli.limits.MAX_STEPS, value lists (tuning grids) at most MAX_GRID long."""
+    if not dataclasses.is_dataclass(settings):
+        return
+    for f in dataclasses.fields(settings):
+        value = getattr(settings, f.name)
+        if isinstance(value, tuple):
+            limits.at_most(f"settings.{method}.{f.name} (its length)", len(value), limits.MAX_GRID)
+            for v in value:
+                limits.at_most(f"settings.{method}.{f.name}", v if isinstance(v, int) else 0, limits.MAX_STEPS)
+        else:
+            limits.at_most(f"settings.{method}.{f.name}", value if isinstance(value, int) else 0, limits.MAX_STEPS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +129,12 @@ class EvalConfig:
                 or self.num_samples % self.chains:
             raise ConfigError(f"chains must be a positive integer dividing num_samples ({self.num_samples}), got "
                               f"{self.chains!r}")
+        for name, limit in (("num_steps", limits.MAX_STEPS), ("num_samples", limits.MAX_SAMPLES),
+                            ("batch_size", limits.MAX_BATCH), ("chunk", limits.MAX_STEPS),
+                            ("eval_batch", limits.MAX_BATCH), ("tune_examples", limits.MAX_EXAMPLES),
+                            ("barrier_examples", limits.MAX_EXAMPLES), ("thinning", limits.MAX_STEPS),
+                            ("chains", limits.MAX_CHAINS)):
+            limits.at_most(name, getattr(self, name), limit)
 
     def _check_protocol(self) -> None:
         """seeds, budget mode and optional methods."""
@@ -127,6 +148,7 @@ class EvalConfig:
             raise ConfigError(f"budget must be one of {', '.join(BUDGET_MODES)}, got {self.budget!r}")
         if self.budget_seconds is not None and not 0 < self.budget_seconds < float("inf"):
             raise ConfigError(f"budget_seconds must be positive, got {self.budget_seconds}")
+        limits.at_most("budget_seconds", self.budget_seconds, limits.MAX_SECONDS)
         for name in self.optional_methods:
             get_method(name)
 
@@ -153,6 +175,7 @@ class EvalConfig:
         for name in METHODS:
             if name in used:
                 get_method(name).validate(self, getattr(self.settings, name))
+                _check_setting_limits(name, getattr(self.settings, name))
 
     @property
     def sample_thinning(self) -> int:

@@ -136,12 +136,14 @@ def _hyperparameters(task, method: str, res: MethodResult, best_hp: dict, grid_s
 
 def temperature_entries(method: str, res: MethodResult) -> dict:
     """"temperature": the T the method ran at (its record's, else Method.temperature); "t_kin": the mean over
-    chains of the kinetic temperature (None if no chain has one), "t_kin_per_chain": every chain's (None for
-    methods whose update has no kinetic term)."""
+    non-divergent chains of the kinetic temperature (None if no chain has one), "t_kin_per_chain": every chain's
+    (None for a divergent chain or a non-finite value; the list None for methods whose update has no kinetic term),
+    "t_kin_left_out": how many chains the mean leaves out (None without a kinetic term)."""
     per_chain = res.t_kin
     finite = [v for v in (per_chain or []) if v is not None]
     return {"temperature": res.hyperparameters.get("temperature", get_method(method).temperature),
-            "t_kin": float(np.mean(finite)) if finite else None, "t_kin_per_chain": per_chain}
+            "t_kin": float(np.mean(finite)) if finite else None, "t_kin_per_chain": per_chain,
+            "t_kin_left_out": None if per_chain is None else len(per_chain) - len(finite)}
 
 
 def cost_entries(method: str, res: MethodResult, tuning: dict | None, time_budget: dict | None) -> dict:

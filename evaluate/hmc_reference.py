@@ -293,20 +293,29 @@ def summary_line(metadata: dict) -> str:
 
 
 def check_reference_output(out: Path, overwrite: bool, error=ValueError) -> None:
-    """Refuse an output that is not a directory, holds a reference (unless overwrite), holds anything else
-    (a report, a meta-training run, other files), or cannot be written; probe writability now."""
+    """Refuse an output that is not a directory, holds a reference (unless overwrite), holds a reference we did not
+    write (no reference marker, cli.outputs) or whose index is damaged (on --overwrite: rewriting it would drop the
+    other tasks' entries), holds anything else (a report, a meta-training run, other files), or cannot be written;
+    probe writability now."""
+    from cli import read_marker, require_ours
+    from cli.outputs import KINDS
+    from tasks.reference import read_index
+
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise error(f"--output {out} exists and is not a directory")
     if out.is_dir():
         foreign = [m for m in FOREIGN_MARKERS if (out / m).exists()]
-        if foreign:
-            raise error(f"--output {out} holds an evaluation report or a meta-training run ({', '.join(foreign)}); "
-                        "choose another --output")
+        kind = read_marker(out)
+        if foreign or (kind in KINDS and kind != "reference"):
+            raise error(f"--output {out} holds an evaluation report or a meta-training run "
+                        f"({', '.join(foreign) or KINDS[kind]}); choose another --output")
         if (out / INDEX).exists():
             if not overwrite:
                 raise error(f"{out / INDEX} exists; pass --overwrite or choose another --output")
-        elif any(out.iterdir()):
+            require_ours(out, "reference", error, "add to or replace its references")
+            read_index(out)  # a damaged index is an error now, never an empty one after the computation
+        elif any(p for p in out.iterdir() if not p.name.startswith(".")):
             raise error(f"--output {out} is a non-empty directory without {INDEX}; choose another --output")
     from evaluate.report import probe_writable
 

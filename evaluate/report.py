@@ -13,7 +13,7 @@ regression "lppd", "nll", "rmse", "calibration_error"; both "grad_evals", "gradi
 optionally "ess" ({"mean_ess", "ess_per_second", "ess_per_1k_grads", their function-space "fs_" twins,
 "frac_chainwise_rhat_below_1.1", …}),
 "barrier" ({"lambdas", "error", "nll", "error_barrier", "nll_barrier", "pair"}), "temperature" / "t_kin"
-(T and T_kin columns), "flops_per_step", "seconds_per_step", "tuning" ({"runs", "grad_evals", "seconds"}) and
+(T and T_kin columns; T_kin the mean over the non-divergent chains, "t_kin_left_out" the chains it leaves out), "flops_per_step", "seconds_per_step", "tuning" ({"runs", "grad_evals", "seconds"}) and
 "time_budget" ({"num_steps", …}) (the Cost section).  Over several seeds (evaluate.seeds) numbers are means,
 "se" holds their standard errors ("mean ± se" cells, bold only by `beats`) and "n_seeds" is set.  The method
 "hmc" is the reference posterior: shown in the tables, never bolded as best.  band (1-D regression):
@@ -212,8 +212,9 @@ def write_report(results: dict, out_dir) -> dict[str, Path]:
 def publish_report(stage, out_dir) -> Path:
     """Swap the fully written report set in `stage` (cli.staging_dir) in as `out_dir`, atomically as a set
     (cli.publish_dir): a reader, a SIGINT or a full disk never leaves report.json of one run beside plots
-    of another. Entries of an old `out_dir` that are not part of a report set (REPORT_ENTRIES) are kept."""
-    return publish_dir(stage, out_dir, REPORT_ENTRIES)
+    of another. Entries of an old `out_dir` that are not part of a report set (REPORT_ENTRIES) are kept; the set
+    carries the report marker (cli.outputs) that makes `out_dir` ours."""
+    return publish_dir(stage, out_dir, REPORT_ENTRIES, kind="report")
 
 
 def format_table(results: dict) -> str:

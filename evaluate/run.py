@@ -36,7 +36,6 @@ Protocol per seed s (cfg.seed_list), task (index t) and method (evaluate.methods
 from __future__ import annotations
 
 import dataclasses
-import shutil
 from pathlib import Path
 
 import jax
@@ -56,7 +55,7 @@ from evaluate.report import publish_report, write_report
 from evaluate.seeds import SE_NOTE, aggregate_task
 from evaluate.tuning import GRID_EXTENSIONS, Progress, tune_and_run
 from l2e.io import ConfigError
-from cli import staging_dir
+from cli import discard_staging, held_warnings, staging_dir
 from tasks import TaskCache, build
 
 __all__ = ["DIVERGENCE_NOTE", "evaluate", "load_l2e", "run_task_method", "save_samples"]
@@ -68,7 +67,8 @@ DIVERGENCE_NOTE = (DIVERGENCE_RULE + "; a chain (ensemble member) with a diverge
 TEMPERATURE_NOTE = ("temperature: the T each method ran at (1 for the posterior samplers, the tuned T of "
                     "sghmc_tempered, the checkpoint's T for L2E); t_kin: kinetic temperature <Σ r·∇_rK> / d over "
                     "the updates from the first kept sample to the last (cyclical SGHMC: its sampling-phase updates "
-                    "only), per chain (t_kin_per_chain) and its mean; 1 for a correct sampler at T = 1")
+                    "only), per chain (t_kin_per_chain; None for a divergent chain) and its mean over the "
+                    "non-divergent chains (t_kin_left_out: how many it leaves out); 1 for a correct sampler at T = 1")
 
 
 def load_l2e(sampler_path=None) -> dict:
@@ -247,23 +247,25 @@ def evaluate(cfg: EvalConfig, out_dir=None, sampler_path=None, progress: bool = 
     `load_l2e` dict} run instead of that shipped checkpoint by the method that names it (Method.needs_sampler),
     e.g. one step of a meta-training run (`python -m evaluate select`).  Returns the results dict (schema:
     evaluate.report)."""
-    cfg.check_budget()
-    cfg, skipped, released = _released_input(cfg, released_path, released)
-    samplers = {} if released is None else {"released": released}
-    if any(get_method(m).needs_sampler is True for m in cfg.methods):
-        samplers["l2e"] = sampler if sampler is not None else load_l2e(sampler_path)  # fail fast
-    for name in {get_method(m).needs_sampler for m in cfg.methods} - {True, False}:  # shipped checkpoints by name
-        samplers[name] = (shipped or {}).get(name) or load_l2e(name)
-    task_cache = TaskCache()
-    tasks = [build(spec, task_cache) for spec in cfg.tasks]  # dataset errors surface here
-    refs = load_references(references, cfg.task_names(), tasks)
+    with held_warnings():  # a refused input prints its one error line alone (cli.guard)
+        cfg.check_budget()
+        cfg, skipped, released = _released_input(cfg, released_path, released)
+        samplers = {} if released is None else {"released": released}
+        if any(get_method(m).needs_sampler is True for m in cfg.methods):
+            samplers["l2e"] = sampler if sampler is not None else load_l2e(sampler_path)  # fail fast
+        for name in {get_method(m).needs_sampler for m in cfg.methods} - {True, False}:  # shipped checkpoints by name
+            samplers[name] = (shipped or {}).get(name) or load_l2e(name)
+        task_cache = TaskCache()
+        tasks = [build(spec, task_cache) for spec in cfg.tasks]  # dataset errors surface here
+        budget.check_sample_memory(cfg, tasks)
+        refs = load_references(references, cfg.task_names(), tasks)
     cache = CompileCache() if cache is None else cache
     stage = staging_dir(out_dir) if out_dir is not None else None  # the report set is written here, then swapped in
     try:
         return _evaluate(cfg, out_dir, stage, tasks, refs, samplers, skipped, cache, progress, samples)
     finally:
         if stage is not None and stage.exists():
-            shutil.rmtree(stage, ignore_errors=True)
+            discard_staging(stage)
 
 
 def _evaluate(cfg: EvalConfig, out_dir, stage, tasks, refs, samplers, skipped, cache, progress, samples) -> dict:

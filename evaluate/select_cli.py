@@ -32,6 +32,14 @@ def check_selection_output(out: Path, overwrite: bool, run_dir) -> None:
         markers = [m for m in RUN_MARKERS if (out / m).exists()]
         if markers:
             raise _error(f"--output {out} holds a meta-training run ({', '.join(markers)}); choose another --output")
+        from cli import read_marker, require_ours
+        from cli.outputs import KINDS
+
+        kind = read_marker(out)
+        if kind in KINDS and kind != "selection":
+            raise _error(f"--output {out} holds {KINDS[kind]}; choose another --output")
+        if has:  # --overwrite: only a selection of ours (cli.outputs marker)
+            require_ours(out, "selection", _error, "replace its selection")
         foreign = [p.name for p in out.iterdir() if not p.name.startswith(".") and p.name not in SELECTION_FILES
                    and p.name != "README.md"]
         if not has and foreign:
@@ -85,7 +93,7 @@ def select_main(argv) -> int:
     from evaluate.cli_common import OutputLock, parse_references, failed_run, with_task_strings
     from evaluate.config import get_preset
     from l2e.io import ConfigError
-    from cli import apply_overrides, handle_sigterm
+    from cli import apply_overrides, handle_sigterm, write_marker
     from tasks.datasets import DatasetError
 
     args = build_select_parser().parse_args(argv)
@@ -108,6 +116,7 @@ def select_main(argv) -> int:
         lock = OutputLock(out, ConfigError)  # created (and locked) only once every input is checked
         progress = None if args.quiet else (lambda line: print(f"select: {line}", flush=True))
         sel = run_selection(prep, progress)
+        write_marker(out, "selection")
         paths = write_selection(sel, out)
         lock.release(failed=False)
     except (KeyboardInterrupt, ConfigError, l2e.CheckpointError, DatasetError, ValueError, OSError) as e:

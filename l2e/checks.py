@@ -1,22 +1,45 @@
 """Hyperparameter checks, in one place: every factory and configuration calls these where values enter.
 
-Only concrete Python numbers are checked; traced values (e.g. a learning rate under jit for a tuning grid)
+Only concrete numbers are checked (Python, numpy and untraced 0-d JAX scalars alike); traced values (e.g. a learning rate under jit for a tuning grid)
 pass through unchecked.
 """
 from __future__ import annotations
 
 import math
 
+import jax
+import numpy as np
+
 
 def is_concrete(value) -> bool:
-    """Whether `value` is a Python number that can be checked at build time (bool excluded).
+    """Whether `value` is a number that can be checked at build time: a Python int / float, a numpy scalar or 0-d
+    array, or a 0-d JAX array that is not traced (bools excluded).
 
     Args:
       value: anything.
     Returns:
       a Python bool.
     """
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return True
+    if isinstance(value, jax.core.Tracer):
+        return False
+    if isinstance(value, (np.ndarray, jax.Array)):
+        return value.shape == () and value.dtype.kind in "iuf"
+    return False
+
+
+def as_number(value) -> float:
+    """A concrete number (`is_concrete`) as a Python float (an int stays an int), for comparisons and messages.
+
+    Args:
+      value: a concrete number.
+    Returns:
+      a Python int or float.
+    """
+    return value if isinstance(value, (int, float)) else np.asarray(value).item()
 
 
 def check_positive(**values) -> None:
@@ -30,7 +53,7 @@ def check_positive(**values) -> None:
       ValueError: naming the first value that is not.
     """
     for name, v in values.items():
-        if is_concrete(v) and not (0 < v < math.inf):
+        if is_concrete(v) and not (0 < as_number(v) < math.inf):
             raise ValueError(f"{name} must be a positive finite number, got {v}")
 
 
@@ -50,6 +73,7 @@ def check_in_range(name: str, value, low: float, high: float, include_high: bool
     """
     if not is_concrete(value):
         return
+    value = as_number(value)
     ok = low <= value <= high if include_high else low <= value < high
     if not ok:
         bracket = "]" if include_high else ")"

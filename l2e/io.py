@@ -8,16 +8,25 @@ library has no command line."""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import math
 import os
+import stat
+import types
 import typing
 import uuid
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ConfigError", "atomic_write_bytes", "atomic_write_json", "atomic_write_text", "dataclass_from_dict",
-           "fsync_dir", "one_line", "read_json"]
+__all__ = ["ConfigError", "MAX_FILE_BYTES", "MAX_JSON_DEPTH", "atomic_write_bytes", "atomic_write_json",
+           "atomic_write_text", "check_json_object", "dataclass_from_dict", "fsync_dir", "json_depth", "json_type",
+           "one_line", "parse_json", "read_bounded", "read_json"]
+
+MAX_FILE_BYTES = 64 * 2**20
+"""The largest JSON / text file the project reads whole (configs, logs, metadata, indexes, task lists): 64 MiB."""
+MAX_JSON_DEPTH = 64
+"""The deepest nesting of arrays and objects accepted in a JSON file the project reads (its own files nest < 10)."""
 
 
 class ConfigError(ValueError):
@@ -27,28 +36,160 @@ class ConfigError(ValueError):
 # --------------------------------------------------------------------------- JSON and dataclasses
 
 
-def read_json(path: str | Path, where: str, error: type[Exception] = ConfigError, shown: str | None = None) -> Any:
-    """json.loads of the file at `path`; a missing, unreadable or invalid file raises one `error` line
-    "{where}: {shown} not found / cannot read … / is not valid JSON (…)" (shown: default the path).
+def read_bounded(path: str | Path, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of the regular file at `path`, refused before reading when it is larger than `limit` (or not a
+    regular file: a FIFO, a device such as /dev/zero, a directory), so no input file can hang the process or
+    exhaust its memory.
+
+    Args:
+      path: the file.
+      limit: the largest size accepted, in bytes.
+    Returns:
+      the file's bytes (at most `limit`).
+    Raises:
+      FileNotFoundError: no such file; OSError: unreadable, not a regular file (EINVAL) or too large (EFBIG), its
+        strerror a short phrase for messages.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # O_NONBLOCK: opening a FIFO does not wait for a writer
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than the limit of {limit} bytes", str(path))
+    return data
+
+
+def json_depth(value: Any, stop: int | None = None) -> int:
+    """The nesting depth of a parsed JSON value (a scalar 0, `[]` / `{}` 1, `[[1]]` 2), found without recursion.
+
+    Args:
+      value: a parsed JSON value.
+      stop: return as soon as the depth exceeds this (None: the exact depth).
+    Returns:
+      the depth.
+    """
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (dict, list)):
+            deepest = max(deepest, d)
+            if stop is not None and deepest > stop:
+                return deepest
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
+def parse_json(text: str | bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """json.loads of `text` with its nesting bounded (a deeply nested file would otherwise raise RecursionError
+    here or in any recursive code that reads it later).
+
+    Args:
+      text: the JSON text (bytes are decoded as UTF-8).
+      max_depth: the deepest nesting accepted.
+    Returns:
+      the parsed value.
+    Raises:
+      ValueError: invalid JSON, not UTF-8, or nested deeper than `max_depth` (one-line message).
+    """
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"nested more than {max_depth} levels deep") from None
+    except ValueError as e:
+        raise ValueError(one_line(e)) from None
+    if json_depth(value, stop=max_depth) > max_depth:
+        raise ValueError(f"nested more than {max_depth} levels deep")
+    return value
+
+
+def read_json(path: str | Path, where: str, error: type[Exception] = ConfigError, shown: str | None = None,
+              max_bytes: int = MAX_FILE_BYTES, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """The parsed JSON file at `path` (`read_bounded`, `parse_json`); a missing, unreadable, too large, too deeply
+    nested or invalid file raises one `error` line "{where}: {shown} not found / cannot read … / is not valid JSON
+    (…)" (shown: default the path).
 
     Args:
       path: the file.
       where: the message's prefix.
       error: the exception type raised.
       shown: how the file is named in the message (default: the path).
+      max_bytes: the largest file accepted (bytes).
+      max_depth: the deepest nesting accepted.
     Returns:
       the parsed JSON value.
     """
     path = Path(path)
     shown = str(path) if shown is None else shown
     try:
-        return json.loads(path.read_text())
+        return parse_json(read_bounded(path, max_bytes), max_depth)
     except FileNotFoundError:
         raise error(f"{where}: {shown} not found") from None
     except OSError as e:
-        raise error(f"{where}: cannot read {shown} ({e.strerror})") from None
+        raise error(f"{where}: cannot read {shown} ({e.strerror or one_line(e)})") from None
     except ValueError as e:
-        raise error(f"{where}: {shown} is not valid JSON ({str(e).splitlines()[0]})") from None
+        raise error(f"{where}: {shown} is not valid JSON ({one_line(e)})") from None
+
+
+_JSON_TYPES = {
+    "null": lambda v: v is None,
+    "bool": lambda v: isinstance(v, bool),
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "count": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+    "positive": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < math.inf,
+    "str": lambda v: isinstance(v, str),
+    "object": lambda v: isinstance(v, dict),
+    "list": lambda v: isinstance(v, list),
+}
+"""The value kinds of `check_json_object` (count: an integer ≥ 0; number: finite; positive: finite > 0)."""
+
+
+def json_type(value: Any) -> str:
+    """How a message names a parsed JSON value's type: "a string 'abc'", "a list", "null", "a number 1.5".
+
+    Args:
+      value: a parsed JSON value.
+    Returns:
+      a short phrase.
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean {str(value).lower()}"
+    if isinstance(value, (int, float)):
+        return f"a number {value!r}"
+    if isinstance(value, str):
+        return f"a string {value[:40]!r}" + ("…" if len(value) > 40 else "")
+    return "a list" if isinstance(value, list) else "an object" if isinstance(value, dict) else type(value).__name__
+
+
+def check_json_object(value: Any, where: str, fields: dict[str, str], required: tuple[str, ...] = (),
+                      error: type[Exception] = ConfigError) -> dict:
+    """Check a parsed JSON object against a schema of field kinds, before anything uses it.
+
+    Args:
+      value: the parsed value.
+      where: the file (and the path of `value` in it), for the message.
+      fields: {field: kinds} with kinds one or more of _JSON_TYPES joined by "|" (e.g. "null|object"); fields not
+        named are not checked.
+      required: fields that must be present.
+      error: the exception type raised.
+    Returns:
+      `value`.
+    Raises:
+      error: not an object, a required field missing, or a field of another kind (one line naming it).
+    """
+    if not isinstance(value, dict):
+        raise error(f"{where}: expected a JSON object, got {json_type(value)}")
+    for key in required:
+        if key not in value:
+            raise error(f"{where}: no field {key!r}")
+    for key, kinds in fields.items():
+        if key in value and not any(_JSON_TYPES[k](value[key]) for k in kinds.split("|")):
+            raise error(f"{where}: field {key!r} is {json_type(value[key])}, expected {kinds.replace('|', ' or ')}")
+    return value
 
 
 def _scalar_ok(v: Any, t: Any) -> bool:
@@ -61,6 +202,23 @@ def _scalar_ok(v: Any, t: Any) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     if t is str:
         return isinstance(v, str)
+    return True
+
+
+def _fits(v: Any, t: Any) -> bool:
+    """Whether JSON value `v` (lists already tuples) fits type hint `t`: the scalars of `_scalar_ok`, Optional[T]
+    (None or T), tuple[T, ...] / tuple[T1, T2] (every item checked, nested tuples too); other hints are not checked."""
+    origin, args = typing.get_origin(t), typing.get_args(t)
+    if origin in (typing.Union, types.UnionType):
+        return any(v is None if a is type(None) else _fits(v, a) for a in args)
+    if origin is tuple or t is tuple:
+        if not isinstance(v, tuple):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_fits(x, args[0]) for x in v)
+        return not args or (len(args) == len(v) and all(_fits(x, a) for x, a in zip(v, args)))
+    if t in (bool, int, float, str):
+        return not isinstance(v, (tuple, dict)) and _scalar_ok(v, t)
     return True
 
 
@@ -89,6 +247,8 @@ def dataclass_from_dict(cls: type, data: dict, where: str = "") -> Any:
             v = dataclass_from_dict(t, v, key + ".")
         elif isinstance(v, list):
             v = tuple(tuple(x) if isinstance(x, list) else x for x in v)
+            if not _fits(v, t):  # every item of the type its field holds (a number where a name belongs: refused)
+                raise ConfigError(f"{key}: bad value {json.dumps(v)[:80]} (expected {t})")
         elif isinstance(v, dict) or typing.get_origin(t) is tuple or not _scalar_ok(v, t):
             raise ConfigError(f"{key}: bad value {v!r} (expected {getattr(t, '__name__', t)})")
         kw[f.name] = v

@@ -26,6 +26,7 @@ try:  # numpy ≥ 2 renamed numpy.core to numpy._core
 except ImportError:  # pragma: no cover
     from numpy.core.multiarray import _reconstruct as _np_reconstruct
 
+from l2e.io import one_line, read_bounded
 from l2e.l2e import L2EConfig
 from l2e.types import PyTree
 
@@ -83,6 +84,21 @@ class ReleasedUnpickler(pickle.Unpickler):
             raise ReleasedFormatError(f"refused global {module}.{name} (not one of the released file's)") from None
 
 
+def _keys(value, where: str) -> list[str]:
+    """The sorted keys of a dict of the pickle (ReleasedFormatError for another type or a key that is not a string:
+    the restricted unpickler lets plain containers of any keys through)."""
+    if not isinstance(value, dict):
+        raise ReleasedFormatError(f"{where}: expected a dict, got {type(value).__name__}")
+    if not all(isinstance(k, str) for k in value):
+        bad = next(k for k in value if not isinstance(k, str))
+        raise ReleasedFormatError(f"{where}: a key that is not a string ({type(bad).__name__} {str(bad)[:40]!r})")
+    return sorted(value)
+
+
+MAX_RELEASED_BYTES = 2**20
+"""The largest released-format pickle read (the authors' file: about 6 kB)."""
+
+
 def released_meta_params(raw) -> PyTree:
     """Our meta-parameter tree from the released one.
 
@@ -93,12 +109,13 @@ def released_meta_params(raw) -> PyTree:
     Raises:
       ReleasedFormatError: other keys, shapes or dtypes, or non-finite values.
     """
-    if not isinstance(raw, dict) or sorted(raw) != [f"mlp/~/linear_{i}" for i in range(3)]:
-        raise ReleasedFormatError(f"expected keys mlp/~/linear_0..2, got {sorted(raw) if isinstance(raw, dict) else type(raw).__name__}")
+    if _keys(raw, "the pickle") != [f"mlp/~/linear_{i}" for i in range(3)]:
+        raise ReleasedFormatError(f"expected keys mlp/~/linear_0..2, got {_keys(raw, 'the pickle')}")
     params = {}
     for i, (w_shape, b_shape) in enumerate(LAYER_SHAPES):
         layer = raw[f"mlp/~/linear_{i}"]
-        if not isinstance(layer, dict) or sorted(layer) != ["b", "w"]:
+        if _keys(layer, f"layer linear_{i}") != ["b", "w"] or not all(isinstance(layer[k], np.ndarray)
+                                                                     for k in ("w", "b")):
             raise ReleasedFormatError(f"layer linear_{i}: expected arrays w and b")
         w, b = (np.asarray(layer[k]) for k in ("w", "b"))
         if w.shape != w_shape or b.shape != b_shape or w.dtype != np.float32 or b.dtype != np.float32:
@@ -126,13 +143,18 @@ def load_released(path: str | Path) -> tuple[PyTree, L2EConfig]:
     path = Path(path)
     if path.is_dir():
         path = path / "meta_params.pickle"
-    data = path.read_bytes()
+    try:
+        data = read_bounded(path, MAX_RELEASED_BYTES)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise ReleasedFormatError(f"{path}: cannot read it ({e.strerror or type(e).__name__})") from None
     try:
         raw = ReleasedUnpickler(io.BytesIO(data)).load()
     except ReleasedFormatError as e:
         raise ReleasedFormatError(f"{path}: {e}") from None
     except Exception as e:  # truncated or corrupt pickles raise many types
-        raise ReleasedFormatError(f"{path}: not a readable pickle ({type(e).__name__}: {e})") from None
+        raise ReleasedFormatError(f"{path}: not a readable pickle ({type(e).__name__}: {one_line(e)})") from None
     try:
         return released_meta_params(raw), RELEASED_CONFIG
     except ReleasedFormatError as e:

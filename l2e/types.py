@@ -21,17 +21,40 @@ PyTree = Any
 Minibatch = Any
 
 
-class Posterior(NamedTuple):
+def _is_plain(value) -> bool:
+    """A number, string or array: what a pytree operation never puts in a Posterior's function fields (it may put
+    other placeholders there, which pass)."""
+    import numpy as np
+
+    return isinstance(value, (int, float, complex, str, bytes, np.ndarray, np.generic, jax.Array))
+
+
+class _PosteriorFields(NamedTuple):
+    nll: Callable[[PyTree, Minibatch], jax.Array]
+    log_prior: Callable[[PyTree], jax.Array]
+    data_size: int
+
+
+class Posterior(_PosteriorFields):
     """Unnormalised posterior of a model, in the units samplers need.
 
     nll: (params, minibatch) -> scalar, the **mean** negative log-likelihood over the minibatch.
     log_prior: params -> scalar, log p(θ) up to a constant.
-    data_size: N, the true number of training examples (the likelihood is N × mean NLL).
+    data_size: N, the true number of training examples (the likelihood is N × mean NLL): a concrete N (a Python,
+      numpy or JAX number) must be a positive finite number, else ValueError when the Posterior is built; nll and
+      log_prior must be callable (a traced N, inside a transformation, passes).
     """
 
-    nll: Callable[[PyTree, Minibatch], jax.Array]
-    log_prior: Callable[[PyTree], jax.Array]
-    data_size: int
+    __slots__ = ()
+
+    def __new__(cls, nll, log_prior, data_size):
+        from l2e.checks import check_positive
+
+        for name, fn in (("nll", nll), ("log_prior", log_prior)):
+            if not callable(fn) and _is_plain(fn):
+                raise ValueError(f"Posterior.{name} must be a callable, got {type(fn).__name__}")
+        check_positive(**{"Posterior.data_size": data_size})
+        return super().__new__(cls, nll, log_prior, data_size)
 
     def value_and_potential_grad(self, params: PyTree, minibatch: Minibatch) -> tuple[jax.Array, PyTree, PyTree]:
         """The loss and the two gradients a step needs.

@@ -28,7 +28,11 @@ def _initialize_distributed() -> int:
 def build_parser(presets) -> argparse.ArgumentParser:
     from cli import OneLineErrorParser
 
-    p = OneLineErrorParser(prog="python -m meta_train", description=__doc__.splitlines()[0])
+    from cli.limits import HELP
+    from tasks.limits import HELP as TASK_LIMITS
+
+    p = OneLineErrorParser(prog="python -m meta_train", description=__doc__.splitlines()[0],
+                           epilog=f"{HELP}.\n{TASK_LIMITS}.")
     p.add_argument("--preset", default="default", help=f"one of: {', '.join(presets)}")
     p.add_argument("--output", default="runs/meta_train", help="run directory (config, log, checkpoints)")
     p.add_argument("--seed", type=int, default=None)
@@ -67,9 +71,16 @@ def config_from_args(args, presets):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`python -m meta_train ...` under the CLI guard (cli.guard: whatever escapes is one `error:` line)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if "--distributed" in argv and (rc := _initialize_distributed()):
         return rc
+    from cli import guarded
+
+    return guarded(_main, argv)
+
+
+def _main(argv: list[str]) -> int:
     from meta_train.presets import PRESETS
 
     args = build_parser(PRESETS).parse_args(argv)

@@ -11,7 +11,7 @@ import math
 from l2e.chains import ChainSchedule
 from l2e import learned
 from l2e.io import ConfigError, dataclass_from_dict
-from cli import apply_overrides, check_seed
+from cli import apply_overrides, check_seed, limits
 from l2e.types import META_STARTS
 from meta_train import estimators, objectives
 from tasks.distribution import TaskDistribution
@@ -135,8 +135,19 @@ class _RunFields:
 
     def __post_init__(self):
         check_seed(self.seed)
-        if not all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in self.hidden):
-            raise ConfigError(f"hidden must be positive layer widths, got {self.hidden}")
+        if not self.hidden or not all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in self.hidden):
+            raise ConfigError(f"hidden must be positive layer widths (at least one layer), got {self.hidden}")
+        limits.at_most("hidden (a width)", max(self.hidden), 2**16)
+        limits.at_most("hidden (its layers)", len(self.hidden), 64)
+        for name, value, limit in (("num_outer", self.num_outer, limits.MAX_OUTER),
+                                   ("checkpoint_every", self.checkpoint_every, limits.MAX_OUTER),
+                                   ("meta_loss_examples", self.meta_loss_examples, limits.MAX_EXAMPLES),
+                                   ("es.population", self.es.population, limits.MAX_POPULATION),
+                                   ("inner.num_steps", self.inner.num_steps, limits.MAX_STEPS),
+                                   ("inner.num_samples", self.inner.num_samples, limits.MAX_SAMPLES),
+                                   ("inner.thinning", self.inner.thinning, limits.MAX_STEPS),
+                                   ("inner.batch_size", self.inner.batch_size, limits.MAX_BATCH)):
+            limits.at_most(name, value, limit)
         if self.meta_init not in META_INITS:
             raise ConfigError(f"meta_init must be one of {META_INITS}, got {self.meta_init!r}")
         if self.sampler_kind not in SAMPLER_KINDS:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -24,8 +25,8 @@ import jax
 import numpy as np
 
 from l2e.checkpoint import KEEP_CHECKPOINTS, CheckpointError, clean_staging, restore_checkpoint, save_checkpoint
-from l2e.io import atomic_write_bytes, atomic_write_text
-from cli import DirectoryLock, LockHeldError
+from l2e.io import atomic_write_bytes, atomic_write_text, one_line, parse_json, read_bounded
+from cli import MARKER, DirectoryLock, LockHeldError, read_marker, require_ours, write_marker
 from meta_train.config import ConfigError, MetaTrainConfig, from_dict
 from meta_train.faults import NoFault
 
@@ -46,17 +47,21 @@ def is_writer() -> bool:
 
 
 RUN_ENTRIES = (CONFIG, LOG, PLOT, CHECKPOINTS)
-"""What a meta-training run directory holds (besides hidden temporaries of atomic writes)."""
+"""What a meta-training run directory holds (besides its marker, cli.MARKER, and hidden temporaries of atomic
+writes)."""
+MAX_LOG_BYTES = 2**30
+"""The largest log.jsonl read on resume (about two million rows)."""
 
 
 def _read_config(cfg_file: Path) -> dict:
-    """The JSON object in a run's config.json; RunDirError naming the file if it is unreadable or not one."""
+    """The JSON object in a run's config.json (bounded in size and nesting: l2e.io); RunDirError naming the file if
+    it is unreadable or not one."""
     try:
-        old = json.loads(cfg_file.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise RunDirError(f"{cfg_file} is corrupt (not JSON); cannot use this run") from None
+        old = parse_json(read_bounded(cfg_file))
     except OSError as e:
-        raise RunDirError(f"cannot read {cfg_file}: {e.strerror}") from None
+        raise RunDirError(f"cannot read {cfg_file}: {e.strerror or type(e).__name__}") from None
+    except ValueError as e:
+        raise RunDirError(f"{cfg_file} is corrupt (not JSON: {one_line(e)}); cannot use this run") from None
     if not isinstance(old, dict) or not {"seed", "es", "inner", "tasks"} <= set(old):
         raise RunDirError(f"{cfg_file} is not the config of a meta-training run (a JSON {type(old).__name__} "
                           "without seed, es, inner, tasks); choose another --output")
@@ -64,8 +69,10 @@ def _read_config(cfg_file: Path) -> dict:
 
 
 def _check_ours(out: Path) -> None:
-    """RunDirError unless `out` holds only a meta-training run's entries (before --overwrite deletes them)."""
+    """RunDirError unless `out` holds a meta-training run of ours (its config, the run marker of cli.outputs) and only
+    a run's entries (before --overwrite deletes them)."""
     _read_config(out / CONFIG)
+    require_ours(out, "run", RunDirError, "overwrite it")
     foreign = sorted(p.name for p in out.iterdir() if p.name not in RUN_ENTRIES and not p.name.startswith("."))
     if foreign:
         raise RunDirError(f"{out} holds files that are not part of a meta-training run ({', '.join(foreign[:3])}); "
@@ -88,23 +95,33 @@ def _prepare(out: Path, config: MetaTrainConfig, resume: bool, overwrite: bool) 
     """Check the (locked) directory; never touch an existing run unless resume/overwrite says so."""
     if (out / CONFIG).exists():
         if resume:
-            return _check_resumable(out, config)
+            _check_resumable(out, config)
+            if read_marker(out) is None:  # a run written before markers existed: its config proves it ours and
+                return None  # resuming replaces nothing; it stays unmarked (so --overwrite refuses it)
+            return require_ours(out, "run", RunDirError, "resume in it")
         if not overwrite:
             raise RunDirError(f"{out} already holds a meta-training run; pass --resume to continue it or "
                               f"--overwrite to replace it")
         _check_ours(out)
+        staged = out / f".{CONFIG}.next"
         try:  # the new config first: a full disk fails here, before the old run is deleted
-            staged = atomic_write_text(out / f".{CONFIG}.next", json.dumps(config.to_dict(), indent=2, sort_keys=True))
+            atomic_write_text(staged, json.dumps(config.to_dict(), indent=2, sort_keys=True))
+            for name in (CHECKPOINTS, LOG, PLOT):
+                p = out / name
+                shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
+            return os.replace(staged, out / CONFIG)
         except OSError as e:
             raise RunDirError(f"cannot write to {out}: {e.strerror}") from None
-        for name in (CHECKPOINTS, LOG, PLOT):
-            p = out / name
-            shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
-        return os.replace(staged, out / CONFIG)
-    elif any(out.iterdir()):
+        finally:
+            staged.unlink(missing_ok=True)
+    if resume:
+        raise RunDirError(f"--resume: {out} holds no meta-training run to resume (no {CONFIG}); drop --resume to "
+                          "start a new run")
+    if any(p for p in out.iterdir() if p.name != MARKER):
         raise RunDirError(f"{out} is not empty and holds no meta-training run; choose another --output"
                           + (" (--overwrite replaces only a meta-training run)" if overwrite else ""))
     try:
+        write_marker(out, "run")
         atomic_write_text(out / CONFIG, json.dumps(config.to_dict(), indent=2, sort_keys=True))
     except OSError as e:
         raise RunDirError(f"cannot write to {out}: {e.strerror}") from None
@@ -115,20 +132,24 @@ def read_log(out: Path) -> list[dict]:
     path = Path(out) / LOG
     if not path.exists():
         return []
-    lines = path.read_text(errors="replace").split("\n")
+    try:
+        lines = read_bounded(path, MAX_LOG_BYTES).decode(errors="replace").split("\n")
+    except OSError as e:
+        raise RunDirError(f"cannot read {path}: {e.strerror or type(e).__name__}") from None
     rows = []
     for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
+            row = parse_json(line, max_depth=8)
+        except ValueError:
             if all(not rest.strip() for rest in lines[i + 1:]):
                 break  # torn last line
             raise RunDirError(f"{path} is corrupt at line {i + 1}; cannot resume") from None
         loss = row.get("meta_loss") if isinstance(row, dict) else None
-        if (not isinstance(row, dict) or type(row.get("iteration")) is not int
-                or not (loss is None or (isinstance(loss, (int, float)) and not isinstance(loss, bool)))):
+        if (not isinstance(row, dict) or type(row.get("iteration")) is not int or row["iteration"] < 0
+                or not (loss is None or (isinstance(loss, (int, float)) and not isinstance(loss, bool)
+                                         and math.isfinite(loss)))):
             raise RunDirError(f"{path} is corrupt at line {i + 1} (not a log row with an integer iteration and a "
                               "numeric meta_loss); cannot resume")
         rows.append(row)
@@ -210,6 +231,8 @@ class RunDir:
             raise RunDirError(f"--output {out} is a dangling symbolic link (to {os.readlink(out)})")
         if out.exists() and not out.is_dir():
             raise RunDirError(f"output path exists and is not a directory: {out}")
+        if resume and not out.exists():
+            raise RunDirError(f"--resume: {out} does not exist (nothing to resume); drop --resume to start a new run")
         created = not out.exists()
         try:
             out.mkdir(parents=True, exist_ok=True)
@@ -228,7 +251,23 @@ class RunDir:
         return self
 
     def close(self) -> None:
+        """Release the directory's lock."""
         self._lock.release()
+
+    def discard(self) -> None:
+        """Remove what a new run wrote before its first checkpoint (config, log, plot, marker, uncommitted
+        checkpoint staging; the directory too when it is then empty): a run that fails before it has anything to
+        resume leaves no litter. A run with a committed checkpoint is kept."""
+        if not self.writer or (self.checkpoints.is_dir() and any(
+                p.name.isdigit() for p in self.checkpoints.iterdir())):
+            return
+        for name in (CHECKPOINTS, LOG, PLOT, CONFIG, MARKER):
+            p = self.out / name
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        try:
+            self.out.rmdir()
+        except OSError:
+            pass
 
     def resume(self, template: Callable[[int], Any], resume: bool,
                legacy: tuple[Any, Callable[[Any, int], Any]] | None = None) -> tuple[int, object, list[dict]]:

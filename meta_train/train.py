@@ -15,6 +15,7 @@ from pathlib import Path
 import jax
 from tqdm.auto import tqdm
 
+from cli import held_warnings
 from l2e.checkpoint import KEEP_CHECKPOINTS
 from meta_train.config import ConfigError, MetaTrainConfig
 from meta_train.es import ProgramCache, reference_batch
@@ -131,12 +132,19 @@ def meta_train(config: MetaTrainConfig, out: str | Path, resume: bool = False, o
         raise ConfigError(f"keep_checkpoints must be an integer ≥ 0 (0 keeps all), got {keep_checkpoints!r}")
     fault = fault_plan()
     cache = ProgramCache() if cache is None else cache
-    check_inputs(config, cache)
-    run = RunDir(out, keep=keep_checkpoints)
-    loop = _Loop(config, run, fault, cache)  # builds φ₀ and the ES state: a bad model fails before `out` is touched
+    with held_warnings():  # a refused input prints its one error line alone (cli.guard)
+        check_inputs(config, cache)
+        run = RunDir(out, keep=keep_checkpoints)
+        loop = _Loop(config, run, fault, cache)  # builds φ₀ and the ES state: a bad model fails before `out` is touched
     run.open(config, resume, overwrite)
     try:
         return _train(loop, resume, progress, stop_after)
+    except (KeyboardInterrupt, OSError):
+        raise  # the run continues with --resume
+    except BaseException:
+        if not resume:
+            run.discard()  # failed before its first checkpoint: nothing to resume, no litter
+        raise
     finally:
         run.close()
 

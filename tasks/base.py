@@ -125,7 +125,17 @@ class TaskBase:
 
     @staticmethod
     def sample_batch(key: jax.Array, data: Data, batch_size: int) -> Data:
-        """Uniform minibatch with replacement; pure (batch_size must be static under jit)."""
+        """Uniform minibatch with replacement; pure (batch_size must be static under jit).
+
+        Raises:
+          ValueError: x and y of different lengths (they would pair wrong labels), no examples, or a batch_size that
+            is not a positive integer.
+        """
         x, y = data
+        if x.shape[:1] != y.shape[:1] or not x.shape or x.shape[0] == 0:
+            raise ValueError(f"sample_batch: x {tuple(x.shape)} and y {tuple(y.shape)} must hold the same positive "
+                             "number of examples (leading axis)")
+        if not isinstance(batch_size, (int, np.integer)) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"sample_batch: batch_size must be a positive integer, got {batch_size!r}")
         idx = jax.random.randint(key, (batch_size,), 0, x.shape[0])
         return x[idx], y[idx]

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from tasks.likelihoods.gaussian import loc_scale
+from tasks.limits import MAX_LAYERS, MAX_WIDTH
 
 MODEL_KINDS = ("cnn", "mlp", "fmnist_1conv", "resnet20_frn", "flax")
 ACTIVATIONS = ("relu", "tanh", "gelu", "silu", "elu")
@@ -48,6 +49,10 @@ class ModelSpec:
             raise ValueError(
                 f"ModelSpec sizes must be positive: channels={self.channels}, depth={self.depth}, hidden={self.hidden}"
             )
+        if max((self.channels, *self.hidden)) > MAX_WIDTH or max(self.depth, len(self.hidden)) > MAX_LAYERS:
+            raise ValueError(f"ModelSpec sizes above the resource limits (layers of at most {MAX_WIDTH:.0e} units, at "
+                             f"most {MAX_LAYERS} layers): channels={self.channels}, depth={self.depth}, "
+                             f"{len(self.hidden)} hidden layers up to {max(self.hidden, default=0)} wide")
 
     @property
     def name(self) -> str:

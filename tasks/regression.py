@@ -13,7 +13,7 @@ from tasks.base import TaskBase, TaskCache, cached_data
 from tasks.data.base import DatasetError
 from tasks.data.uci import PROTOCOLS, UCI_DATASETS, RegressionData, load_uci, synthetic_1d
 from tasks.likelihoods import GaussianRegression
-from tasks.models import ACTIVATIONS, RegressionMLP, mlp_name
+from tasks.models import ACTIVATIONS, ModelSpec, RegressionMLP, mlp_name
 from tasks.splits import Data, Splits
 
 
@@ -61,6 +61,7 @@ class RegressionSpec:
             raise ValueError(f"RegressionSpec.prior_variance must be > 0, got {self.prior_variance!r}")
         if any(h < 1 for h in self.hidden):
             raise ValueError(f"RegressionSpec.hidden widths must be positive, got {self.hidden}")
+        ModelSpec("mlp", hidden=self.hidden)  # the layer limits (tasks.limits)
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"RegressionSpec.protocol must be one of {', '.join(PROTOCOLS)}, got {self.protocol!r}")
         if self.activation not in ACTIVATIONS:
@@ -124,6 +125,10 @@ class RegressionTask(TaskBase):
 
             self.model = build_user_model(spec.factory, self.input_shape, 2, regression=True)
         else:
+            from tasks.limits import check_parameter_count, model_parameter_count
+
+            check_parameter_count(model_parameter_count(ModelSpec("mlp", hidden=spec.hidden), self.input_shape, 2),
+                                  spec.name)
             self.model = RegressionMLP(spec.hidden, spec.activation)
 
     def __repr__(self) -> str:

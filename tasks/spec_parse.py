@@ -50,8 +50,8 @@ DATA_OPTIONS = ("target", "classes", "test", "seed")
 """Options of npz/csv data that are part of the data's identity (kept in the dataset string)."""
 
 _MODEL_RE = re.compile(
-    r"^(?:mlp-(?P<widths>\d+(?:x\d+)*|linear)(?:-(?P<act>[a-z]+))?"
-    r"|cnn-c(?P<c>\d+)-d(?P<d>\d+)(?P<res>-res)?"
+    r"^(?:mlp-(?P<widths>\d{1,9}(?:x\d{1,9})*|linear)(?:-(?P<act>[a-z]+))?"
+    r"|cnn-c(?P<c>\d{1,9})-d(?P<d>\d{1,9})(?P<res>-res)?"
     r"|(?P<named>resnet20[-_]frn|fmnist[-_]1conv))$")
 
 

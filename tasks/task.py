@@ -9,6 +9,7 @@ import jax
 from tasks.base import TaskBase, TaskCache, cached_data
 from tasks.datasets import check_dataset_name, load_dataset
 from tasks.likelihoods import Classification
+from tasks.limits import check_parameter_count, model_parameter_count
 from tasks.models import IMAGE_KINDS, ModelSpec, build_model
 from tasks.splits import Splits, make_splits
 
@@ -66,9 +67,10 @@ class Task(TaskBase):
             cache, key, lambda: load_splits(spec.dataset, spec.data_dir, spec.max_train, spec.valid))
         self.data_size: int = int(self.splits.train[0].shape[0])
         self.input_shape: tuple[int, ...] = tuple(self.splits.train[0].shape[1:])
-        self.model = build_model(spec.model, self.num_classes, self.input_shape)
         if spec.model.kind in IMAGE_KINDS and len(self.input_shape) != 3:
             raise ValueError(f"{spec.name}: a CNN needs (H, W, C) images, got inputs of shape {self.input_shape}")
+        check_parameter_count(model_parameter_count(spec.model, self.input_shape, self.num_classes), spec.name)
+        self.model = build_model(spec.model, self.num_classes, self.input_shape)
 
     def __repr__(self) -> str:
         return f"Task({self.spec.name}, N={self.data_size}, input_shape={self.input_shape}, classes={self.num_classes})"

@@ -137,12 +137,17 @@ def weighted_specs(texts: tuple[str, ...]) -> tuple[tuple, tuple[float, ...]]:
 def parse_task_list(value: str) -> tuple[str, ...]:
     """The task strings of `--set tasks=...`: comma-separated, or "@FILE" (one per line, # comments)."""
     if value.startswith("@"):
+        from l2e.io import read_bounded
+        from tasks.limits import MAX_TASK_LIST_BYTES
+
         path = value[1:]
         try:
-            with open(path, encoding="utf-8") as f:
-                lines = [line.split("#", 1)[0].strip() for line in f]
+            text = read_bounded(path, MAX_TASK_LIST_BYTES).decode("utf-8")
         except OSError as e:
             raise TaskStringError(f"task list {path}: cannot read ({e.strerror or type(e).__name__})") from None
+        except UnicodeDecodeError:
+            raise TaskStringError(f"task list {path}: not UTF-8 text") from None
+        lines = [line.split("#", 1)[0].strip() for line in text.splitlines()]
         items = tuple(line for line in lines if line)
         if not items:
             raise TaskStringError(f"task list {path}: no task strings")

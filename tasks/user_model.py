@@ -5,13 +5,19 @@ from PYTHONPATH (the working directory included under `python -m`) and its outpu
 abstract shapes (jax.eval_shape), when the task is built: before any run starts."""
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
+import math
+import sys
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from l2e.io import one_line
 from tasks.likelihoods.gaussian import loc_scale
+from tasks.limits import check_parameter_count
 
 
 class UserModelError(ValueError):
@@ -28,17 +34,39 @@ class RegressionHead(nn.Module):
         return loc_scale(self.net(x))
 
 
+def _import_quietly(path: str, module_name: str):
+    """Import the user's module with sys.argv reduced to its name (a module that parses the command line at import
+    must not see ours) and its stdout / stderr held back; a module that raises or exits (sys.exit, argparse's usage
+    error) while importing is one UserModelError line, its own output dropped."""
+    held, argv = io.StringIO(), sys.argv
+    sys.argv = [module_name]
+    try:
+        with contextlib.redirect_stdout(held), contextlib.redirect_stderr(held):
+            module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise UserModelError(f"--model {path}: cannot import {module_name!r} ({one_line(e)}); is it on "
+                             "PYTHONPATH?") from None
+    except SystemExit as e:
+        lines = [ln.strip() for ln in held.getvalue().splitlines() if ln.strip()]
+        said = f"; its last output line: {lines[-1][:200]!r}" if lines else ""
+        raise UserModelError(f"--model {path}: importing {module_name!r} ended the process (SystemExit "
+                             f"{e.code!r}{said}); a model module must not exit when imported") from None
+    except Exception as e:  # the user's module raised while importing
+        raise UserModelError(f"--model {path}: importing {module_name!r} failed ({type(e).__name__}: "
+                             f"{one_line(e)})") from None
+    finally:
+        sys.argv = argv
+    if held.getvalue():
+        sys.stdout.write(held.getvalue())  # what an import printed, after it succeeded
+    return module
+
+
 def load_factory(path: str):
     """The callable `pkg.module:Factory` names."""
     module_name, colon, attr = path.partition(":")
     if not colon or not module_name or not attr:
         raise UserModelError(f"--model {path!r}: expected pkg.module:Factory")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise UserModelError(f"--model {path}: cannot import {module_name!r} ({e}); is it on PYTHONPATH?") from None
-    except Exception as e:  # the user's module raised while importing
-        raise UserModelError(f"--model {path}: importing {module_name!r} failed ({type(e).__name__}: {e})") from None
+    module = _import_quietly(path, module_name)
     factory = getattr(module, attr, None)
     if factory is None:
         raise UserModelError(f"--model {path}: module {module_name!r} has no attribute {attr!r}")
@@ -76,4 +104,11 @@ def build_user_model(path: str, input_shape: tuple[int, ...] | None, num_outputs
     if getattr(out, "shape", None) != (2, outputs):
         raise UserModelError(f"--model {path}: outputs {getattr(out, 'shape', type(out).__name__)} for a batch of 2, "
                              f"expected (2, {outputs})" + (" (location, raw log-scale)" if regression else ""))
+    if not jnp.issubdtype(out.dtype, jnp.floating):
+        raise UserModelError(f"--model {path}: outputs of dtype {out.dtype}; expected floating-point "
+                             + ("(location, raw log-scale)" if regression else "logits"))
+    leaves = jax.tree.leaves(variables)
+    if any(not jnp.issubdtype(v.dtype, jnp.floating) for v in leaves):
+        raise UserModelError(f"--model {path}: has non-floating-point parameters; a sampler moves every parameter")
+    check_parameter_count(sum(math.prod(v.shape) for v in leaves), f"--model {path}")
     return RegressionHead(module) if regression else module

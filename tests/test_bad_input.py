@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import l2e
+from cli import write_marker
 from evaluate.reference import ReferenceDataError, check_alignment, load_reference_probs
 from meta_train import PRESETS
 
@@ -72,6 +73,7 @@ def previous_report(root: Path) -> Path:
     out.mkdir()
     (out / "report.json").write_text('{"tasks": {}}\n')
     (out / "report.md").write_text("# an earlier report\n")
+    write_marker(out, "report")  # a report of ours (cli.outputs)
     return out
 
 

@@ -163,7 +163,7 @@ def test_run_directory_is_locked_while_in_use(tmp_path):
     finally:
         first.close()
     RunDir(tmp_path / "run", writer=True).open(SMOKE, resume=True, overwrite=False).close()
-    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["config.json"]  # no lock file left
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [".l2e-output", "config.json"]  # marker, no lock
 
 
 def test_override_parsing_lives_in_cli():

@@ -295,7 +295,11 @@ def test_top_level_names():
 def test_checks():
     from l2e.checks import check_in_range, check_positive
 
-    check_positive(a=1, b=0.5, c=jnp.float32(-1.0))  # traced / array values are not checked
+    jax.jit(lambda c: check_positive(c=c) or c)(-1.0)  # traced values are not checked (a tuning grid under jit)
+    check_positive(a=jnp.ones(3) * -1)  # nor arrays: only scalars are hyperparameters
+    for concrete in (np.float32(-1.0), jnp.float32(-1.0), np.int64(0)):  # numpy / JAX scalars are (issue 28)
+        with pytest.raises(ValueError, match="c must be a positive finite number"):
+            check_positive(c=concrete)
     for bad in (0, -1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="x must be a positive finite number"):
             check_positive(x=bad)

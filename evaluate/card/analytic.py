@@ -92,6 +92,11 @@ class AnalyticConfig:
             values = getattr(self, field)
             if not values or any(v not in known for v in values) or len(set(values)) != len(values):
                 raise ConfigError(f"{field} must be distinct names from {', '.join(known)}, got {values}")
+        from cli import limits
+
+        for name, limit in (("num_steps", limits.MAX_STEPS), ("seeds", limits.MAX_SAMPLES),
+                            ("points", limits.MAX_GRID)):
+            limits.at_most(name, getattr(self, name), limit)
         return self
 
 

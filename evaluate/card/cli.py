@@ -104,39 +104,65 @@ def build_card_parser():
     return p
 
 
+def _check_card_output(out: Path, name: str, overwrite: bool) -> None:
+    """Refuse an --output that is not a directory, holds another output of ours or anything that is not a card of
+    ours (no card marker, cli.outputs), or holds this card without --overwrite; probe writability."""
+    from cli.outputs import check_output_dir
+    from evaluate.report import probe_writable
+
+    check_output_dir(out, "card", f"{name}.json", overwrite, ConfigError)
+    probe_writable(out, ConfigError)
+
+
+def _check_card_config(args) -> None:
+    """The --set overrides on the card's (or the analytic benchmark's) config, checked before anything is written."""
+    from evaluate.card import analytic as ca
+
+    base = (ca.LARGE if args.analytic == "large" else ca.AnalyticConfig()) if args.analytic else CardConfig()
+    apply_overrides(base, list(args.overrides)).check()
+
+
+def _card_run(args, out: Path, name: str, progress) -> tuple[dict, str]:
+    """Compute the card (or the analytic benchmark) into a staging directory and publish it as `out` (the card
+    marker added; card.* and analytic.* of an earlier run kept unless replaced). Returns (result, Markdown)."""
+    from cli import publish_dir, staging_dir
+    from evaluate.card.analytic import analytic_markdown
+
+    stage = staging_dir(out)
+    if args.analytic:
+        res = run_analytic_card(stage, args.sampler, args.released, args.overrides, progress, args.analytic == "large")
+        text = analytic_markdown(res)
+    else:
+        res = run_card(stage, args.sampler, args.released, args.overrides, progress)
+        text = card_markdown(res)
+    publish_dir(stage, out, (f"{name}.json", f"{name}.md", f"{name}.png"), kind="card")
+    return res, text
+
+
 def card_main(argv) -> int:
-    """`python -m evaluate card ...`: validate (output, overrides, checkpoints) before running, one-line errors."""
+    """`python -m evaluate card ...`: validate (output, overrides, checkpoints) before running, hold the --output lock
+    while running (a second card on the same --output is refused), SIGTERM / SIGINT end it with one line and the
+    output unchanged; one-line errors."""
     import sys
 
-    from evaluate.report import probe_writable
-    from l2e.io import one_line
+    from cli import OutputLock, handle_sigterm
+    from evaluate.cli_common import failed_run
     from l2e.released import ReleasedFormatError
 
     args = build_card_parser().parse_args(argv)
-    out = Path(args.output)
+    out, lock = Path(args.output), None
+    name = "analytic" if args.analytic else "card"
     try:
-        if out.exists() and not out.is_dir():
-            raise ConfigError(f"--output {out} exists and is not a directory")
-        name = "analytic" if args.analytic else "card"
-        if (out / f"{name}.json").exists() and not args.overwrite:
-            raise ConfigError(f"{out / f'{name}.json'} exists; pass --overwrite or choose another --output")
-        probe_writable(out, ConfigError)
+        handle_sigterm()
+        _check_card_config(args)
+        _check_card_output(out, name, args.overwrite)
+        lock = OutputLock(out, ConfigError)
         progress = None if args.quiet else (lambda line: print(f"{name}: {line}", flush=True))
-        if args.analytic:
-            res = run_analytic_card(out, args.sampler, args.released, args.overrides, progress,
-                                    args.analytic == "large")
-            from evaluate.card.analytic import analytic_markdown
-
-            print(analytic_markdown(res))
-            print(f"analytic: {out / 'analytic.md'} (json: {out / 'analytic.json'}, plot: {out / 'analytic.png'})")
-            return 0
-        card = run_card(out, args.sampler, args.released, args.overrides, progress)
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-    except (ConfigError, l2e.CheckpointError, ReleasedFormatError, ValueError, OSError) as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 2
-    print(card_markdown(card))
-    print(f"card: {out / 'card.md'} (json: {out / 'card.json'}, plot: {out / 'card.png'})")
+        res, text = _card_run(args, out, name, progress)
+        lock.release(failed=False)
+    except (KeyboardInterrupt, ConfigError, l2e.CheckpointError, ReleasedFormatError, ValueError, OSError) as e:
+        return failed_run(e, lock, f"{args.output} is unchanged")
+    print(text)
+    print(f"{name}: {out / f'{name}.md'} (json: {out / f'{name}.json'}, plot: {out / f'{name}.png'})")
+    sys.stdout.flush()
     return 0

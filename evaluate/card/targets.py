@@ -104,6 +104,11 @@ class CardConfig:
             raise ConfigError(f"noise must be a non-negative finite number, got {self.noise}")
         if not 0 <= self.burn_in < self.num_steps:
             raise ConfigError(f"burn_in ({self.burn_in}) must be in [0, num_steps = {self.num_steps})")
+        from cli import limits
+
+        for name, limit in (("num_steps", limits.MAX_STEPS), ("num_chains", limits.MAX_CHAINS),
+                            ("band_seeds", limits.MAX_SAMPLES)):
+            limits.at_most(name, getattr(self, name), limit)
         return self
 
 

@@ -108,29 +108,37 @@ def _merge_main(args, out: Path) -> int:
     """--merge: read every DIR/curve.json, pool them (evaluate.curve.report.merge_results), write --output."""
     from cli import publish_dir, staging_dir
     from evaluate.curve.report import curve_markdown, merge_results, plot_curves
-    from l2e.io import atomic_write_text, read_json
+    from l2e.io import atomic_write_text, one_line, read_json
+
+    from cli import OutputLock
+    from cli.outputs import check_output_dir
+    from evaluate.report import probe_writable
 
     if len(args.merge) < 2:
         raise ConfigError("--merge needs at least two curve runs")
-    if (out / "curve.json").exists() and not args.overwrite:
-        raise ConfigError(f"{out / 'curve.json'} exists; pass --overwrite or choose another --output")
+    check_output_dir(out, "curve", "curve.json", args.overwrite, ConfigError)
+    probe_writable(out, ConfigError)
     parts = []
     for d in args.merge:
         part = read_json(Path(d) / "curve.json", f"curve run {d}")
         if not isinstance(part, dict) or not {"k", "curve", "methods", "tasks"} <= set(part):
             raise ConfigError(f"{Path(d) / 'curve.json'} is not a curve result (k, curve, methods, tasks)")
         parts.append(part)
-    try:
+    try:  # the pooled result rendered before anything is written: a part lacking a field is an input error
         results = merge_results(parts)
-    except (KeyError, TypeError, ValueError) as e:
-        raise ConfigError(f"cannot merge {', '.join(args.merge)}: {e}") from None
-    results["merged"] = list(args.merge)
+        results["merged"] = list(args.merge)
+        text = curve_markdown(results)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        raise ConfigError(f"cannot merge {', '.join(args.merge)}: {type(e).__name__} {one_line(e)} (not the "
+                          "curve.json of `python -m evaluate curve`)") from None
+    lock = OutputLock(out, ConfigError)  # released by the CLI guard's failure cleanups if what follows fails
     stage = staging_dir(out)
     atomic_write_text(stage / "curve.json", json.dumps(results, indent=1, default=float))
     pngs = plot_curves(results, stage)
     atomic_write_text(stage / "curve.md", "# Budget curves\n\n" + f"Merged from {', '.join(args.merge)}.\n\n"
-                      + curve_markdown(results) + "\n" + "".join(f"![{p}]({p})\n" for p in pngs))
-    publish_dir(stage, out, ("curve.json", "curve.md", *pngs))
+                      + text + "\n" + "".join(f"![{p}]({p})\n" for p in pngs))
+    publish_dir(stage, out, ("curve.json", "curve.md", *pngs), kind="curve")
+    lock.release(failed=False)
     print(f"curves: {out / 'curve.md'} (merged {len(parts)} runs)")
     return 0
 
@@ -139,7 +147,9 @@ def curve_main(argv) -> int:
     """`python -m evaluate curve ...`: every input checked before anything runs; one-line errors."""
     import dataclasses
 
-    from cli import apply_overrides, handle_sigterm, publish_dir, staging_dir
+    from cli import OutputLock, apply_overrides, handle_sigterm, publish_dir, staging_dir
+    from cli.outputs import check_output_dir
+    from evaluate.report import probe_writable
     from evaluate.cli_common import failed_run
     from evaluate.config import get_preset
     from evaluate.curve.report import curve_markdown, plot_curves
@@ -148,7 +158,7 @@ def curve_main(argv) -> int:
     from tasks.datasets import DatasetError
 
     args = build_curve_parser().parse_args(argv)
-    out = Path(args.output)
+    out, lock = Path(args.output), None
     try:
         handle_sigterm()
         if args.merge:
@@ -167,8 +177,9 @@ def curve_main(argv) -> int:
         if unknown or not names:
             raise ConfigError(f"no task to run: {', '.join(unknown) or 'the reference holds none of'} "
                               f"(the preset's tasks: {', '.join(cfg.task_names())})")
-        if (out / "curve.json").exists() and not args.overwrite:
-            raise ConfigError(f"{out / 'curve.json'} exists; pass --overwrite or choose another --output")
+        check_output_dir(out, "curve", "curve.json", args.overwrite, ConfigError)
+        probe_writable(out, ConfigError)
+        lock = OutputLock(out, ConfigError)  # a second run on this --output is refused (cli.outputs)
         progress = None if args.quiet else (lambda line: print(f"curve: {line}", flush=True))
         t0 = time.perf_counter()
         results = run_curves(cfg, curve, args.reference, names, args.sampler, progress)
@@ -178,8 +189,9 @@ def curve_main(argv) -> int:
         pngs = plot_curves(results, stage)
         atomic_write_text(stage / "curve.md", "# Budget curves\n\n" + curve_markdown(results) + "\n"
                           + "".join(f"![{p}]({p})\n" for p in pngs))
-        publish_dir(stage, out, ("curve.json", "curve.md", *pngs))
+        publish_dir(stage, out, ("curve.json", "curve.md", *pngs), kind="curve")
+        lock.release(failed=False)
     except (KeyboardInterrupt, ConfigError, DatasetError, ValueError, OSError) as e:
-        return failed_run(e, None, f"{args.output} is unchanged")
+        return failed_run(e, lock, f"{args.output} is unchanged")
     print(f"curves: {out / 'curve.md'} ({results['seconds']:.0f} s)")
     return 0

@@ -9,7 +9,8 @@ Divergence (the rule of DIVERGENCE_RULE, stated in README's evaluation section):
     their per-example mean; classification) or of (loc, scale) (regression, standardised target units), so a
     member whose predictions grew to 10⁴× the target's scale while staying finite is caught.
 A divergent sample is dropped (never averaged into the BMA or any metric); a chain with one is counted in
-`divergent_chains` (those judged by scale alone also in `scale_divergent_chains`); its other samples are kept.
+`divergent_chains` (those judged by scale alone also in `scale_divergent_chains`); its other samples are kept, but its
+per-chain statistics (T_kin) are not: they become None, and the report counts them as left out.
 """
 from __future__ import annotations
 
@@ -132,7 +133,7 @@ def probe_result(hp: dict, seconds_per_step: float, flops_per_step: float | None
 def finalise(ctx, samples, chain_of_sample: list[int], grad_evals: int, seconds: float, hp: dict,
              num_chains: int = 1, gradient: str = "minibatch", **extra) -> MethodResult:
     """Predict the samples on ctx.split, drop non-finite samples, count the chains they belong to as divergent;
-    `extra`: further MethodResult fields (t_kin, flops_per_step)."""
+    `extra`: further MethodResult fields (t_kin, flops_per_step); a divergent chain's t_kin becomes None."""
     x, _ = split_data(ctx.task, ctx.split)
     out = predict_outputs(ctx.task, samples, x, ctx.cfg.eval_batch, ctx.cache)
     finite = finite_samples(samples) & np.all(np.isfinite(out), axis=(1, 2))
@@ -143,6 +144,9 @@ def finalise(ctx, samples, chain_of_sample: list[int], grad_evals: int, seconds:
     scale_only = len({c for c, bad in zip(chain_of_sample, by_scale) if bad} - non_finite)
     kept = jax.tree.map(lambda a: np.asarray(a)[ok], samples)
     chain_ids = np.asarray(chain_of_sample, dtype=np.int64)[ok]
+    if extra.get("t_kin") is not None:  # per-chain statistics leave divergent chains out, as the BMA leaves their
+        bad = {c for c, good in zip(chain_of_sample, ok) if not good}  # divergent samples out
+        extra["t_kin"] = [None if c in bad else t for c, t in enumerate(extra["t_kin"])]
     return MethodResult(out[ok], grad_evals, seconds, divergent, hp, scale_divergent_chains=scale_only,
                         num_requested=len(ok), samples=kept,
                         chain_ids=chain_ids, num_chains=num_chains, draws_per_chain=len(ok) // num_chains,

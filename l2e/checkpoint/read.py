@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import sys
 import tempfile
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from l2e import learned
-from l2e.io import ConfigError, dataclass_from_dict, one_line
+from l2e.io import ConfigError, check_json_object, dataclass_from_dict, one_line, parse_json, read_bounded
 from l2e.meta_model import NUM_FEATURES
 from l2e.types import LearnedSampler, Posterior, PyTree, SamplingAlgorithm
 
@@ -177,18 +176,25 @@ def read_meta(step_dir: Path) -> dict:
     Returns:
       the metadata dict.
     Raises:
-      CheckpointError: missing, unreadable or not a JSON object.
+      CheckpointError: missing, unreadable, larger than l2e.io.MAX_FILE_BYTES, nested deeper than
+        l2e.io.MAX_JSON_DEPTH, not a JSON object, or a field of META_SCHEMA of another type.
     """
     f = step_dir / "meta" / "metadata"
-    if not f.is_file():
+    if not f.exists():
         raise CheckpointError(f"checkpoint metadata missing: {f}")
     try:
-        meta = json.loads(f.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"corrupt checkpoint metadata {f}: {e}") from None
+        meta = parse_json(read_bounded(f))
+    except OSError as e:
+        raise CheckpointError(f"cannot read checkpoint metadata {f}: {e.strerror or type(e).__name__}") from None
+    except ValueError as e:
+        raise CheckpointError(f"corrupt checkpoint metadata {f}: {one_line(e)}") from None
     if not isinstance(meta, dict):
         raise CheckpointError(f"corrupt checkpoint metadata {f}: not a JSON object")
-    return meta
+    return check_json_object(meta, f"checkpoint metadata {f}", META_SCHEMA, error=CheckpointError)
+
+
+META_SCHEMA = {"iteration": "count", "sampler_kind": "str", "sampler": "object", "config": "object"}
+"""The kinds of the checkpoint metadata fields that are read (l2e.io.check_json_object)."""
 
 
 @contextlib.contextmanager

@@ -96,6 +96,32 @@ def check_labels(y: np.ndarray, where: str) -> None:
 # ----------------------------------------------------------------------------- file readers
 
 
+def check_data_file(path: Path) -> None:
+    """DatasetError unless `path` is a regular file of at most tasks.limits.MAX_DATA_BYTES (a FIFO or a device such
+    as /dev/zero would hang the reader; a huge file would exhaust memory).
+
+    Args:
+      path: the user's data file.
+    Returns:
+      None.
+    """
+    import stat
+
+    from tasks.limits import MAX_DATA_BYTES
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise DatasetError(f"{path}: file not found") from None
+    except OSError as e:
+        raise DatasetError(f"{path}: cannot read it ({e.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise DatasetError(f"{path}: " + ("file not found (a directory)" if stat.S_ISDIR(st.st_mode)
+                                          else "not a regular file"))
+    if st.st_size > MAX_DATA_BYTES:
+        raise DatasetError(f"{path}: {st.st_size} bytes, more than the limit of {MAX_DATA_BYTES} (a resource limit)")
+
+
 def read_bytes(path: str | os.PathLike) -> bytes:
     path = Path(path)
     if not path.is_file():

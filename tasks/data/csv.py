@@ -15,15 +15,14 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.data.base import DatasetError, UserData
+from tasks.data.base import DatasetError, UserData, check_data_file
 
 _INT = re.compile(r"^[+-]?\d+$")
 
 
 def _rows(path: Path) -> list[tuple[int, list[str]]]:
     """(line number, stripped cells) of the non-blank lines."""
-    if not path.is_file():
-        raise DatasetError(f"{path}: file not found")
+    check_data_file(path)
     try:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as e:

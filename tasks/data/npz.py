@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.data.base import DatasetError, UserData
+from tasks.data.base import DatasetError, UserData, check_data_file
+from tasks.limits import MAX_DATA_BYTES
 
 REQUIRED = ("x_train", "y_train", "x_test", "y_test")
 OPTIONAL = ("x_valid", "y_valid")
@@ -24,8 +25,7 @@ def _first_line(e: BaseException) -> str:
 
 def _load(path: Path) -> dict[str, np.ndarray]:
     """The arrays of REQUIRED (+ OPTIONAL when present) from `path`."""
-    if not path.is_file():
-        raise DatasetError(f"{path}: file not found")
+    check_data_file(path)
     try:
         f = np.load(path, allow_pickle=False)
     except Exception as e:  # BadZipFile, ValueError, OSError, EOFError, ...
@@ -41,6 +41,10 @@ def _load(path: Path) -> dict[str, np.ndarray]:
         if len(valid) == 1:
             other = OPTIONAL[1 - OPTIONAL.index(valid[0])]
             raise DatasetError(f"{path}: key {valid[0]!r} without {other!r} (give both or neither)")
+        unpacked = sum(f.zip.getinfo(f"{k}.npy").file_size for k in REQUIRED + tuple(valid))
+        if unpacked > MAX_DATA_BYTES:  # checked before any array is read (a small file can unpack to a huge one)
+            raise DatasetError(f"{path}: its arrays take {unpacked} bytes, more than the limit of {MAX_DATA_BYTES} "
+                               "(a resource limit)")
         arrays = {}
         for k in REQUIRED + tuple(valid):
             try:

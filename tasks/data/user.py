@@ -23,6 +23,10 @@ import numpy as np
 
 from tasks.data.base import Dataset, DatasetError, UserData, as_images
 from tasks.data.uci import RegressionData
+from tasks.limits import MAX_CLASSES
+
+MAX_IMAGE_VALUE = 1e6
+"""The largest magnitude of a floating-point image input (images are used as given, not standardised)."""
 
 DEFAULT_REGRESSION_VALID = 0.1
 
@@ -76,6 +80,14 @@ def _num_classes(data: UserData, classes: int | None) -> int:
         if bad.size:
             raise DatasetError(f"{data.where}: {data.y_names[split]} holds non-integer label {bad[0]!r}, but the "
                                "likelihood is classification")
+    for split, y in data.y.items():
+        top = float(np.max(y))
+        if top >= MAX_CLASSES:  # before C is sized from it: an int64 label of 2**32 + 1 would wrap to 1 in int32
+            raise DatasetError(f"{data.where}: {data.y_names[split]} has label {top:.0f}, beyond the limit of "
+                               f"{MAX_CLASSES} classes (a resource limit)")
+    if classes is not None and int(classes) > MAX_CLASSES:
+        raise DatasetError(f"{data.where}: classes={classes} is more than the limit of {MAX_CLASSES} (a resource "
+                           "limit)")
     num = int(classes) if classes is not None else int(np.max(data.y["train"])) + 1
     origin = "classes=" if classes is not None else "1 + the largest training label; set :classes=C"
     for split, y in data.y.items():
@@ -92,12 +104,40 @@ def _inputs(data: UserData) -> dict:
     """Inputs by split: (n, d) z-scored with the training statistics, images as float32 (uint8 scaled)."""
     x_train = data.x["train"]
     if x_train.ndim == 2:
-        mu, sd = x_train.mean(0), x_train.std(0)
-        sd = np.where(sd > 0, sd, 1.0)
-        return {s: ((x - mu) / sd).astype(np.float32) for s, x in data.x.items()}
+        return standardised(data, data.x, "inputs")
     if x_train.ndim in (3, 4):
+        for split, x in data.x.items():
+            if x.dtype.kind == "f" and np.max(np.abs(x)) > MAX_IMAGE_VALUE:
+                raise DatasetError(f"{data.where}: {split} images hold values up to {float(np.max(np.abs(x))):.3g}; "
+                                   f"image inputs must be within ±{MAX_IMAGE_VALUE:g} (uint8, or floats in [0, 1])")
         return {s: as_images(x) for s, x in data.x.items()}
     raise DatasetError(f"{data.where}: inputs of shape {x_train.shape}: expected (n, features) or (n, H, W[, C])")
+
+
+def standardised(data: UserData, arrays: dict, what: str, stats_from: str = "train") -> dict:
+    """Arrays by split z-scored with the `stats_from` split's statistics (computed in the arrays' own dtype), as
+    float32; DatasetError if the statistics or the result are not finite (values too large to standardise: float32
+    data near its limit overflow, or a standard deviation that does and zeroes every input), numpy's overflow
+    warnings silenced.
+
+    Args:
+      data: the user's data (for messages).
+      arrays: {split: (n, ...) numeric}.
+      what: "inputs" or "targets", for the message.
+      stats_from: the split whose mean and standard deviation are used.
+    Returns:
+      {split: float32 array of the same shape}.
+    """
+    ref = arrays[stats_from]
+    with np.errstate(all="ignore"):
+        mu, sd = ref.mean(0), ref.std(0)
+        sd = np.where(sd > 0, sd, 1.0)
+        out = {s: ((a - mu) / sd).astype(np.float32) for s, a in arrays.items()}
+    for split, a in out.items():
+        if not (np.all(np.isfinite(a)) and np.all(np.isfinite(mu)) and np.all(np.isfinite(sd))):
+            raise DatasetError(f"{data.where}: {split} {what} are too large to standardise (magnitudes up to "
+                               f"{float(np.max(np.abs(arrays[split]))):.3g}); rescale them")
+    return out
 
 
 def load_user_classification(dataset: str) -> Dataset:
@@ -121,11 +161,10 @@ def load_user_regression(dataset: str, valid: float | None = None) -> Regression
             raise DatasetError(f"{data.where}: {n} training rows are too few to hold out {n_va} for validation")
         x["valid"], y["valid"] = x["train"][n - n_va:], y["train"][n - n_va:]
         x["train"], y["train"] = x["train"][:n - n_va], y["train"][:n - n_va]
+    zx, zy = standardised(data, x, "inputs"), standardised(data, y, "targets")
     x_mu, x_sd = x["train"].mean(0), x["train"].std(0)
     x_sd = np.where(x_sd > 0, x_sd, 1.0)
     y_mu, y_sd = float(y["train"].mean()), float(y["train"].std())
     y_sd = y_sd if y_sd > 0 else 1.0
-    zx = {s: np.ascontiguousarray((v - x_mu) / x_sd, np.float32) for s, v in x.items()}
-    zy = {s: np.ascontiguousarray((v - y_mu) / y_sd, np.float32) for s, v in y.items()}
-    return RegressionData(data.where, "user", zx["train"], zy["train"], zx["valid"], zy["valid"], zx["test"],
-                          zy["test"], x_mu, x_sd, y_mu, y_sd)
+    return RegressionData(data.where, "user", *(np.ascontiguousarray(a) for a in (
+        zx["train"], zy["train"], zx["valid"], zy["valid"], zx["test"], zy["test"])), x_mu, x_sd, y_mu, y_sd)

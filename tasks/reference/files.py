@@ -201,8 +201,9 @@ class _GaussianDraws:
 
     @staticmethod
     def check(data: dict, task, y: np.ndarray, where: str, name: str) -> None:
-        if data.get("test_y_mean") is not None and (abs(float(data["test_y_mean"]) - float(np.mean(y))) > 1e-4
-                                                    or abs(float(data["test_y_std"]) - float(np.std(y))) > 1e-4):
+        stored = (data.get("test_y_mean"), data.get("test_y_std"))
+        if any(v is not None for v in stored) and (None in stored or abs(stored[0] - float(np.mean(y))) > 1e-4
+                                                   or abs(stored[1] - float(np.std(y))) > 1e-4):
             raise ReferenceDataError(f"{where}: computed on other test targets (mean/std differ) than {name!r}")
 
     @staticmethod
@@ -300,13 +301,19 @@ def read_index(root) -> dict:
       root: the reference directory.
 
     Returns:
-      {task name: entry} from root/reference.json; {} if it has none or it is unreadable.
+      {task name: entry} from root/reference.json; {} if it has none.
+    Raises:
+      ReferenceDataError: an index that is there but unreadable, not JSON or not of the schema
+        (tasks.reference.schema): a damaged index is never taken for an empty one (rewriting it would drop every
+        other task's entry).
     """
-    try:
-        index = json.loads((Path(root) / INDEX).read_text())
-    except (OSError, ValueError):
+    from tasks.reference.schema import check_index
+
+    path = Path(root) / INDEX
+    if not path.exists() and not path.is_symlink():
         return {}
-    return index if isinstance(index, dict) else {}
+    where = f"reference directory {root}"
+    return check_index(read_reference_json(path, where), f"{where}: {INDEX}", ReferenceDataError)
 
 
 def write_reference(out, name: str, arrays: dict, metadata: dict) -> Path:

@@ -7,15 +7,20 @@ from pathlib import Path
 import numpy as np
 
 from tasks.reference.files import FORMATS, INDEX, METADATA, ReferenceDataError, read_reference_json, task_name
+from tasks.reference.schema import check_index, check_metadata
 from tasks.reference.specs import comparable_specs
 
 __all__ = ["find_reference_dir", "load_reference_dir", "load_task_dir", "load_text_reference", "read_json_index"]
 
 
+def read_metadata(task_dir: Path, where: str) -> dict:
+    """The task metadata.json of a reference, its schema checked (tasks.reference.schema)."""
+    meta = read_reference_json(task_dir / METADATA, where)
+    return check_metadata(meta, f"{where}: {METADATA}", ReferenceDataError, FORMATS)
+
+
 def _check_metadata(meta, task, name: str, where: str) -> None:
     """Stored kind, spec and test data must be those of the built task."""
-    if not isinstance(meta, dict) or "spec" not in meta or "kind" not in meta:
-        raise ReferenceDataError(f"{where}: {METADATA} lacks the task kind or spec")
     if meta["kind"] != task.kind:
         raise ReferenceDataError(f"{where}: a {meta['kind']} reference, but task {name!r} is {task.kind}")
     stored, configured, diff = comparable_specs(meta["spec"], task.spec)
@@ -43,7 +48,7 @@ def load_task_dir(task_dir, task, name: str) -> dict:
     """
     task_dir = Path(task_dir)
     where = f"reference {task_dir}"
-    meta = read_reference_json(task_dir / METADATA, where)
+    meta = read_metadata(task_dir, where)
     _check_metadata(meta, task, name, where)
     out = {"path": str(task_dir), "kind": task.kind, "metadata": meta, "dispersion": meta.get("dispersion")}
     out.update(FORMATS[task.kind].read(task_dir, task, np.asarray(task.splits.test[1])))
@@ -74,10 +79,7 @@ def read_json_index(root: Path, what: str) -> dict:
     Returns:
       {task name: {"dir", "kind", "metadata", "converged"}}.
     """
-    index = read_reference_json(root / INDEX, what)
-    if not isinstance(index, dict):
-        raise ReferenceDataError(f"{what}: {INDEX} is not a JSON object")
-    return index
+    return check_index(read_reference_json(root / INDEX, what), f"{what}: {INDEX}", ReferenceDataError)
 
 
 def load_reference_dir(path, name: str, task) -> dict:
@@ -94,10 +96,7 @@ def load_reference_dir(path, name: str, task) -> dict:
     if name not in index:
         raise ReferenceDataError(f"reference directory {root} has no task {name!r} (it has: "
                                  f"{', '.join(index) or 'none'})")
-    entry = index[name]
-    if not isinstance(entry, dict) or not isinstance(entry.get("dir"), str):
-        raise ReferenceDataError(f"reference directory {root}: bad {INDEX} entry for {name!r}")
-    return load_task_dir(root / entry["dir"], task, name)
+    return load_task_dir(root / index[name]["dir"], task, name)
 
 
 def find_reference_dir(root, spec, what: str = "reference directory", label: str = "task") -> Path:
@@ -117,14 +116,9 @@ def find_reference_dir(root, spec, what: str = "reference directory", label: str
     index = read_json_index(root, f"{what} {root} (a directory written by `python -m evaluate reference`)")
     by_name = None
     for entry_name, entry in index.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("dir"), str):
+        if not (root / entry["dir"] / METADATA).is_file():
             continue
-        meta_path = root / entry["dir"] / METADATA
-        if not meta_path.is_file():
-            continue
-        meta = read_reference_json(meta_path, f"reference {root / entry['dir']}")
-        if not isinstance(meta, dict) or not isinstance(meta.get("spec"), dict):
-            continue
+        meta = read_metadata(root / entry["dir"], f"reference {root / entry['dir']}")
         diff = comparable_specs(meta["spec"], spec)[2]
         if not diff:
             return root / entry["dir"]
