@@ -25,12 +25,11 @@ damping per update. A diagonal mass cannot whiten correlated directions, so ε i
 ε ≤ STABILITY / sqrt(λ_max(M^{-1/2}HM^{-1/2})), λ_max by the power method on minibatch Hessian-vector products
 (POWER_ITERATIONS of them, once per chain).
 
-Minibatch gradient noise (noise_halves): in the adaptation window each gradient is the mean of two half-batch
-gradients, and V̂ᵢ = mean (∇ᵢŨ₁ − ∇ᵢŨ₂)²/4 estimates the variance of the full batch's gradient noise. With it the
-window raises each coordinate's friction to γᵢ = max(γ, 2·ε·V̂ᵢ·M⁻¹ᵢ/(2T)) and injects the thermostat's noise less
-what the minibatch already adds (the correction of Chen et al.'s SGHMC). Without it a preconditioned window runs hot:
-its momentum gains ε²Vᵢ per update, a kinetic-temperature excess ≈ ε·Vᵢ·M⁻¹ᵢ/(2γT), large where M⁻¹ is large and
-the gradient noisy (measured on digits/mlp-32 before the correction: T_kin 1.6 after 4,000 window updates).
+Minibatch noise (noise_halves): in the adaptation window each gradient is the mean of two half-batch gradients and
+V̂ᵢ = mean (∇ᵢŨ₁ − ∇ᵢŨ₂)²/4 estimates the full batch's gradient-noise variance; the window raises each friction to
+γᵢ = max(γ, 2·ε·V̂ᵢ·M⁻¹ᵢ/(2T)) and injects the thermostat's noise less the minibatch's (Chen et al.'s SGHMC
+correction). Uncorrected, the momentum gains ε²Vᵢ per update, a T_kin excess ≈ ε·Vᵢ·M⁻¹ᵢ/(2γT) (measured on
+digits/mlp-32: T_kin 1.6 after 4,000 window updates).
 
 Window (t ≥ freeze_step): SGHMC with mass M and friction Dᵢ = γᵢ·Mᵢ,
 
@@ -85,7 +84,9 @@ class TransientConfig:
     """temperature: T; freeze_step: the first update of the sampling window (the constants freeze there);
     adapt_fraction: the last fraction of the burn-in whose states the statistics gather; base_step: η₀, the burn-in
     step in parameter units; base_kappa: κ₀, the window step in whitened units; base_damping: δ₀ = γε, the window's
-    damping per update; rms_decay, rms_eps: ρ and λ of the burn-in's RMSprop preconditioner; noise_halves: estimate
+    damping per update; rms_decay, rms_eps: ρ and λ of the burn-in's RMSprop preconditioner (λ bounds it,
+    G ≤ 1/λ: where the likelihood gradient vanishes — a dead unit, a constant input — the prior's explicit-Euler
+    step η·G/(N·σ_p²) would exceed 2 and diverge, as measured on digits with λ = 10⁻⁸); noise_halves: estimate
     the minibatch gradient-noise variance in the adaptation window from two half-batches (an even batch; every
     minibatch leaf's leading axis) and correct the window for it (False: no correction, for exact gradients or
     minibatches without a batch axis)."""
@@ -97,7 +98,7 @@ class TransientConfig:
     base_kappa: float = 0.3
     base_damping: float = 0.1
     rms_decay: float = 0.99
-    rms_eps: float = 1e-8
+    rms_eps: float = 1e-4
     noise_halves: bool = True
 
     def __post_init__(self):

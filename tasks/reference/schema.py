@@ -8,7 +8,7 @@ __all__ = ["check_index", "check_metadata"]
 
 INDEX_ENTRY = {"dir": "str", "kind": "str", "metadata": "str", "converged": "bool"}
 METADATA = {"task": "str", "kind": "str", "spec": "object", "data": "object", "sampler": "null|object",
-            "seed": "int", "num_divergent": "count", "num_grad_evals": "null|count", "seconds": "null|number",
+            "seed": "null|int", "num_divergent": "count", "num_grad_evals": "null|count", "seconds": "null|number",
             "finite": "bool", "function_space": "null|object", "weight_space": "null|object", "test": "null|object",
             "dispersion": "null|object", "converged": "bool", "convergence_rule": "str", "per_chain": "object"}
 DATA = {"train": "count", "test": "count", "classes": "count", "test_labels_sha256": "str", "test_y_mean": "number",
