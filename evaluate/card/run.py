@@ -93,6 +93,8 @@ def learned_builder(meta_params, config, factory: Callable = l2e.l2e) -> Sampler
     def build(post, eps, c, smin, steps):  # a tuning-free sampler (no learning_rate field) runs as configured
         cfg = (dataclasses.replace(config, learning_rate=eps**2 * post.data_size, friction=c)
                if {"learning_rate", "friction"} <= fields else config)
+        if "noise_halves" in fields:  # the card's gradient noise ξ has no batch axis to halve
+            cfg = dataclasses.replace(cfg, noise_halves=False)
         return factory(post, meta_params, cfg), always
 
     return build
