@@ -33,6 +33,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from l2e.adaptation import halved_gradients, welford
 from l2e.checks import check_positive
 from l2e.diffusions import physical_step_size, sghmc_noise_std
 from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_vdot
@@ -88,19 +89,6 @@ def init(position: PyTree) -> PrecondSGHMCState:
                              zeros, zeros, zeros, zeros, zeros, zeros)
 
 
-def _halves(minibatch):
-    """The two halves of a minibatch along every leaf's leading axis."""
-    first = jax.tree.map(lambda x: x[: x.shape[0] // 2], minibatch)
-    second = jax.tree.map(lambda x: x[x.shape[0] // 2:], minibatch)
-    return first, second
-
-
-def _welford(count, mean, m2, x):
-    mean_new = jax.tree.map(lambda m, v: m + (v - m) / count, mean, x)
-    m2_new = jax.tree.map(lambda s, m, mn, v: s + (v - m) * (v - mn), m2, mean, mean_new, x)
-    return mean_new, m2_new
-
-
 def _normalised(log_inv_mass: PyTree, weight=1.0) -> PyTree:
     """M⁻¹ = exp(clip(s − max s, −LOG_CLIP, 0)) with s = weight·log M⁻¹ (the shrinkage towards the mean, which the
     shift to max s removes again): largest value 1, spread scaled by `weight` ∈ (0, 1]."""
@@ -123,22 +111,12 @@ def _inverse_mass(state: PrecondSGHMCState, preconditioner: str) -> PyTree:
 
 
 def _gradients(posterior: Posterior, state: PrecondSGHMCState, minibatch, split: bool, inside):
-    """(loss, ∇Ũ, noise-variance estimate or None): with `split`, inside the adaptation window, from two half-batches
-    (∇Ũ their mean, (∇Ũ₁ − ∇Ũ₂)²/4 the estimate); else one gradient."""
+    """(loss, ∇Ũ, noise-variance estimate or None): with `split`, l2e.adaptation.halved_gradients; else one
+    gradient."""
     if not split:
         loss, _, grad_u = posterior.value_and_potential_grad(state.position, minibatch)
         return loss, grad_u, None
-
-    def halves(mb):
-        (l1, _, g1), (l2, _, g2) = (posterior.value_and_potential_grad(state.position, h) for h in _halves(mb))
-        return 0.5 * (l1 + l2), jax.tree.map(lambda a, b: 0.5 * (a + b), g1, g2), \
-            jax.tree.map(lambda a, b: 0.25 * jnp.square(a - b), g1, g2)
-
-    def whole(mb):
-        loss, _, grad_u = posterior.value_and_potential_grad(state.position, mb)
-        return loss, grad_u, jax.tree.map(jnp.zeros_like, grad_u)
-
-    return jax.lax.cond(inside, halves, whole, minibatch)
+    return halved_gradients(posterior, state.position, minibatch, inside)
 
 
 def _adapt(state: PrecondSGHMCState, grad_u, noise, preconditioner: str, data_size: int) -> PrecondSGHMCState:
@@ -148,8 +126,8 @@ def _adapt(state: PrecondSGHMCState, grad_u, noise, preconditioner: str, data_si
     if preconditioner == "rmsprop":
         sq = jax.tree.map(lambda v, g: RMS_DECAY * v + (1 - RMS_DECAY) * jnp.square(g / data_size), state.sq, grad_u)
         return new._replace(sq=sq)
-    mean_x, m2_x = _welford(count, state.mean_x, state.m2_x, state.position)
-    mean_g, m2_g = _welford(count, state.mean_g, state.m2_g, grad_u)
+    mean_x, m2_x = welford(count, state.mean_x, state.m2_x, state.position)
+    mean_g, m2_g = welford(count, state.mean_g, state.m2_g, grad_u)
     new = new._replace(mean_x=mean_x, m2_x=m2_x, mean_g=mean_g, m2_g=m2_g)
     if noise is not None:
         new = new._replace(noise=jax.tree.map(lambda m, v: m + (v - m) / count, state.noise, noise))

@@ -53,6 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from l2e.adaptation import halved_gradients, welford
 from l2e.checks import check_positive
 from l2e.mass import MASS_FEATURE_NAMES, mass_features
 from l2e.meta_model import MetaMLP, check_mlp_shapes, check_tree, hidden_sizes, mlp_layers_names
@@ -200,11 +201,6 @@ def _schedule(phi, tau):
     return _bounded(a), (1.0 - tau) * _bounded(b)
 
 
-def _welford(count, mean, m2, x):
-    new_mean = jax.tree.map(lambda m, v: m + (v - m) / count, mean, x)
-    return new_mean, jax.tree.map(lambda s, m, mn, v: s + (v - m) * (v - mn), m2, mean, new_mean, x)
-
-
 def _top_curvature(posterior: Posterior, position, minibatch, inv_mass, key) -> jax.Array:
     """λ_max of M^{-1/2}·H·M^{-1/2} (H the minibatch potential's Hessian at `position`) by POWER_ITERATIONS steps of
     the power method on Hessian-vector products (forward over reverse; one gradient's cost each), |λ| of the last."""
@@ -284,8 +280,8 @@ def _burn_in(state: TransientState, grad_u, noise, key, phi, config: TransientCo
     inside = state.step >= adapt_start
     count = state.count + jnp.where(inside, 1.0, 0.0)
     safe = jnp.maximum(count, 1.0)
-    mx, sx = _welford(safe, state.mean_x, state.m2_x, state.position)
-    mg, sg = _welford(safe, state.mean_g, state.m2_g, grad_u)
+    mx, sx = welford(safe, state.mean_x, state.m2_x, state.position)
+    mg, sg = welford(safe, state.mean_g, state.m2_g, grad_u)
     nv = jax.tree.map(lambda m, v: m + (v - m) / safe, state.noise_var, noise)
     keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(inside, a, b), new, old)  # noqa: E731
     new = state._replace(position=pos, sq=sq, count=count, mean_x=keep(mx, state.mean_x), m2_x=keep(sx, state.m2_x),
@@ -307,26 +303,6 @@ def _window(state: TransientState, grad_u, key, temperature) -> tuple[TransientS
     velocity = jax.tree.map(jnp.multiply, state.inv_mass, mom)
     pos = jax.tree.map(lambda x, v: x + eps * v, state.position, velocity)
     return state._replace(position=pos, momentum=mom), tree_vdot(*settled((mom, velocity)))
-
-
-def _gradients(posterior: Posterior, position, minibatch, split: bool, inside):
-    """(loss, ∇Ũ, V̂ this update): with `split`, inside the adaptation window, from two half-batches (∇Ũ their mean,
-    (∇Ũ₁ − ∇Ũ₂)²/4 the noise variance of the full batch's gradient); else one gradient and V̂ = 0."""
-    def whole(mb):
-        loss, _, grad_u = posterior.value_and_potential_grad(position, mb)
-        return loss, grad_u, jax.tree.map(jnp.zeros_like, grad_u)
-
-    if not split:
-        return whole(minibatch)
-
-    def halves(mb):
-        first = jax.tree.map(lambda x: x[: x.shape[0] // 2], mb)
-        second = jax.tree.map(lambda x: x[x.shape[0] // 2:], mb)
-        (l1, _, g1), (l2, _, g2) = (posterior.value_and_potential_grad(position, h) for h in (first, second))
-        return 0.5 * (l1 + l2), jax.tree.map(lambda a, b: 0.5 * (a + b), g1, g2), \
-            jax.tree.map(lambda a, b: 0.25 * jnp.square(a - b), g1, g2)
-
-    return jax.lax.cond(inside, halves, whole, minibatch)
 
 
 def build_kernel(posterior: Posterior, config: TransientConfig = TransientConfig()):
@@ -352,7 +328,11 @@ def build_kernel(posterior: Posterior, config: TransientConfig = TransientConfig
                                                minibatch),
                              lambda s: s, state)
         inside = (state.step >= adapt_start) & (state.step < freeze)
-        loss, grad_u, noise = _gradients(posterior, state.position, minibatch, cfg.noise_halves, inside)
+        if cfg.noise_halves:
+            loss, grad_u, noise = halved_gradients(posterior, state.position, minibatch, inside)
+        else:
+            loss, _, grad_u = posterior.value_and_potential_grad(state.position, minibatch)
+            noise = jax.tree.map(jnp.zeros_like, grad_u)
         state, kinetic = jax.lax.cond(
             state.step < freeze,
             lambda s: _burn_in(s, grad_u, noise, k_step, meta_params, cfg, n_data, learning_rate, freeze,

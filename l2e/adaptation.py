@@ -1,0 +1,35 @@
+"""Burn-in statistics shared by the samplers that adapt a diagonal preconditioner and then freeze it
+(l2e.precond_sghmc, l2e.transient): Welford's running moments of a pytree, and the minibatch gradient with the
+variance of its minibatch noise estimated from two half-batches."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from l2e.types import Posterior, PyTree
+
+__all__ = ["halved_gradients", "welford"]
+
+
+def welford(count, mean: PyTree, m2: PyTree, x: PyTree) -> tuple[PyTree, PyTree]:
+    """Welford's update of a running mean and sum of squared deviations with the `count`-th value x (count ≥ 1)."""
+    new_mean = jax.tree.map(lambda m, v: m + (v - m) / count, mean, x)
+    return new_mean, jax.tree.map(lambda s, m, mn, v: s + (v - m) * (v - mn), m2, mean, new_mean, x)
+
+
+def halved_gradients(posterior: Posterior, position: PyTree, minibatch, inside) -> tuple[jax.Array, PyTree, PyTree]:
+    """(loss, ∇Ũ, V̂): where `inside` (a traced bool: the adaptation window), from the two halves of the minibatch
+    along every leaf's leading axis — ∇Ũ their mean and V̂ = (∇Ũ₁ − ∇Ũ₂)²/4, the variance of the full batch's
+    gradient noise; elsewhere one gradient and V̂ = 0."""
+    def halves(mb):
+        first = jax.tree.map(lambda x: x[: x.shape[0] // 2], mb)
+        second = jax.tree.map(lambda x: x[x.shape[0] // 2:], mb)
+        (l1, _, g1), (l2, _, g2) = (posterior.value_and_potential_grad(position, h) for h in (first, second))
+        return 0.5 * (l1 + l2), jax.tree.map(lambda a, b: 0.5 * (a + b), g1, g2), \
+            jax.tree.map(lambda a, b: 0.25 * jnp.square(a - b), g1, g2)
+
+    def whole(mb):
+        loss, _, grad_u = posterior.value_and_potential_grad(position, mb)
+        return loss, grad_u, jax.tree.map(jnp.zeros_like, grad_u)
+
+    return jax.lax.cond(inside, halves, whole, minibatch)
