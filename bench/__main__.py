@@ -23,6 +23,8 @@ import time
 
 import numpy as np
 
+from bench import step_cost as step_cost_module
+from bench.step_cost import LIMITS_HELP
 from bench.step_cost import add_arguments as step_cost_arguments
 
 GOALS = {  # name: (description, goal, "le"/"ge")
@@ -138,7 +140,7 @@ def _b6(q: bool, results: dict, emit) -> None:
 def main(argv=None) -> dict:
     from cli import OneLineErrorParser
 
-    ap = OneLineErrorParser(prog="python -m bench", description=__doc__,
+    ap = OneLineErrorParser(prog="python -m bench", description=__doc__, epilog=LIMITS_HELP + ".",
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="tiny repeats / budgets (harness check, not the figures)")
     ap.add_argument("--skip", default="", help="comma-separated figures to skip, e.g. B4,B6")
@@ -146,6 +148,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--json", default=None, help="also write all raw results to this JSON file")
     step_cost_arguments(ap)
     a = ap.parse_args(argv)
+    try:
+        step_cost_module.parse(a)  # flags checked before any figure runs
+    except ValueError as e:
+        ap.error(str(e))
     skip = {s.strip().upper() for s in a.skip.split(",") if s.strip()}
     only = {s.strip().upper() for s in a.only.split(",") if s.strip()}
     if only - set(FIGURES):

@@ -377,29 +377,43 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                                                    "comma-separated, or 'default' for DEFAULT_VARIANTS")
 
 
+MAX_CALLS = 10**4
+"""Upper bound of --calls and --repeats (a timed round of 10⁴ chained steps is minutes on the largest family)."""
+LIMITS_HELP = (f"limits (checked before anything runs): --calls and --repeats between 1 and {MAX_CALLS:.0e}; "
+               "families and samplers from the lists above")
+
+
 def parse(a) -> dict:
+    """The step-cost keyword arguments of parsed flags; ValueError names a flag outside its list or limit."""
     from bench.meta_variants import DEFAULT_VARIANTS
 
     split = lambda s: tuple(x.strip() for x in s.split(",") if x.strip())
     variants = DEFAULT_VARIANTS if a.variants == "default" else split(a.variants)
     for name in split(a.family):
         if name not in FAMILIES:
-            raise SystemExit(f"unknown family {name!r} (known: {', '.join(FAMILIES)})")
+            raise ValueError(f"unknown family {name!r} (known: {', '.join(FAMILIES)})")
     for name in split(a.samplers):
         if name not in BASELINES + ("learned",):
-            raise SystemExit(f"unknown sampler {name!r} (known: {', '.join(BASELINES)}, learned)")
+            raise ValueError(f"unknown sampler {name!r} (known: {', '.join(BASELINES)}, learned)")
+    for flag in ("calls", "repeats"):
+        if not 1 <= getattr(a, flag) <= MAX_CALLS:
+            raise ValueError(f"--{flag} must be between 1 and {MAX_CALLS:g} (a resource limit), got {getattr(a, flag)}")
     return dict(families=list(split(a.family)) or None,
                 samplers=split(a.samplers) or BASELINES + ("learned",), calls=a.calls, repeats=a.repeats,
                 variants=variants)
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m bench.step_cost", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m bench.step_cost", description=__doc__, epilog=LIMITS_HELP + ".",
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(ap)
     ap.add_argument("--json", default=None, help="write the results to this JSON file")
     a = ap.parse_args(argv)
-    return run(**parse(a), json_path=a.json)
+    try:
+        kw = parse(a)
+    except ValueError as e:
+        ap.error(str(e))
+    return run(**kw, json_path=a.json)
 
 
 if __name__ == "__main__":

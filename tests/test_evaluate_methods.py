@@ -263,3 +263,23 @@ def test_scale_divergence_rule_judges_a_lone_chain_against_the_floor():
     # an ensemble whose members all blew up (deep ensemble on UCI wine-red at the default grid: RMSE 2.6e5) is not
     # its own yardstick: the median is clipped at 100, so 10^4 is an absolute ceiling
     assert scale_divergent(np.asarray([2e5, 3e5, 2.5e5]), np.arange(3), np.ones(3, bool)).all()
+
+
+def test_parameter_scale_rule_catches_weights_that_blew_up_behind_moderate_predictions():
+    """A chain whose parameters grew to RMS 1e3 while every prediction stayed finite and moderate is divergent by
+    parameter scale (finalise ORs it with the prediction-scale rule); draws within prior scale are not, and the
+    yardstick's floor is max(1, prior standard deviation)."""
+    from evaluate.methods.outputs import parameter_scale, scale_divergent
+
+    rng = np.random.default_rng(0)
+    samples = {"w": rng.normal(size=(4, 30, 5)), "b": rng.normal(size=(4, 5))}
+    samples["w"][3] *= 1e3
+    samples["b"][3] *= 1e3
+    ps = parameter_scale(samples)
+    assert ps[:3] == pytest.approx(1.0, rel=0.3) and ps[3] == pytest.approx(1e3, rel=0.3)
+    finite = np.ones(4, bool)
+    np.testing.assert_array_equal(scale_divergent(ps, np.arange(4), finite), [False, False, False, True])
+    lone = parameter_scale({"w": np.full((2, 10), 150.0)})
+    assert scale_divergent(lone, np.zeros(2, int), np.ones(2, bool), floor=1.0).all()
+    assert not scale_divergent(lone, np.zeros(2, int), np.ones(2, bool), floor=2.0).any()  # ceiling 200
+    assert parameter_scale({"w": np.array([[1.0, np.inf]])})[0] == np.inf

@@ -17,12 +17,15 @@ Families (each a generator of random types, nesting depths and sizes, driven by 
   checkpoint_metadata            a checkpoint's meta/metadata mutated (`evaluate --sampler`);
   task_list                      `--set tasks=@FILE` with random file contents (`meta_train`);
   npz_data                       `--task npz:FILE/mlp-4` with random arrays: dtypes, shapes, lengths, huge or
-                                 non-finite values, labels beyond any class count, missing keys, truncated files.
+                                 non-finite values, labels beyond any class count, missing keys, truncated files;
+  csv_data                       `--task csv:FILE:target=y/mlp-4` with random tables: header cells emptied,
+                                 duplicated or dropped, ragged rows, empty / non-numeric / overflowing / non-finite
+                                 cells, huge labels, constant columns, BOMs, NUL and non-UTF-8 bytes, truncation.
 A generated input that the project accepts (it would start a run) is recognised beforehand by calling the same
 readers in-process, and is counted as "valid" and not run.
 
 Size: $L2E_FUZZ_CASES cases per family (default 60; run_files, task_list and set_meta_train a third, npz_data and
-checkpoint_metadata a half) from seed $L2E_FUZZ_SEED (default 0); the counts are printed (`pytest -s`).
+checkpoint_metadata and csv_data a half) from seed $L2E_FUZZ_SEED (default 0); the counts are printed (`pytest -s`).
 Recorded (2-core machine under load): the default run generates 360 cases and runs 296 (64 are accepted inputs, not
 run), about 25 s; seed 1 with 300 per family (before npz_data and checkpoint_metadata existed) 1500 generated /
 1283 run, seed 2 with 200 per family (before checkpoint_metadata) 1098 / 943, checkpoint_metadata alone with seeds
@@ -382,6 +385,74 @@ def test_fuzz_npz_data(tmp_path):
             count("npz_data", "valid")
             continue
         check_refused("npz_data", "evaluate", ["--preset", "smoke", "--quiet", "--task", text,
+                                               "--output", str(case / "out")], case)
+
+
+def _rand_csv(rng: random.Random, path: Path) -> None:
+    """A valid table (header a,b,y; y integer labels 0..2 or real) with one to three random changes: a header cell
+    emptied, duplicated, renamed or dropped; a row shortened or lengthened; a cell emptied, made non-numeric, huge
+    (1e309 overflows to inf), nan / inf, a huge integer label; rows dropped; a constant column; quotes, a BOM, bytes
+    that are not UTF-8, NUL bytes, a very long line; the file truncated."""
+    n = rng.choice([3, 6, 20])
+    real = rng.random() < 0.3
+    header = ["a", "b", "y"]
+    rows = [[f"{rng.gauss(0, 1):.3f}", f"{rng.gauss(0, 1):.3f}",
+             f"{rng.gauss(0, 1):.3f}" if real else str(i % 3)] for i in range(n)]
+    raw: bytes | None = None
+    for _ in range(rng.randint(1, 3)):
+        r = rng.random()
+        i, j = rng.randrange(len(rows)) if rows else 0, rng.randrange(3)
+        if r < 0.15:
+            header[j] = rng.choice(["", "a", "y", "b c", "\"", "y" * 300])
+        elif r < 0.25 and rows:
+            rows[i] = rows[i][:rng.randrange(3)] if rng.random() < 0.5 else rows[i] + ["1"]
+        elif r < 0.5 and rows:
+            rows[i][j] = rng.choice(["", "abc", "1e309", "-1e309", "nan", "inf", "0x10", "1,5", "\"1\"",
+                                     str(2**32 + 1), str(2**70), "-1", "1e-320", "  ", "1_000", "٣"])
+        elif r < 0.6 and rows:
+            del rows[rng.randrange(len(rows)):]
+        elif r < 0.7:
+            for row in rows:
+                row[j] = "1"
+        elif r < 0.8:
+            raw = rng.choice([b"\xef\xbb\xbf", b"\xff\xfe", b"\x00", b"\x80\x81"])
+        elif r < 0.9 and rows:
+            rows[i][j] = "9" * rng.choice([400, 5000])
+        else:
+            raw = b"truncate"
+    text = "\n".join(",".join(row) for row in [header] + rows) + "\n"
+    data = text.encode()
+    if raw == b"truncate":
+        data = data[: rng.randrange(max(1, len(data)))]
+    elif raw is not None:
+        pos = rng.randrange(len(data) + 1) if raw != b"\xef\xbb\xbf" else 0
+        data = data[:pos] + raw + data[pos:]
+    path.write_bytes(data)
+
+
+def test_fuzz_csv_data(tmp_path):
+    from evaluate.cli_common import with_task_strings
+    from evaluate.config import get_preset
+    from tasks import TaskCache, build
+
+    rng = random.Random(f"{SEED}-csv")
+    base = get_preset("smoke")
+    for i in range(max(4, CASES // 2)):
+        count("csv_data", "generated")
+        case = tmp_path / str(i)
+        case.mkdir()
+        _rand_csv(rng, case / "d.csv")
+        text = f"csv:{case / 'd.csv'}:target=y/mlp-4" + rng.choice(["", ":likelihood=regression", ":classes=3",
+                                                                    ":test=0.5", ":classes=2"])
+
+        def accepted():
+            cfg = with_task_strings(base, [text], None)
+            build(cfg.tasks[0], TaskCache())
+
+        if _accepts(accepted):
+            count("csv_data", "valid")
+            continue
+        check_refused("csv_data", "evaluate", ["--preset", "smoke", "--quiet", "--task", text,
                                                "--output", str(case / "out")], case)
 
 

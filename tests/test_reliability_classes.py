@@ -466,12 +466,23 @@ def test_task_list_files_are_bounded(source, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("tool,sub", [("meta_train", ()), ("evaluate", ()), ("evaluate", ("reference",))])
+@pytest.mark.parametrize("tool,sub", CLIS, ids=lambda v: "-".join(v) if isinstance(v, tuple) else v)
 def test_help_states_the_limits(tool, sub):
+    """Every CLI's --help states the limits it checks; those that take task strings also the task layer's."""
     proc = run_cli(tool, *sub, "--help")
     text = " ".join(proc.stdout.split())
     assert proc.returncode == 0 and "limits (checked before anything runs)" in text and "--debug" in text
-    assert "parameters per network" in text
+    if sub not in (("card",),) and tool != "bench":
+        assert "parameters per network" in text
+
+
+@pytest.mark.parametrize("flag,value,named", [("--calls", "0", "--calls"), ("--repeats", "100000000000", "--repeats"),
+                                              ("--family", "nope", "unknown family 'nope'")])
+def test_bench_flags_are_refused_before_any_figure_runs(flag, value, named, tmp_path):
+    """bench's flags are checked against their lists and limits (--help) before any figure runs."""
+    line = one_error_line(run_cli("bench", flag, value, "--json", tmp_path / "b.json"))
+    assert named in line, line
+    assert not (tmp_path / "b.json").exists()
 
 
 # =========================================================================== 5. the results' invariants
@@ -496,6 +507,29 @@ def test_a_divergent_chains_statistics_are_left_out(tmp_path):
     assert res.t_kin == [1.0, None]
     entry = temperature_entries("sghmc", res)
     assert entry["t_kin"] == 1.0 and entry["t_kin_left_out"] == 1
+
+
+def test_a_chain_whose_weights_blew_up_behind_moderate_predictions_is_divergent():
+    """First layer × 1e4, last layer zeroed: every prediction is the output bias (finite, moderate), but the chain's
+    parameter RMS is ~1e4 × the others': finalise counts it divergent (by scale) and leaves its T_kin out."""
+    from conftest import iris_mlp
+    from evaluate.methods.cache import CompileCache
+    from evaluate.methods.outputs import finalise
+    from tasks import build
+
+    task = build(iris_mlp(4))
+    params = task.init_params(jax.random.PRNGKey(0))
+    samples = jax.tree.map(lambda a: jnp.stack([a] * 4), params)  # chains 0, 0, 1, 1
+    samples["dense_0"]["kernel"] = samples["dense_0"]["kernel"].at[2:].multiply(1e4)
+    samples["head"]["kernel"] = samples["head"]["kernel"].at[2:].set(0.0)
+    ctx = types.SimpleNamespace(task=task, split="test", cache=CompileCache(),
+                                cfg=types.SimpleNamespace(eval_batch=64, batch_size=16))
+    res = finalise(ctx, samples, [0, 0, 1, 1], 10, 1.0, {}, num_chains=2, t_kin=[1.0, 3.0])
+    assert res.divergent_chains == 1 and res.scale_divergent_chains == 1 and res.num_finite == 2
+    assert res.t_kin == [1.0, None]
+    untouched = finalise(ctx, jax.tree.map(lambda a: jnp.stack([a] * 4), params), [0, 0, 1, 1], 10, 1.0, {},
+                         num_chains=2)
+    assert untouched.divergent_chains == 0 and untouched.num_finite == 4
 
 
 def _module(tmp_path: Path, monkeypatch, name: str, body: str) -> str:

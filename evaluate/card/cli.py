@@ -87,7 +87,9 @@ def run_analytic_card(out: Path, sampler_path=None, released_path=None, override
 def build_card_parser():
     from cli import OneLineErrorParser
 
-    p = OneLineErrorParser(prog="python -m evaluate card",
+    from cli.limits import HELP as LIMITS
+
+    p = OneLineErrorParser(prog="python -m evaluate card", epilog=f"{LIMITS}.",
                            description="The sampler card: every minibatch sampler on known targets with gradient noise.")
     p.add_argument("--output", default="runs/card", help="card directory (default: runs/card)")
     p.add_argument("--sampler", default=None, help="also card this L2E checkpoint (run dir, checkpoints/ or step dir)")

@@ -7,10 +7,16 @@ Divergence (the rule of DIVERGENCE_RULE, stated in README's evaluation section):
     one chain (a chain is not judged against itself: a chain whose every sample blew up would pass), and the clip
     at SCALE_RATIO makes 10⁴ an absolute ceiling (an ensemble whose members all blew up is not its own yardstick).  Prediction scale: the RMS over the split of the centred logits (log-probabilities minus
     their per-example mean; classification) or of (loc, scale) (regression, standardised target units), so a
-    member whose predictions grew to 10⁴× the target's scale while staying finite is caught.
+    member whose predictions grew to 10⁴× the target's scale while staying finite is caught, or
+  * its parameter scale (RMS over every coordinate) is more than SCALE_RATIO times m', m' the median parameter scale
+    of the other chains' finite samples clipped to [s, SCALE_RATIO · s], s = max(1, prior standard deviation): a
+    chain whose weights blew up while its predictions stayed moderate (saturated units, a rescaling symmetry
+    between layers) is caught; a posterior draw lies within a few prior standard deviations of zero, so 100 × s
+    is far outside any.
 A divergent sample is dropped (never averaged into the BMA or any metric); a chain with one is counted in
 `divergent_chains` (those judged by scale alone also in `scale_divergent_chains`); its other samples are kept, but its
-per-chain statistics (T_kin) are not: they become None, and the report counts them as left out.
+per-chain statistics (T_kin) are not: they become None, and the report counts them as left out. A chain judged by
+the prediction or parameter scale alone (finite throughout) is also counted in `scale_divergent_chains`.
 """
 from __future__ import annotations
 
@@ -23,12 +29,14 @@ import numpy as np
 
 __all__ = ["DIVERGENCE_RULE", "MethodResult", "SCALE_RATIO", "finalise", "finite_samples", "merge_chains",
            "predict_outputs",
-           "probe_result", "scale_divergent", "split_data"]
+           "parameter_scale", "probe_result", "scale_divergent", "split_data"]
 
 SCALE_RATIO = 100.0
 DIVERGENCE_RULE = (f"a sample is divergent when it or its prediction is not finite, or when its prediction scale (RMS "
                    f"of the centred logits; regression: of loc and scale, standardised units) exceeds {SCALE_RATIO:g} × "
-                   f"the median scale of the other chains' finite samples clipped to [1, {SCALE_RATIO:g}] (1 with one chain)")
+                   f"the median scale of the other chains' finite samples clipped to [1, {SCALE_RATIO:g}] (1 with one chain), or "
+                   f"when its parameter RMS exceeds {SCALE_RATIO:g} × the other chains' median parameter RMS clipped to "
+                   f"[s, {SCALE_RATIO:g} s], s = max(1, prior standard deviation)")
 
 
 @dataclasses.dataclass
@@ -112,16 +120,26 @@ def finite_samples(tree) -> np.ndarray:
     return ok
 
 
-def scale_divergent(scales: np.ndarray, chain_of_sample, finite: np.ndarray) -> np.ndarray:
+def scale_divergent(scales: np.ndarray, chain_of_sample, finite: np.ndarray, floor: float = 1.0) -> np.ndarray:
     """(K,) bool: finite samples whose scale exceeds SCALE_RATIO · m, m the median scale of the other chains' finite
-    samples clipped to [1, SCALE_RATIO] (m = 1 when no other chain has a finite sample)."""
+    samples clipped to [floor, SCALE_RATIO · floor] (m = floor when no other chain has a finite sample)."""
     chains = np.asarray(chain_of_sample)
     flagged = np.zeros(len(scales), bool)
     for k in np.flatnonzero(finite):
         others = finite & (chains != chains[k])
-        m = float(np.median(scales[others])) if others.any() else 1.0
-        flagged[k] = scales[k] > SCALE_RATIO * min(max(1.0, m), SCALE_RATIO)
+        m = float(np.median(scales[others])) if others.any() else floor
+        flagged[k] = scales[k] > SCALE_RATIO * min(max(floor, m), SCALE_RATIO * floor)
     return flagged
+
+
+def parameter_scale(samples) -> np.ndarray:
+    """(K,) RMS over every coordinate of each stacked sample (leading axis K); +inf where a leaf is not finite."""
+    leaves = [np.asarray(leaf, np.float64) for leaf in jax.tree.leaves(samples)]
+    k = leaves[0].shape[0]
+    with np.errstate(over="ignore", invalid="ignore"):
+        sq = sum(np.sum(np.square(leaf.reshape(k, -1)), axis=1) for leaf in leaves)
+    count = sum(leaf[0].size for leaf in leaves)
+    return np.where(np.isfinite(sq), np.sqrt(sq / max(count, 1)), np.inf)
 
 
 def probe_result(hp: dict, seconds_per_step: float, flops_per_step: float | None) -> MethodResult:
@@ -138,6 +156,8 @@ def finalise(ctx, samples, chain_of_sample: list[int], grad_evals: int, seconds:
     out = predict_outputs(ctx.task, samples, x, ctx.cfg.eval_batch, ctx.cache)
     finite = finite_samples(samples) & np.all(np.isfinite(out), axis=(1, 2))
     by_scale = scale_divergent(ctx.task.likelihood.prediction_scale(out), chain_of_sample, finite)
+    prior_sd = float(np.sqrt(getattr(ctx.task.spec, "prior_variance", 1.0)))
+    by_scale |= scale_divergent(parameter_scale(samples), chain_of_sample, finite, floor=max(1.0, prior_sd))
     ok = finite & ~by_scale
     divergent = len({c for c, good in zip(chain_of_sample, ok) if not good})
     non_finite = {c for c, good in zip(chain_of_sample, finite) if not good}
