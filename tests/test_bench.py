@@ -116,3 +116,24 @@ def test_meta_loss_curves_harness(tmp_path):
         [run["num_outer"]] if run["num_outer"] % every else []), steps
     assert all(0 < p["tv"] <= 1 for p in run["yardstick"])
     assert "| mass/bma | antithetic |" in (out / "curves.md").read_text() and (out / "curves.png").is_file()
+
+
+def test_defaults_audit_verdicts_and_summary():
+    """bench.defaults_audit: divergence wins over temperature; |T_kin − T| ≤ 25 % on every seed is ok; a report with
+    seeds is summed over them; an ensemble without T_kin is judged by divergence alone."""
+    from bench.defaults_audit import markdown, summarise, verdict
+
+    assert verdict(1, [1.0], 1.0) == "divergent"
+    assert verdict(0, [1.0, 1.24], 1.0) == "ok" and verdict(0, [1.0, 1.26], 1.0) == "hot"
+    assert verdict(0, [0.74], 1.0) == "cold" and verdict(0, [None], 1.0) == "ok"
+    report = {"tasks": {"t": {"methods": {
+        "sghmc": {"temperature": 1.0, "seeds": {
+            "0": {"divergent_chains": 0, "num_chains": 1, "t_kin": 1.1, "hyperparameters": {"learning_rate": 0.1}},
+            "1": {"divergent_chains": 1, "num_chains": 1, "t_kin": None, "hyperparameters": {"learning_rate": 0.1}}}},
+        "deep_ensemble": {"temperature": "n/a", "divergent_chains": 0, "num_chains": 10, "t_kin": None,
+                          "hyperparameters": {"learning_rate": 0.3}}}}}}
+    rows = {r["method"]: r for r in summarise(report)}
+    assert rows["sghmc"]["divergent_chains"] == 1 and rows["sghmc"]["chains"] == 2
+    assert rows["sghmc"]["verdict"] == "divergent" and rows["sghmc"]["seeds"] == 2
+    assert rows["deep_ensemble"]["verdict"] == "ok" and rows["deep_ensemble"]["chains"] == 10
+    assert "divergent: 1" in markdown(list(rows.values()))
