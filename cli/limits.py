@@ -8,7 +8,7 @@ from typing import Any
 from l2e.io import MAX_FILE_BYTES, MAX_JSON_DEPTH, ConfigError
 
 __all__ = ["HELP", "MAX_BATCH", "MAX_CHAINS", "MAX_EXAMPLES", "MAX_GRID", "MAX_OUTER", "MAX_POPULATION",
-           "MAX_SAMPLES", "MAX_SAMPLE_BYTES", "MAX_SECONDS", "MAX_STEPS", "at_most"]
+           "MAX_META_LAYERS", "MAX_META_WIDTH", "MAX_SAMPLES", "MAX_SAMPLE_BYTES", "MAX_SECONDS", "MAX_STEPS", "at_most"]
 
 MAX_STEPS = 10**8
 """Updates (gradient evaluations) of one chain or run: num_steps, warm-up, thinning, chunks."""
@@ -28,12 +28,17 @@ MAX_GRID = 10**4
 """Points of one tuning grid."""
 MAX_SECONDS = 10**7
 """Wall seconds of one timed run (budget_seconds): about 115 days."""
+MAX_META_WIDTH = 2**16
+"""Units of one hidden layer of a learned sampler's meta-model (meta_train's `hidden`)."""
+MAX_META_LAYERS = 64
+"""Hidden layers of a learned sampler's meta-model."""
 MAX_SAMPLE_BYTES = 8 * 2**30
 """Kept samples of one run in memory (num_samples float32 copies of the parameters): 8 GiB."""
 
 HELP = (f"limits (checked before anything runs): at most {MAX_STEPS:.0e} updates per run, {MAX_SAMPLES:.0e} kept "
         f"samples, {MAX_CHAINS} chains, batches of {MAX_BATCH:.0e}, {MAX_OUTER:.0e} outer iterations, an ES "
-        f"population of {MAX_POPULATION:.0e}, {MAX_SAMPLE_BYTES // 2**30} GiB of kept samples; JSON / text inputs at most {MAX_FILE_BYTES // 2**20} MiB and "
+        f"population of {MAX_POPULATION:.0e}, a meta-model of {MAX_META_LAYERS} hidden layers of {MAX_META_WIDTH} units, "
+        f"{MAX_SAMPLE_BYTES // 2**30} GiB of kept samples; JSON / text inputs at most {MAX_FILE_BYTES // 2**20} MiB and "
         f"{MAX_JSON_DEPTH} levels deep")
 
 

@@ -69,6 +69,14 @@ class EvalConfig:
       direction (evaluate.tuning; at most GRID_EXTENSIONS times); the entry says so (grid_extended).
     optional_methods: methods skipped with a note in the report (rather than an error) when their input is
       missing (l2e_released without its file).
+    kinetic_tolerance: tol — with it, tuning ranks a grid point of a method with Method.kinetic_check whose chains'
+      kinetic temperature leaves [1 − tol, 1 + tol]·T behind every point inside the band (a chain running hot is
+      on the edge of stability or dominated by its gradient noise; evaluate.tuning); among points outside it the
+      validation score decides as without it; the entry lists them (kinetic_rejected).  None: not checked.
+    failure_extensions: when no grid point of a method scores finitely (every one diverged) or, with
+      kinetic_tolerance, none is inside the band, up to this many more points are tried, each the previous smallest
+      learning rate divided by the grid's ratio lrs[1]/lrs[0] (3 for a single-lr grid), stopping at the first that
+      is; the entry lists them as "rescue" in grid_extended.
     chains: M, the chain allocation of every single-chain minibatch method (Method.chain_allocation): M parallel
       chains of G/M updates keeping K/M draws each, pooled into one BMA (M = 1: one chain of G; M = K: one draw
       per chain). M must divide K; ensembles and full-batch methods keep their own split.
@@ -95,6 +103,8 @@ class EvalConfig:
     extend_grid: bool = False
     optional_methods: tuple[str, ...] = ()
     chains: int = 1
+    kinetic_tolerance: float | None = None
+    failure_extensions: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "tasks", tuple(self.tasks))
@@ -151,6 +161,12 @@ class EvalConfig:
         limits.at_most("budget_seconds", self.budget_seconds, limits.MAX_SECONDS)
         for name in self.optional_methods:
             get_method(name)
+        tol = self.kinetic_tolerance
+        if tol is not None and (isinstance(tol, bool) or not isinstance(tol, (int, float)) or not 0 < tol < 1):
+            raise ConfigError(f"kinetic_tolerance must be a number in (0, 1) or None, got {tol!r}")
+        ext = self.failure_extensions
+        if isinstance(ext, bool) or not isinstance(ext, int) or not 0 <= ext <= 10:
+            raise ConfigError(f"failure_extensions must be an integer in [0, 10], got {ext!r}")
 
     @property
     def seed_list(self) -> tuple[int, ...]:

@@ -120,7 +120,7 @@ def barrier_entry(task, res: MethodResult, cfg, cache, num_points: int = 21) -> 
 
 
 def _hyperparameters(task, method: str, res: MethodResult, best_hp: dict, grid_scores: dict, cfg,
-                     extended: list | None = None) -> dict:
+                     extended: list | None = None, kinetic_rejected: list | None = None) -> dict:
     hp = dict(res.hyperparameters)
     hp.update(best_hp)
     tuned = cfg.tune and get_method(method).tuned
@@ -129,8 +129,10 @@ def _hyperparameters(task, method: str, res: MethodResult, best_hp: dict, grid_s
         hp["grid"] = grid_scores
         n = min(cfg.tune_examples, int(split_data(task, "inner_valid")[1].shape[0]))
         hp["tuned_on"] = f"{task.likelihood.score_name}, first {n} inner_valid examples"
-        if cfg.extend_grid:
+        if cfg.extend_grid or cfg.failure_extensions:
             hp["grid_extended"] = list(extended or [])
+        if cfg.kinetic_tolerance is not None and get_method(method).kinetic_check:
+            hp["kinetic_rejected"] = list(kinetic_rejected or [])
     return hp
 
 
@@ -180,7 +182,8 @@ def method_entry(task, method: str, res: MethodResult, best_hp: dict, grid_score
         "divergent_chains": res.divergent_chains,
         "scale_divergent_chains": res.scale_divergent_chains,
         "hyperparameters": _hyperparameters(task, method, res, best_hp, grid_scores, cfg,
-                                            None if tuning is None else tuning.extended),
+                                            None if tuning is None else tuning.extended,
+                                            None if tuning is None else tuning.kinetic_rejected),
         **temperature_entries(method, res),
         **cost_entries(method, res, None if tuning is None else tuning.cost(), time_budget),
     }

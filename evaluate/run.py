@@ -147,6 +147,14 @@ def _config_record(cfg: EvalConfig, tasks: list, samplers: dict, skipped: dict) 
         if cfg.extend_grid:
             record["grid_extension"] = (f"a winning lr on an edge of the grid extends it by the grid's ratio at that "
                                         f"edge, at most {GRID_EXTENSIONS} times (hyperparameters.grid_extended)")
+        if cfg.kinetic_tolerance is not None:
+            record["kinetic_tuning"] = (
+                f"a grid point of a method with a kinetic check ({', '.join(m for m in cfg.methods if get_method(m).kinetic_check) or 'none here'}) "
+                f"whose chains' T_kin leave [{1 - cfg.kinetic_tolerance:g}, {1 + cfg.kinetic_tolerance:g}]·T scores +inf, "
+                f"as a divergent one")
+        if cfg.failure_extensions:
+            record["failure_extensions"] = (f"when no grid point scores finitely, up to {cfg.failure_extensions} smaller "
+                                            f"lrs (÷ the grid's ratio) are tried (hyperparameters.grid_extended: rescue)")
     if len(cfg.seed_list) > 1:
         record["seed_aggregation"] = SE_NOTE
     if "l2e" in samplers:

@@ -9,6 +9,11 @@ learning-rate grid, the count of what tuning cost, and the per-method budget of 
     the grid has ≥ 2 lrs, one more point is run — the winner with its lr divided (multiplied) by the grid's ratio
     at that edge (lrs[1]/lrs[0], resp. lrs[-1]/lrs[-2]) — at most GRID_EXTENSIONS times; it stops as soon as the
     new point does not win.  `Tuning.extended` lists the directions ("down" / "up") in order.
+  * with cfg.kinetic_tolerance, a run of a method with Method.kinetic_check whose chains' T_kin leave
+    [1 − tol, 1 + tol]·T is ranked behind every run inside the band (KINETIC_PENALTY; listed in
+    `Tuning.kinetic_rejected`); with cfg.failure_extensions, when no point scores finitely (or, with the band, none
+    is inside it), smaller learning rates are tried (the smallest so far ÷ the grid's ratio) until one is, at most
+    that many times (`Tuning.extended` lists them as "rescue").
   * cost: tuning runs, their gradient evaluations and wall seconds (the final run not included).
   * budget="seconds": a minibatch method's seconds per update are measured once by a probe run (Run.probe) of
     its first grid point; every run of it (tuning and final) then uses evaluate.budget.seconds_num_steps.
@@ -25,21 +30,26 @@ import numpy as np
 from evaluate import budget
 from evaluate.methods import get_method, run_method, split_data
 
-__all__ = ["GRID_EXTENSIONS", "Progress", "Tuning", "hp_label", "method_config", "run_keys", "search", "tune",
-           "tune_and_run"]
+__all__ = ["GRID_EXTENSIONS", "KINETIC_PENALTY", "Progress", "Tuning", "hp_label", "kinetic_outside", "method_config", "run_keys", "search",
+           "tune", "tune_and_run"]
 
 GRID_EXTENSIONS = 2
 """Most extensions of a learning-rate grid at its edges (cfg.extend_grid)."""
+KINETIC_PENALTY = 1e12
+"""Added to the score of a point whose T_kin left the band: any point inside the band wins over every point outside
+it, and among points outside it the best score wins (as without the band); divergent points stay +inf."""
 
 
 @dataclasses.dataclass
 class Tuning:
     """best: the chosen grid point; scores: {hp_label: score or None (not finite)} in the order tried (empty
-    without tuning); extended: extension directions; runs / grad_evals / seconds: what the tuning runs cost."""
+    without tuning); extended: extension directions; kinetic_rejected: hp_labels of the points whose T_kin left
+    the band (cfg.kinetic_tolerance); runs / grad_evals / seconds: what the tuning runs cost."""
 
     best: dict
     scores: dict = dataclasses.field(default_factory=dict)
     extended: list = dataclasses.field(default_factory=list)
+    kinetic_rejected: list = dataclasses.field(default_factory=list)
     runs: int = 0
     grad_evals: int = 0
     seconds: float = 0.0
@@ -88,10 +98,17 @@ def _extension(points: list[dict], tried: list[dict], best: dict) -> tuple[str, 
     return None
 
 
+def _rescue_ratio(points: list[dict]) -> float:
+    lrs = sorted({p["learning_rate"] for p in points})
+    return lrs[1] / lrs[0] if len(lrs) > 1 else 3.0
+
+
 def search(points: list[dict], score: Callable[[dict], float], extend: bool = False,
-           max_extensions: int = GRID_EXTENSIONS) -> Tuning:
+           max_extensions: int = GRID_EXTENSIONS, rescues: int = 0, acceptable: float = math.inf) -> Tuning:
     """Grid search: score(point) for every point (lower is better; non-finite never wins; ties keep the earlier
-    point), then, with `extend`, the bounded edge extension of the module docstring."""
+    point), then, with `extend`, the bounded edge extension of the module docstring; then, if no score is below
+    `acceptable` and the grid has learning rates, up to `rescues` smaller ones (the smallest so far ÷ the grid's
+    ratio, the other keys of the first point with the smallest lr), stopping at the first below `acceptable`."""
     tuning = Tuning(points[0])
     best_score, tried = math.inf, []
 
@@ -114,7 +131,24 @@ def search(points: list[dict], score: Callable[[dict], float], extend: bool = Fa
         tuning.extended.append(step[0])
         if not visit(step[1]):
             break
+    if rescues and not best_score < acceptable and all("learning_rate" in p for p in points):
+        ratio = _rescue_ratio(points)
+        point = min(points, key=lambda p: p["learning_rate"])
+        for _ in range(rescues):
+            point = {**point, "learning_rate": point["learning_rate"] / ratio}
+            tuning.extended.append("rescue")
+            visit(point)
+            if best_score < acceptable:
+                break
     return tuning
+
+
+def kinetic_outside(result, temperature, tolerance: float | None) -> bool:
+    """Whether a run's chains' T_kin leave [1 − tolerance, 1 + tolerance]·T (a missing T_kin of a chain counts as
+    outside); False without a tolerance, a numeric T or a T_kin record."""
+    if tolerance is None or result.t_kin is None or not isinstance(temperature, (int, float)):
+        return False
+    return any(t is None or not abs(t - temperature) <= tolerance * temperature for t in result.t_kin)
 
 
 def _score(task, result, labels) -> float:
@@ -131,6 +165,8 @@ def tune(task, task_key, method: str, cfg, extra: dict, cache, progress: Progres
     tune_split = (x[:cfg.tune_examples], y[:cfg.tune_examples])
     labels = np.asarray(tune_split[1])
     cost = Tuning({})
+    m = get_method(method)
+    tolerance = cfg.kinetic_tolerance if m.kinetic_check else None
 
     def score(point):
         progress.start(task, method, point, "tuning")
@@ -139,10 +175,20 @@ def tune(task, task_key, method: str, cfg, extra: dict, cache, progress: Progres
         cost.grad_evals += res.grad_evals
         cost.seconds += res.seconds
         progress.done()
-        return _score(task, res, labels)
+        value = _score(task, res, labels)
+        temperature = point.get("temperature", extra.get("temperature", m.temperature))
+        if math.isfinite(value) and kinetic_outside(res, temperature, tolerance):
+            rejected.append(hp_label(point))
+            return value + KINETIC_PENALTY
+        return value
 
-    points = get_method(method).points(getattr(cfg.settings, method))
-    tuning = search(points, score, extend=cfg.extend_grid)
+    rejected: list[str] = []
+    points = m.points(getattr(cfg.settings, method))
+    tuning = search(points, score, extend=cfg.extend_grid, rescues=cfg.failure_extensions,
+                    acceptable=KINETIC_PENALTY / 2 if tolerance is not None else math.inf)
+    for label in rejected:  # the report shows the validation score itself
+        tuning.scores[label] -= KINETIC_PENALTY
+    tuning.kinetic_rejected = rejected
     tuning.runs, tuning.grad_evals, tuning.seconds = cost.runs, cost.grad_evals, cost.seconds
     return tuning
 

@@ -137,8 +137,8 @@ class _RunFields:
         check_seed(self.seed)
         if not self.hidden or not all(isinstance(w, int) and not isinstance(w, bool) and w > 0 for w in self.hidden):
             raise ConfigError(f"hidden must be positive layer widths (at least one layer), got {self.hidden}")
-        limits.at_most("hidden (a width)", max(self.hidden), 2**16)
-        limits.at_most("hidden (its layers)", len(self.hidden), 64)
+        limits.at_most("hidden (a width)", max(self.hidden), limits.MAX_META_WIDTH)
+        limits.at_most("hidden (its layers)", len(self.hidden), limits.MAX_META_LAYERS)
         for name, value, limit in (("num_outer", self.num_outer, limits.MAX_OUTER),
                                    ("checkpoint_every", self.checkpoint_every, limits.MAX_OUTER),
                                    ("meta_loss_examples", self.meta_loss_examples, limits.MAX_EXAMPLES),

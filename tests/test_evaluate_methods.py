@@ -283,3 +283,82 @@ def test_parameter_scale_rule_catches_weights_that_blew_up_behind_moderate_predi
     assert scale_divergent(lone, np.zeros(2, int), np.ones(2, bool), floor=1.0).all()
     assert not scale_divergent(lone, np.zeros(2, int), np.ones(2, bool), floor=2.0).any()  # ceiling 200
     assert parameter_scale({"w": np.array([[1.0, np.inf]])})[0] == np.inf
+
+
+def test_failed_grids_are_rescued_with_smaller_learning_rates():
+    """search(rescues=r): when no grid point scores finitely, the smallest lr ÷ the grid's ratio is tried, at most r
+    times, stopping at the first finite score; a grid with a finite point is left alone."""
+    from evaluate.tuning import search
+
+    points = [{"learning_rate": lr, "friction": 10.0} for lr in (0.01, 0.03, 0.1)]
+    tried = []
+
+    def score(p):
+        tried.append(p["learning_rate"])
+        return float(p["learning_rate"]) if p["learning_rate"] < 0.002 else math.inf
+
+    t = search(points, score, rescues=4)
+    assert t.extended == ["rescue", "rescue"] and t.best["learning_rate"] == pytest.approx(0.01 / 9)
+    assert t.best["friction"] == 10.0 and len(tried) == 5
+    assert search(points, score, rescues=1).best == points[0]  # 0.0033 still fails: the first point, as before
+    assert search(points, lambda p: 1.0, rescues=4).extended == []
+
+
+def test_kinetic_tolerance_rejects_hot_chains_in_tuning():
+    """kinetic_outside: a chain's T_kin outside [1 − tol, 1 + tol]·T (or missing) rejects the run; no tolerance, no
+    numeric T or no T_kin record rejects nothing. Method.kinetic_check marks the correct fixed-step samplers only."""
+    from evaluate.methods import get_method
+    from evaluate.methods.outputs import MethodResult
+    from evaluate.tuning import kinetic_outside
+
+    def res(t_kin):
+        return MethodResult(np.zeros((1, 1, 2)), 10, 0.0, 0, {}, t_kin=t_kin)
+
+    assert not kinetic_outside(res([1.0, 1.24]), 1.0, 0.25)
+    assert kinetic_outside(res([1.0, 1.26]), 1.0, 0.25) and kinetic_outside(res([1.0, None]), 1.0, 0.25)
+    assert kinetic_outside(res([0.07]), 0.1, 0.25) and not kinetic_outside(res([0.09]), 0.1, 0.25)
+    assert not kinetic_outside(res([5.0]), 1.0, None) and not kinetic_outside(res(None), 1.0, 0.25)
+    assert not kinetic_outside(res([5.0]), "n/a (optimiser)", 0.25)
+    checked = {m for m in ("sghmc", "baoab", "precond_fisher", "warm_sghmc", "l2e_mass", "l2e_transient", "l2e",
+                           "csghmc", "deep_ensemble") if get_method(m).kinetic_check}
+    assert checked == {"sghmc", "baoab", "precond_fisher", "warm_sghmc", "l2e_mass", "l2e_transient"}
+
+
+def test_tuning_with_an_impossible_kinetic_band_rescues_then_falls_back():
+    """End to end on a tiny task: with a kinetic band no short chain can meet (tol 1e-4), every SGHMC grid point and
+    both rescue points are outside it, and the best validation score among them wins (as without the band); the
+    report keeps the raw scores. Without the band the grid is tuned as before."""
+    import jax
+
+    from evaluate.methods.cache import CompileCache
+    from evaluate.tuning import Progress, hp_label, search, tune
+
+    task = build(iris_mlp(4))
+    settings = {"sghmc": dict(lrs=(0.01, 0.03), frictions=(10.0,))}
+    key = jax.random.PRNGKey(0)
+    strict = tiny_eval_config(iris_mlp(4), ("sghmc",), settings, kinetic_tolerance=1e-4, failure_extensions=2)
+    t = tune(task, key, "sghmc", strict, {}, CompileCache(), Progress())
+    assert t.extended == ["rescue", "rescue"] and t.runs == 4 and len(t.kinetic_rejected) == 4
+    assert all(v is not None and v < 1e6 for v in t.scores.values())
+    best = min(t.scores, key=t.scores.get)
+    assert best == hp_label(t.best)
+    plain = tiny_eval_config(iris_mlp(4), ("sghmc",), settings)
+    t = tune(task, key, "sghmc", plain, {}, CompileCache(), Progress())
+    assert t.extended == [] and t.runs == 2 and t.kinetic_rejected == []
+    # a point inside the band beats every point outside it, whatever their scores
+    t = search([{"learning_rate": 0.1}, {"learning_rate": 0.03}], lambda p: 1e12 + 0.5 if p["learning_rate"] == 0.1
+               else 3.0, rescues=2, acceptable=5e11)
+    assert t.best == {"learning_rate": 0.03} and t.extended == []
+
+
+def test_chain_allocation_validates_only_the_running_methods_settings():
+    """With M = K chains a sub-run keeps one draw per chain; SMILE's 2 chains in the same config do not fit one draw,
+    and must not stop SGHMC's allocated run (a curve with SMILE beside M = 10 methods once failed so)."""
+    import jax
+
+    from evaluate.methods.registry import run_method
+
+    cfg = tiny_eval_config(iris_mlp(4), ("sghmc", "smile"), {"smile": {"chains": 2}}, chains=4)
+    res = run_method("sghmc", build(iris_mlp(4)), tuple(jax.random.split(jax.random.PRNGKey(0))),
+                     {"learning_rate": 0.01, "friction": 10.0}, cfg, "test")
+    assert res.num_chains == 4 and res.num_requested == 4

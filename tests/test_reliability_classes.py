@@ -474,6 +474,8 @@ def test_help_states_the_limits(tool, sub):
     assert proc.returncode == 0 and "limits (checked before anything runs)" in text and "--debug" in text
     if sub not in (("card",),) and tool != "bench":
         assert "parameters per network" in text
+    if tool == "meta_train":
+        assert "a meta-model of 64 hidden layers of 65536 units" in text
 
 
 @pytest.mark.parametrize("flag,value,named", [("--calls", "0", "--calls"), ("--repeats", "100000000000", "--repeats"),

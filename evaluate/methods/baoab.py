@@ -47,4 +47,5 @@ def run_baoab(ctx, key, hp: dict):
                             l2e.baoab.init, args)
 
 
-METHOD = Method("baoab", BAOABSettings, run_baoab, grid=_grid, schedule=lambda cfg, s: single_chain_schedule(cfg))
+METHOD = Method("baoab", BAOABSettings, run_baoab, grid=_grid, schedule=lambda cfg, s: single_chain_schedule(cfg),
+                kinetic_check=True)

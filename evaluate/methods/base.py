@@ -54,6 +54,10 @@ class Method:
     temperature: the temperature T the method targets, reported in every row (1.0 for the posterior samplers; a
       string for methods without one, e.g. "n/a (optimiser)"); a runner that tunes or reads T records it as
       hyperparameters["temperature"], which takes precedence.
+    kinetic_check: the method's kinetic temperature is a stationarity diagnostic at its target T (a correct momentum
+      sampler with a fixed step in its sampling window): with EvalConfig.kinetic_tolerance, tuning rejects a grid
+      point whose chains' T_kin leave [1 − tol, 1 + tol]·T (evaluate.tuning).  False for samplers that run at
+      another temperature by design (paper-form L2E), decaying-step samplers (cyclical SGHMC) and optimisers.
     chain_allocation: the evaluation's chain allocation (EvalConfig.chains = M: M chains of G/M updates with K/M
       draws each, pooled) applies — every single-chain minibatch method; False for methods that split the budget
       themselves (ensembles) and for full-batch or warm-started methods with chains of their own.
@@ -71,6 +75,7 @@ class Method:
     warm_start: bool = False
     temperature: float | str = 1.0
     chain_allocation: bool = True
+    kinetic_check: bool = False
 
     @property
     def tuned(self) -> bool:

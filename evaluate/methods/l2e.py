@@ -102,12 +102,13 @@ def _schedule(cfg, settings):
     return single_chain_schedule(cfg)
 
 
-def learned_method(name: str, settings_class: str, sampler: bool | str, lrs: tuple[float, ...]) -> Method:
+def learned_method(name: str, settings_class: str, sampler: bool | str, lrs: tuple[float, ...],
+                   kinetic_check: bool = False) -> Method:
     """Method `name` running `run_l2e` on the learned sampler `sampler` (Method.needs_sampler: True, the
     evaluation's `--sampler`; a string, that shipped checkpoint), settings `settings_class` (lr_settings) with the
-    default lr grid `lrs`."""
+    default lr grid `lrs`; kinetic_check: Method.kinetic_check (a correct sampler: every kind but the paper form)."""
     return Method(name, lr_settings(name, settings_class, lrs), run_l2e, grid=lr_grid, schedule=_schedule,
-                  needs_sampler=sampler)
+                  needs_sampler=sampler, kinetic_check=kinetic_check)
 
 
 METHOD = learned_method("l2e", "L2ESettings", True, (0.25, 0.5, 1.0))
@@ -119,9 +120,10 @@ def settings_class_name(method: str) -> str:
     return "".join(words.get(w, w.capitalize()) for w in method.split("_")) + "Settings"
 
 
-SHIPPED_LEARNED = tuple((s.method, settings_class_name(s.method), s.name, entry.lrs)
+SHIPPED_LEARNED = tuple((s.method, settings_class_name(s.method), s.name, entry.lrs, entry.name != "l2e")
                         for entry in learned.REGISTRY.values() for s in entry.shipped if s.method)
-"""(method, settings class, shipped checkpoint, default lr grid) of every shipped learned sampler with a method of its
+"""(method, settings class, shipped checkpoint, default lr grid, kinetic check: not the paper form) of every shipped
+learned sampler with a method of its
 own, from the learned-sampler registry (l2e.learned) in its order: a new row there is a new method here."""
 
 METHOD_TABLE: dict[str, Method] = {row[0]: learned_method(*row) for row in SHIPPED_LEARNED}

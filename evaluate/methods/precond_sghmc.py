@@ -86,7 +86,7 @@ def run_precond(ctx, key, hp: dict, rule: str = "fisher"):
 
 METHOD_TABLE = {
     "precond_rmsprop": Method("precond_rmsprop", PrecondRMSpropSettings, _runner("rmsprop"), grid=_grid,
-                              schedule=lambda cfg, s: single_chain_schedule(cfg)),
+                              schedule=lambda cfg, s: single_chain_schedule(cfg), kinetic_check=True),
     "precond_fisher": Method("precond_fisher", PrecondFisherSettings, _runner("fisher"), grid=_grid,
-                             schedule=lambda cfg, s: single_chain_schedule(cfg), check=_check),
+                             schedule=lambda cfg, s: single_chain_schedule(cfg), check=_check, kinetic_check=True),
 }

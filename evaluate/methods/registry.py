@@ -109,7 +109,10 @@ def run_method(name: str, task, key, hp: dict, cfg, split="test", cache: Compile
     m = allocated_chains(name, cfg)
     if m == 1:
         return method.run(Run(task, cfg, getattr(cfg.settings, name), split, cache, probe), key, hp)
-    sub = dataclasses.replace(cfg, num_steps=cfg.num_steps // m, num_samples=cfg.num_samples // m, chains=1)
+    # methods=(name,): the sub-run validates only this method's settings (another method's, e.g. SMILE's chains,
+    # need not fit K/M draws)
+    sub = dataclasses.replace(cfg, num_steps=cfg.num_steps // m, num_samples=cfg.num_samples // m, chains=1,
+                              methods=(name,), optional_methods=())
     ctx = Run(task, sub, getattr(cfg.settings, name), split, cache, probe)
     if probe:
         return method.run(ctx, key, hp)

@@ -48,4 +48,5 @@ def run_sghmc(ctx, key, hp: dict):
                             l2e.sghmc.init, args)
 
 
-METHOD = Method("sghmc", SGHMCSettings, run_sghmc, grid=_grid, schedule=lambda cfg, s: single_chain_schedule(cfg))
+METHOD = Method("sghmc", SGHMCSettings, run_sghmc, grid=_grid, schedule=lambda cfg, s: single_chain_schedule(cfg),
+                kinetic_check=True)

@@ -63,4 +63,4 @@ def run_warm_sghmc(ctx, key, hp: dict):
 
 
 METHOD = Method("warm_sghmc", WarmSGHMCSettings, run_warm_sghmc, grid=_grid,
-                schedule=lambda cfg, s: single_chain_schedule(cfg))
+                schedule=lambda cfg, s: single_chain_schedule(cfg), kinetic_check=True)
