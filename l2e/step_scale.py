@@ -170,7 +170,7 @@ def build_kernel(posterior: Posterior, config: StepScaleConfig = StepScaleConfig
         kinetic = tree_vdot(settled(mom), settled(mom))
         d = tree_size(state.position)
         burn_in = state.step < freeze
-        grad_sq = tree_vdot(*settled((grad_u, grad_u))) / (n * n * d)
+        grad_sq = tree_vdot(*settled((grad_u, grad_u))) / (float(n) * float(n) * float(d))
         avg_g = jnp.where(burn_in, STATS_DECAY * state.avg_grad_sq + (1 - STATS_DECAY) * grad_sq, state.avg_grad_sq)
         avg_k = jnp.where(burn_in, STATS_DECAY * state.avg_kinetic + (1 - STATS_DECAY) * kinetic / d,
                           state.avg_kinetic)

@@ -237,7 +237,7 @@ def _freeze(state: TransientState, phi, config: TransientConfig, n_data: int, ke
     w = state.count / (state.count + SHRINK)
     log_s2 = jax.tree.map(lambda v: w * (v - mean) + mean, log_s2)
     avg_grad = jax.tree.map(lambda m: m / n_data, state.mean_g)
-    avg_sq = jax.tree.map(lambda vg, m: (vg + m * m) / n_data**2, var_g, state.mean_g)
+    avg_sq = jax.tree.map(lambda vg, m: (vg + m * m) / float(n_data) ** 2, var_g, state.mean_g)
     feats = jnp.concatenate([mass_features(state.position, avg_grad, avg_sq),
                              jnp.concatenate([(v - mean).reshape(-1, 1) for v in jax.tree.leaves(log_s2)])], axis=1)
     h = _bounded(MetaMLP(hidden_sizes(phi["mass"]), outputs=1).apply({"params": phi["mass"]}, feats)[:, 0])

@@ -159,3 +159,18 @@ def test_gradient_noise_correction_keeps_the_window_at_temperature():
         got[halves] = (t_kin, xs.var(0) / SD**2)
     assert got[False][0] > 1.25 and got[False][1].max() > 1.3, got[False]
     assert abs(got[True][0] - 1) < 0.1 and np.all(np.abs(got[True][1] - 1) < 0.1), got[True]
+
+
+@pytest.mark.parametrize("kind", ["transient", "step_scale"])
+def test_freeze_on_a_data_set_larger_than_int32_squares(kind):
+    """N = 60,000 (MNIST's size): N² overflows int32. The freeze statistics divide by N² (and StepScale's by N²·d) in
+    floating point, so both samplers step through their freeze (bench.step_cost once failed here with an
+    OverflowError on the mlp family)."""
+    post = l2e.Posterior(lambda p, b: 0.5 * jnp.sum((p - jnp.mean(b, 0)) ** 2), lambda p: 0.0 * p.sum(), 60_000)
+    spec = l2e.learned.REGISTRY[kind]
+    phi = spec.init_meta_params(jax.random.PRNGKey(0), (4,), "sghmc")
+    sampler = spec.factory(post, phi, spec.window(spec.config(), 3))
+    state = sampler.init(jnp.ones(5))
+    for t in range(6):
+        state, info = sampler.step(jax.random.PRNGKey(t), state, jnp.zeros((8, 5)))
+    assert bool(info.is_finite) and np.all(np.isfinite(np.asarray(state.position)))
