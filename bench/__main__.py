@@ -23,9 +23,8 @@ import time
 
 import numpy as np
 
-from bench import step_cost as step_cost_module
+from bench import step_cost
 from bench.step_cost import LIMITS_HELP
-from bench.step_cost import add_arguments as step_cost_arguments
 
 GOALS = {  # name: (description, goal, "le"/"ge")
     "B1": ("l2e/sghmc step ratio", 1.25, "le"),
@@ -119,10 +118,9 @@ def _b5(q: bool, results: dict, emit) -> None:
               label="ESS/s ratio l2e/csghmc, function space"))
 
 
-def _step_cost(q: bool, results: dict, emit, a) -> None:
-    from bench import step_cost
-
-    kw = step_cost.parse(a)
+def _step_cost(q: bool, results: dict, emit, kw: dict) -> None:
+    """The step-cost table; kw: step_cost.parse of the command line (checked before any figure ran)."""
+    kw = dict(kw)
     if q:
         kw.update(families=kw["families"] or ["cnn-digits"], calls=min(kw["calls"], 2),
                   repeats=min(kw["repeats"], 2))
@@ -146,10 +144,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--skip", default="", help="comma-separated figures to skip, e.g. B4,B6")
     ap.add_argument("--only", default="", help="comma-separated figures to run (B1…B6, step_cost); default all")
     ap.add_argument("--json", default=None, help="also write all raw results to this JSON file")
-    step_cost_arguments(ap)
+    step_cost.add_arguments(ap)
     a = ap.parse_args(argv)
     try:
-        step_cost_module.parse(a)  # flags checked before any figure runs
+        step_cost_kw = step_cost.parse(a)  # flags checked before any figure runs
     except ValueError as e:
         ap.error(str(e))
     skip = {s.strip().upper() for s in a.skip.split(",") if s.strip()}
@@ -171,7 +169,7 @@ def main(argv=None) -> dict:
         if fig not in skip:
             run(a.quick, results, emit)
     if "STEP_COST" not in skip:
-        _step_cost(a.quick, results, emit, a)
+        _step_cost(a.quick, results, emit, step_cost_kw)
     total = time.perf_counter() - t_all
     emit(f"total {total:.0f} s")
     results["total_seconds"] = total

@@ -364,29 +364,36 @@ def _rand_npz(rng: random.Random, path: Path) -> None:
         path.write_bytes(path.read_bytes()[: rng.randrange(max(1, path.stat().st_size))])
 
 
-def test_fuzz_npz_data(tmp_path):
+def _fuzz_data_files(tmp_path: Path, family: str, write, file_name: str, task_string, options: list[str]) -> None:
+    """The npz / csv data families: per case `write(rng, FILE)` and the task string `task_string(FILE)` plus one of
+    `options`; an input the task builder accepts counts as valid, any other must be refused (check_refused)."""
     from evaluate.cli_common import with_task_strings
     from evaluate.config import get_preset
     from tasks import TaskCache, build
 
-    rng = random.Random(f"{SEED}-npz")
+    rng = random.Random(f"{SEED}-{family.split('_')[0]}")
     base = get_preset("smoke")
     for i in range(max(4, CASES // 2)):
-        count("npz_data", "generated")
+        count(family, "generated")
         case = tmp_path / str(i)
         case.mkdir()
-        _rand_npz(rng, case / "d.npz")
-        text = f"npz:{case / 'd.npz'}/mlp-4" + rng.choice(["", ":likelihood=regression", ":classes=3"])
+        write(rng, case / file_name)
+        text = task_string(case / file_name) + rng.choice(options)
 
         def accepted():
             cfg = with_task_strings(base, [text], None)
             build(cfg.tasks[0], TaskCache())
 
         if _accepts(accepted):
-            count("npz_data", "valid")
+            count(family, "valid")
             continue
-        check_refused("npz_data", "evaluate", ["--preset", "smoke", "--quiet", "--task", text,
-                                               "--output", str(case / "out")], case)
+        check_refused(family, "evaluate", ["--preset", "smoke", "--quiet", "--task", text,
+                                           "--output", str(case / "out")], case)
+
+
+def test_fuzz_npz_data(tmp_path):
+    _fuzz_data_files(tmp_path, "npz_data", _rand_npz, "d.npz", lambda f: f"npz:{f}/mlp-4",
+                     ["", ":likelihood=regression", ":classes=3"])
 
 
 def _rand_csv(rng: random.Random, path: Path) -> None:
@@ -435,29 +442,8 @@ def _rand_csv(rng: random.Random, path: Path) -> None:
 
 
 def test_fuzz_csv_data(tmp_path):
-    from evaluate.cli_common import with_task_strings
-    from evaluate.config import get_preset
-    from tasks import TaskCache, build
-
-    rng = random.Random(f"{SEED}-csv")
-    base = get_preset("smoke")
-    for i in range(max(4, CASES // 2)):
-        count("csv_data", "generated")
-        case = tmp_path / str(i)
-        case.mkdir()
-        _rand_csv(rng, case / "d.csv")
-        text = f"csv:{case / 'd.csv'}:target=y/mlp-4" + rng.choice(["", ":likelihood=regression", ":classes=3",
-                                                                    ":test=0.5", ":classes=2"])
-
-        def accepted():
-            cfg = with_task_strings(base, [text], None)
-            build(cfg.tasks[0], TaskCache())
-
-        if _accepts(accepted):
-            count("csv_data", "valid")
-            continue
-        check_refused("csv_data", "evaluate", ["--preset", "smoke", "--quiet", "--task", text,
-                                               "--output", str(case / "out")], case)
+    _fuzz_data_files(tmp_path, "csv_data", _rand_csv, "d.csv", lambda f: f"csv:{f}:target=y/mlp-4",
+                     ["", ":likelihood=regression", ":classes=3", ":test=0.5", ":classes=2"])
 
 
 # --------------------------------------------------------------------------- reference files
