@@ -22,6 +22,8 @@ Per sampler (all compiled first, then timed round-robin, each round running ever
                  that as a fraction of this machine's measured f32 GEMM throughput (`gemm_gflops`, once per run).
 Learned samplers: every shipped checkpoint (`l2e.checkpoint.SHIPPED`, "default" counted once) and every kind of
 the learned-sampler registry (`l2e.learned.REGISTRY`) with no shipped checkpoint (its "random" φ₀, default config).
+A sampler with phase kernels (`LearnedSampler.phase_of`: Transient-L2E) is timed with the kernels the evaluation
+runs: the burn-in kernel in its own row, the window kernel in its "(window)" row.
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ import l2e
 from bench.stats import fmt, median_ratio
 from l2e.checkpoint import SHIPPED, load_meta_params, resolve_step_dir, sampler_kind, shipped_checkpoint
 from l2e.learned import REGISTRY
+from l2e.types import SamplingAlgorithm
 
 BASELINES = ("sghmc", "sgld", "csghmc", "psgld", "sgnht", "fsghmc", "smile", "psmile", "baoab", "precond_fisher",
              "precond_fisher (window)", "precond_rmsprop", "adaptive_sghmc", "adaptive_sghmc (window)",
@@ -152,6 +155,16 @@ def _smile(post, preconditioned: bool):
     return smile(post, 1e-3, preconditioned=preconditioned)
 
 
+def _step(entry, post, params, config, phase: str):
+    """The drop-in step of a learned sampler, or, for one with phase kernels (LearnedSampler.phase_of), the kernel
+    the evaluation runs in that phase (no per-update branch; the window kernel's cost does not depend on whether
+    the constants are frozen yet, so it is timed from update 0)."""
+    if entry.phase_of is None:
+        return entry.factory(post, params, config)
+    kernel = entry.build_kernel(post, config, phase=phase)
+    return SamplingAlgorithm(entry.init, lambda key, state, batch: kernel(key, state, batch, params))
+
+
 def learned_samplers(post) -> tuple[dict[str, tuple], dict[str, str]]:
     """({name: (kind, SamplingAlgorithm, meta_params, config)}, {name: why not built}): each shipped checkpoint
     once, then each registry kind without one (its "random" meta-parameters with hidden (32, 32), its default
@@ -166,10 +179,10 @@ def learned_samplers(post) -> tuple[dict[str, tuple], dict[str, str]]:
         kind = sampler_kind(meta)
         shipped_kinds.add(kind)
         label = "l2e (paper-form)" if name == "paper-form" else name
-        out[label] = (kind, REGISTRY[kind].factory(post, params, config), params, config)
+        out[label] = (kind, _step(REGISTRY[kind], post, params, config, "burn_in"), params, config)
         if "freeze_step" in {f.name for f in dataclasses.fields(config)}:  # the calls start in burn-in: the window too
             window = dataclasses.replace(config, freeze_step=1)
-            out[f"{label} (window)"] = (kind, REGISTRY[kind].factory(post, params, window), params, window)
+            out[f"{label} (window)"] = (kind, _step(REGISTRY[kind], post, params, window, "window"), params, window)
     for kind, spec in REGISTRY.items():
         if kind in shipped_kinds:
             continue

@@ -1,14 +1,15 @@
 """Burn-in statistics shared by the samplers that adapt a diagonal preconditioner and then freeze it
 (l2e.precond_sghmc, l2e.transient): Welford's running moments of a pytree, and the minibatch gradient with the
-variance of its minibatch noise estimated from two half-batches."""
+variance of its minibatch noise estimated from two half-batches; and the top curvature of the preconditioned
+minibatch Hessian (power method)."""
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 
-from l2e.types import Posterior, PyTree
+from l2e.types import Posterior, PyTree, normal_like, tree_vdot
 
-__all__ = ["halved_gradients", "welford"]
+__all__ = ["halved_gradients", "top_curvature", "welford"]
 
 
 def welford(count, mean: PyTree, m2: PyTree, x: PyTree) -> tuple[PyTree, PyTree]:
@@ -33,3 +34,29 @@ def halved_gradients(posterior: Posterior, position: PyTree, minibatch, inside) 
         return loss, grad_u, jax.tree.map(jnp.zeros_like, grad_u)
 
     return jax.lax.cond(inside, halves, whole, minibatch)
+
+
+def top_curvature(posterior: Posterior, position: PyTree, minibatch, inv_mass: PyTree, key,
+                  iterations: int) -> jax.Array:
+    """λ_max of M^{-1/2}·H·M^{-1/2} (the eigenvalues of M⁻¹H; M⁻¹ = `inv_mass`, diagonal; H the minibatch potential's
+    Hessian at `position`) by `iterations` steps of the power method on Hessian-vector products (forward over
+    reverse; one gradient's cost each) from a start vector drawn with `key`: |vᵀ·M^{-1/2}HM^{-1/2}·v| at the last."""
+    def grad_u(p):
+        return posterior.value_and_potential_grad(p, minibatch)[2]
+
+    half = jax.tree.map(jnp.sqrt, inv_mass)
+
+    def apply(v):  # M^{-1/2} H M^{-1/2} v
+        hv = jax.jvp(grad_u, (position,), (jax.tree.map(jnp.multiply, half, v),))[1]
+        return jax.tree.map(jnp.multiply, half, hv)
+
+    def norm(v):
+        return jnp.sqrt(tree_vdot(v, v)) + 1e-30
+
+    def body(_, v):
+        w = apply(v)
+        return jax.tree.map(lambda x: x / norm(w), w)
+
+    v0 = normal_like(key, position)
+    v = jax.lax.fori_loop(0, iterations, body, jax.tree.map(lambda x: x / norm(v0), v0))
+    return jnp.abs(tree_vdot(v, apply(v)))

@@ -130,6 +130,7 @@ def run_chain(
     position_fn: Callable[[Any], PyTree] = lambda s: s.position,
     progress: Callable[[int], None] | None = None,
     info_axis: int = 0,
+    chunk_at: Callable[[int], Callable] | None = None,
 ) -> ChainResult:
     """Run `schedule.num_steps` updates with a compiled `chunk_fn`, keeping the thinned samples.
 
@@ -144,6 +145,9 @@ def run_chain(
       progress: optional callable(updates just done), called after each chunk.
       info_axis: the axis the Infos are concatenated on: 0 for a single chain; 1 for a chunk vmapped over a
         leading population axis.
+      chunk_at: optional start -> the compiled chunk for the chunk whose first update is `start` (a Python int),
+        instead of chunk_fn for every chunk: kernels specialised to the phases of a sampler that changes at a
+        known update (a burn-in, then a frozen window), each without a per-update branch on the step.
     Returns:
       ChainResult(final state, samples, info): samples are the leaves of `position_fn(state)` at the sample steps,
       stacked on a new leading axis 0 of size num_samples; info holds every step's Info (numpy), num_steps long on
@@ -153,7 +157,8 @@ def run_chain(
     wanted = set(schedule.sample_steps)
     samples, infos = [], []
     for start in range(0, schedule.num_steps, length):
-        state, info = chunk_fn(state, key, jnp.asarray(start, jnp.int32), data, args)
+        fn = chunk_fn if chunk_at is None else chunk_at(start)
+        state, info = fn(state, key, jnp.asarray(start, jnp.int32), data, args)
         infos.append(info)
         if start + length in wanted:
             samples.append(position_fn(state))

@@ -53,7 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from l2e.adaptation import halved_gradients, welford
+from l2e.adaptation import halved_gradients, top_curvature, welford
 from l2e.checks import check_positive
 from l2e.mass import MASS_FEATURE_NAMES, mass_features
 from l2e.meta_model import MetaMLP, check_mlp_shapes, check_tree, hidden_sizes, mlp_layers_names
@@ -61,8 +61,8 @@ from l2e.types import (
     LearnedSampler, Posterior, PyTree, SamplingAlgorithm, Shipped, all_finite, normal_like, settled, tree_vdot,
 )
 
-__all__ = ["FEATURE_NAMES", "KNOTS", "LEARNED", "TransientConfig", "TransientInfo", "TransientState", "build_kernel",
-           "init", "init_meta_params", "transient"]
+__all__ = ["FEATURE_NAMES", "KNOTS", "LEARNED", "PHASES", "TransientConfig", "TransientInfo", "TransientState",
+           "build_kernel", "chunk_phase", "init", "init_meta_params", "transient"]
 
 KNOTS = 4
 LOG_BOUND = 3.0
@@ -201,30 +201,6 @@ def _schedule(phi, tau):
     return _bounded(a), (1.0 - tau) * _bounded(b)
 
 
-def _top_curvature(posterior: Posterior, position, minibatch, inv_mass, key) -> jax.Array:
-    """λ_max of M^{-1/2}·H·M^{-1/2} (H the minibatch potential's Hessian at `position`) by POWER_ITERATIONS steps of
-    the power method on Hessian-vector products (forward over reverse; one gradient's cost each), |λ| of the last."""
-    def grad_u(p):
-        return posterior.value_and_potential_grad(p, minibatch)[2]
-
-    half = jax.tree.map(jnp.sqrt, inv_mass)
-
-    def apply(v):  # M^{-1/2} H M^{-1/2} v
-        hv = jax.jvp(grad_u, (position,), (jax.tree.map(jnp.multiply, half, v),))[1]
-        return jax.tree.map(jnp.multiply, half, hv)
-
-    def norm(v):
-        return jnp.sqrt(tree_vdot(v, v)) + _TINY
-
-    def body(_, v):
-        w = apply(v)
-        return jax.tree.map(lambda x: x / norm(w), w)
-
-    v0 = normal_like(key, position)
-    v = jax.lax.fori_loop(0, POWER_ITERATIONS, body, jax.tree.map(lambda x: x / norm(v0), v0))
-    return jnp.abs(tree_vdot(v, apply(v)))
-
-
 def _freeze(state: TransientState, phi, config: TransientConfig, n_data: int, key, scale, posterior=None,
             minibatch=None) -> TransientState:
     """The window's constants from the burn-in statistics (module docstring) and a fresh momentum r ~ N(0, T·M)."""
@@ -248,7 +224,7 @@ def _freeze(state: TransientState, phi, config: TransientConfig, n_data: int, ke
     eps = config.base_kappa * jnp.exp(_bounded(phi["window"]["kappa"])) * scale
     if posterior is not None:  # the stability cap: ε·sqrt(λ_max(M⁻¹H)) ≤ STABILITY (the leapfrog's limit is 2)
         key, k_power = jax.random.split(key)
-        lam = _top_curvature(posterior, state.position, minibatch, inv_mass, k_power)
+        lam = top_curvature(posterior, state.position, minibatch, inv_mass, k_power, POWER_ITERATIONS)
         eps = jnp.minimum(eps, STABILITY / jnp.sqrt(lam + _TINY))
     gamma = config.base_damping / eps * jnp.exp(_bounded(phi["window"]["damping"]))
     # the gradient-noise correction: momentum gains ε²V̂ᵢ of variance per update from the minibatch noise; γᵢ is
@@ -305,44 +281,71 @@ def _window(state: TransientState, grad_u, key, temperature) -> tuple[TransientS
     return state._replace(position=pos, momentum=mom), tree_vdot(*settled((mom, velocity)))
 
 
-def build_kernel(posterior: Posterior, config: TransientConfig = TransientConfig()):
+PHASES = ("burn_in", "window")
+"""The phases a kernel can be specialised to (`build_kernel`'s `phase`; `chunk_phase`)."""
+
+
+def build_kernel(posterior: Posterior, config: TransientConfig = TransientConfig(), phase: str | None = None):
     """kernel(key, state, minibatch, meta_params, learning_rate=1.0, temperature=config.temperature) ->
     (TransientState, TransientInfo).
 
     Args:
       posterior: the target (l2e.Posterior).
       config: TransientConfig; freeze_step and adapt_fraction are static.
+      phase: None — one kernel for every update, which branches on the step (burn-in, the freeze, the window); or a
+        kernel specialised to the updates of one phase, without those branches and with the same numbers there:
+        "burn_in" for updates before freeze_step, "window" for updates after it (the freeze update itself needs
+        the general kernel; `chunk_phase` says which a run of updates may use).
     Returns:
       The kernel; meta_params (φ) and learning_rate (a dimensionless multiplier of η and ε) are traced arguments.
     """
+    if phase not in (None,) + PHASES:
+        raise ValueError(f"phase must be None or one of {', '.join(PHASES)}, got {phase!r}")
     freeze = int(config.freeze_step)
     adapt_start = freeze - max(1, int(round(config.adapt_fraction * freeze)))
     n_data = posterior.data_size
 
+    def gradients(state, minibatch, inside):
+        if config.noise_halves and phase != "window":
+            return halved_gradients(posterior, state.position, minibatch, inside)
+        loss, _, grad_u = posterior.value_and_potential_grad(state.position, minibatch)
+        return loss, grad_u, jax.tree.map(jnp.zeros_like, grad_u)
+
     def kernel(key: jax.Array, state: TransientState, minibatch, meta_params: PyTree, learning_rate=1.0,
                temperature=config.temperature):
-        cfg = config
         k_step, k_freeze = jax.random.split(key)
-        state = jax.lax.cond(state.step == freeze,
-                             lambda s: _freeze(s, meta_params, cfg, n_data, k_freeze, learning_rate, posterior,
-                                               minibatch),
-                             lambda s: s, state)
+
+        def burn_in(s):
+            return _burn_in(s, grad_u, noise, k_step, meta_params, config, n_data, learning_rate, freeze, adapt_start)
+
+        if phase is None:
+            state = jax.lax.cond(state.step == freeze,
+                                 lambda s: _freeze(s, meta_params, config, n_data, k_freeze, learning_rate, posterior,
+                                                   minibatch),
+                                 lambda s: s, state)
         inside = (state.step >= adapt_start) & (state.step < freeze)
-        if cfg.noise_halves:
-            loss, grad_u, noise = halved_gradients(posterior, state.position, minibatch, inside)
+        loss, grad_u, noise = gradients(state, minibatch, inside)
+        if phase == "burn_in":
+            state, kinetic = burn_in(state)
+        elif phase == "window":
+            state, kinetic = _window(state, grad_u, k_step, temperature)
         else:
-            loss, _, grad_u = posterior.value_and_potential_grad(state.position, minibatch)
-            noise = jax.tree.map(jnp.zeros_like, grad_u)
-        state, kinetic = jax.lax.cond(
-            state.step < freeze,
-            lambda s: _burn_in(s, grad_u, noise, k_step, meta_params, cfg, n_data, learning_rate, freeze,
-                               adapt_start),
-            lambda s: _window(s, grad_u, k_step, temperature), state)
+            state, kinetic = jax.lax.cond(state.step < freeze, burn_in,
+                                          lambda s: _window(s, grad_u, k_step, temperature), state)
         state = state._replace(step=state.step + 1)
         return state, TransientInfo(loss, all_finite(loss, tree_vdot(*settled((state.position, state.position)))),
                                     kinetic)
 
     return kernel
+
+
+def chunk_phase(config: TransientConfig, start: int, length: int) -> str | None:
+    """The phase of `build_kernel` that updates start, …, start + length − 1 may use: "burn_in" when all precede
+    freeze_step, "window" when all follow it, None (the general kernel) when one of them is the freeze."""
+    freeze = int(config.freeze_step)
+    if start + length <= freeze:
+        return "burn_in"
+    return "window" if start > freeze else None
 
 
 def transient(posterior: Posterior, meta_params: PyTree, config: TransientConfig = TransientConfig()
@@ -374,7 +377,7 @@ LEARNED = LearnedSampler(
     name="transient", title="Transient-L2E", config=TransientConfig, config_group="transient", init=init,
     build_kernel=build_kernel, factory=transient, features=FEATURE_NAMES, outputs=1,
     init_meta_params=init_meta_params, window=freeze_at, counterpart="psgld burn-in + Fisher-preconditioned SGHMC",
-    lrs=(1.0,), check=check_meta_params, shipped=(Shipped("transient", "l2e_transient"),),
+    lrs=(1.0,), check=check_meta_params, shipped=(Shipped("transient", "l2e_transient"),), phase_of=chunk_phase,
 )
 """Transient-L2E in the learned-sampler registry: tuning-free (its evaluation grid is the one multiplier 1)."""
 

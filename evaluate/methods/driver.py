@@ -16,6 +16,7 @@ single-member program as on one device (identical numbers whatever the device co
 """
 from __future__ import annotations
 
+import functools
 import time
 from typing import Callable
 
@@ -107,18 +108,36 @@ def _probe(ctx, fn, state, data, args, length: int, hp: dict, flops) -> MethodRe
     return probe_result(hp, float(np.median(times)) / (calls * length), flops)
 
 
-def _run_chain(fn, state, key, data, args, schedule: ChainSchedule) -> tuple:
+def _phase_chunks(ctx, cache_key: tuple, make_kernel, schedule: ChainSchedule, phase_of, state, data, args):
+    """chunk_at(start) -> the compiled chunk of the phase `phase_of(start, chunk_length)` (None: the general kernel,
+    make_kernel(None)), each phase's chunk cached and warmed up before the chain (its compilation is not timed)."""
+    length = schedule.chunk_length
+    fns = {}
+    for start in range(0, schedule.num_steps, length):
+        phase = phase_of(start, length)
+        if phase not in fns:
+            ck, fns[phase] = chunk_fn(ctx, cache_key if phase is None else cache_key + (phase,),
+                                      lambda p=phase: make_kernel(p), schedule)
+            ctx.cache.warm_up(ck, fns[phase], state, data, args)
+    return lambda start: fns[phase_of(start, length)]
+
+
+def _run_chain(fn, state, key, data, args, schedule: ChainSchedule, chunk_at=None) -> tuple:
     """(ChainResult without info, the chunks' infos): `l2e.chains.run_chain` with the per-chunk infos kept aside,
     so that joining them (`_host_info`, after the timed region) costs no compilation per chunk count inside it
     (jnp.concatenate of n arrays compiles once per n: 2.7 s for 2,346 chunks, measured on CPU)."""
     kept = []
 
-    def chunk(*call):
-        new, info = fn(*call)
-        kept.append(info)
-        return new, ()
+    def keep(f):
+        def chunk(*call):
+            new, info = f(*call)
+            kept.append(info)
+            return new, ()
 
-    return run_chain(chunk, state, key, data, args, schedule), kept
+        return chunk
+
+    at = None if chunk_at is None else (lambda start: keep(chunk_at(start)))
+    return run_chain(keep(fn), state, key, data, args, schedule, chunk_at=at), kept
 
 
 def _host_info(kept: list):
@@ -127,19 +146,26 @@ def _host_info(kept: list):
 
 
 def run_single_chain(ctx, key, hp: dict, schedule: ChainSchedule, cache_key: tuple, make_kernel, init_fn,
-                     args, final_info: Callable | None = None) -> MethodResult:
+                     args, final_info: Callable | None = None, phase_of: Callable | None = None) -> MethodResult:
     """One chain of `schedule` from init_fn(task.init_params(init key)); `final_info(final_state) -> dict` adds
-    entries to the hyperparameter record.  seconds: the chain after compilation."""
+    entries to the hyperparameter record; `phase_of(start, length)`: a sampler with phase kernels
+    (l2e.types.LearnedSampler.phase_of), each chunk compiled for its phase, make_kernel(phase) building them (the
+    probe times the first chunk's).  seconds: the chain after compilation."""
     task = ctx.task
     init_key, key_chain = chain_keys(key)
     state = init_fn(task.init_params(init_key))
+    chunk_at = None
+    if phase_of is not None:
+        chunk_at = _phase_chunks(ctx, cache_key, make_kernel, schedule, phase_of, state, task.train_data, args)
+        make_kernel = functools.partial(make_kernel, None)
     ck, fn = chunk_fn(ctx, cache_key, make_kernel, schedule)
     ctx.cache.warm_up(ck, fn, state, task.train_data, args)
     flops = _flops(ctx, ck, make_kernel, state, args, schedule)
     if ctx.probe:
-        return _probe(ctx, fn, state, task.train_data, args, schedule.chunk_length, hp, flops)
+        return _probe(ctx, fn if chunk_at is None else chunk_at(0), state, task.train_data, args,
+                      schedule.chunk_length, hp, flops)
     t0 = time.perf_counter()
-    chain, kept = _run_chain(fn, state, key_chain, task.train_data, args, schedule)
+    chain, kept = _run_chain(fn, state, key_chain, task.train_data, args, schedule, chunk_at)
     jax.block_until_ready(chain.samples)
     seconds = time.perf_counter() - t0
     if final_info is not None:

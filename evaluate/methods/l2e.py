@@ -27,6 +27,7 @@ with the SGHMC sample schedule, its lr tuned over its kind's grid (`settings.<na
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import l2e
@@ -44,8 +45,10 @@ def sampler_module(sampler):
     return learned.kind_of_config(sampler)
 
 
-def _kernel(task, sampler):
-    step = sampler_module(sampler).build_kernel(task.posterior, sampler)
+def _kernel(task, sampler, phase=None):
+    entry = sampler_module(sampler)
+    step = (entry.build_kernel(task.posterior, sampler) if phase is None
+            else entry.build_kernel(task.posterior, sampler, phase=phase))
 
     def kernel(key, state, batch, args):
         return step(key, state, batch, args["meta"], learning_rate=args["lr"])
@@ -81,8 +84,10 @@ def run_l2e(ctx, key, hp: dict):
     static = (dataclasses.replace(sampler, learning_rate=1.0)
               if "learning_rate" in {f.name for f in dataclasses.fields(sampler)} else sampler)
     args = {**lr_args(hp), "meta": meta_params}
+    entry = sampler_module(sampler)
+    phase_of = None if entry.phase_of is None else functools.partial(entry.phase_of, static)
     return run_single_chain(ctx, key, l2e_record(ctx, hp, sampler), schedule, ("l2e", static),
-                            lambda: _kernel(ctx.task, static), sampler_module(sampler).init, args)
+                            functools.partial(_kernel, ctx.task, static), entry.init, args, phase_of=phase_of)
 
 
 def lr_settings(method: str, class_name: str, lrs: tuple[float, ...]) -> type:
