@@ -50,7 +50,8 @@ BASELINES = ("sghmc", "sgld", "csghmc", "psgld", "sgnht", "fsghmc", "smile", "ps
              "precond_fisher (window)", "precond_rmsprop", "adaptive_sghmc", "adaptive_sghmc (window)",
              "warm_sghmc (Adam)", "warm_sghmc (window)")
 """The hand-designed steps timed; "(window)" rows time a sampler that adapts in burn-in after its freeze (the
-timed calls start at update 0, so the plain row is the burn-in step)."""
+timed calls start at update 0, so the plain row is the burn-in step); preconditioned SGHMC with its phase kernels
+(burn-in, window), as the evaluation runs it."""
 
 
 class DenseHeadCNN(nn.Module):
@@ -138,10 +139,12 @@ def baseline(name: str, post, fpost):
         "smile": lambda: _smile(post, False),
         "psmile": lambda: _smile(post, True),
         "baoab": lambda: l2e.baoab(post, 0.05, 15.0),
-        "precond_fisher": lambda: l2e.precond_sghmc(post, 0.05, 15.0, preconditioner="fisher", freeze_step=10**9),
+        "precond_fisher": lambda: l2e.precond_sghmc(post, 0.05, 15.0, preconditioner="fisher", freeze_step=10**9,
+                                                    phase="burn_in"),
         "precond_fisher (window)": lambda: l2e.precond_sghmc(post, 0.05, 15.0, preconditioner="fisher",
-                                                             freeze_step=1),
-        "precond_rmsprop": lambda: l2e.precond_sghmc(post, 0.05, 15.0, preconditioner="rmsprop", freeze_step=10**9),
+                                                             freeze_step=1, phase="window"),
+        "precond_rmsprop": lambda: l2e.precond_sghmc(post, 0.05, 15.0, preconditioner="rmsprop", freeze_step=10**9,
+                                                     phase="burn_in"),
         "adaptive_sghmc": lambda: l2e.adaptive_sghmc(post, burn_in=10**9),
         "adaptive_sghmc (window)": lambda: l2e.adaptive_sghmc(post, burn_in=1),
         "warm_sghmc (Adam)": lambda: l2e.warm_sghmc(post, 0.05, 15.0, warm_steps=10**9),

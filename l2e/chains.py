@@ -71,6 +71,19 @@ class ChainSchedule:
         return max(d for d in range(1, min(self.chunk, g) + 1) if g % d == 0)
 
 
+PHASES = ("burn_in", "window")
+"""The phases of a sampler that freezes its constants at one update (`freeze_phase`)."""
+
+
+def freeze_phase(freeze_step: int, start: int, length: int) -> str | None:
+    """The phase of updates start, …, start + length − 1 of a sampler whose constants freeze at update freeze_step:
+    "burn_in" when all precede it, "window" when all follow it, None (its general kernel, which branches on the
+    step) when one of them is the freeze update — the kernel that chunk may run with (`run_chain`'s chunk_at)."""
+    if start + length <= freeze_step:
+        return "burn_in"
+    return "window" if start > freeze_step else None
+
+
 class ChainResult(NamedTuple):
     """The outcome of `run_chain`.
 

@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from l2e.adaptation import halved_gradients, welford
+from l2e.chains import PHASES
 from l2e.checks import check_positive
 from l2e.diffusions import physical_step_size, sghmc_noise_std
 from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_vdot
@@ -142,7 +143,7 @@ def _freeze(state: PrecondSGHMCState, preconditioner: str) -> PrecondSGHMCState:
 
 
 def build_kernel(posterior: Posterior, preconditioner: str = "fisher", freeze_step: int = 1000,
-                 adapt_fraction: float = 0.5, noise_halves: bool = True):
+                 adapt_fraction: float = 0.5, noise_halves: bool = True, phase: str | None = None):
     """kernel(key, state, minibatch, learning_rate, friction, temperature=1.0) -> (PrecondSGHMCState,
     PrecondSGHMCInfo).
 
@@ -152,11 +153,16 @@ def build_kernel(posterior: Posterior, preconditioner: str = "fisher", freeze_st
       freeze_step: the update at which M⁻¹ is set and frozen (the first update of the sampling window), ≥ 1.
       adapt_fraction: the adaptation window is the last adapt_fraction of the burn-in, in (0, 1].
       noise_halves: "fisher" only: estimate the minibatch-noise variance from two half-batches.
+      phase: None — one kernel for every update, branching on the step; "burn_in" / "window" — a kernel for the
+        updates before / after freeze_step only, without those branches and with the same numbers there
+        (l2e.chains.freeze_phase says which a chunk may use).
     Returns:
       The kernel; learning_rate = ε²·N (mean-loss units), friction = C, temperature = T are call arguments.
     """
     if preconditioner not in PRECONDITIONERS:
         raise ValueError(f"preconditioner must be one of {PRECONDITIONERS}, got {preconditioner!r}")
+    if phase not in (None,) + PHASES:
+        raise ValueError(f"phase must be None or one of {', '.join(PHASES)}, got {phase!r}")
     if isinstance(freeze_step, bool) or not isinstance(freeze_step, int) or freeze_step < 1:
         raise ValueError(f"freeze_step must be an integer ≥ 1, got {freeze_step!r}")
     if not 0.0 < adapt_fraction <= 1.0:
@@ -169,11 +175,13 @@ def build_kernel(posterior: Posterior, preconditioner: str = "fisher", freeze_st
         with jax.ensure_compile_time_eval():
             eps = physical_step_size(learning_rate, posterior.data_size)
             noise_std = sghmc_noise_std(eps, friction, temperature)
-        state = jax.lax.cond(state.step == freeze, lambda s: _freeze(s, preconditioner), lambda s: s, state)
+        if phase is None:
+            state = jax.lax.cond(state.step == freeze, lambda s: _freeze(s, preconditioner), lambda s: s, state)
         inside = (state.step >= adapt_start) & (state.step < freeze)
-        loss, grad_u, noise_var = _gradients(posterior, state, minibatch, split, inside)
-        state = jax.lax.cond(inside, lambda s: _adapt(s, grad_u, noise_var, preconditioner, posterior.data_size),
-                             lambda s: s, state)
+        loss, grad_u, noise_var = _gradients(posterior, state, minibatch, split and phase != "window", inside)
+        if phase != "window":
+            state = jax.lax.cond(inside, lambda s: _adapt(s, grad_u, noise_var, preconditioner, posterior.data_size),
+                                 lambda s: s, state)
         z = normal_like(key, state.position)
         mom = jax.tree.map(lambda r, g, m, n: r - eps * g - eps * friction * m * r + noise_std * n,
                            state.momentum, grad_u, state.inv_mass, z)
@@ -188,7 +196,7 @@ def build_kernel(posterior: Posterior, preconditioner: str = "fisher", freeze_st
 
 def precond_sghmc(posterior: Posterior, learning_rate: float, friction: float = 1.0, temperature: float = 1.0,
                   preconditioner: str = "fisher", freeze_step: int = 1000, adapt_fraction: float = 0.5,
-                  noise_halves: bool = True) -> SamplingAlgorithm:
+                  noise_halves: bool = True, phase: str | None = None) -> SamplingAlgorithm:
     """Preconditioned SGHMC with a diagonal mass adapted in burn-in and frozen (module docstring).
 
     Args:
@@ -200,11 +208,12 @@ def precond_sghmc(posterior: Posterior, learning_rate: float, friction: float = 
       freeze_step: the first update of the sampling window (M⁻¹ frozen from there on).
       adapt_fraction: the last fraction of the burn-in over which the statistics are gathered.
       noise_halves: "fisher": subtract the minibatch-noise variance estimated from two half-batches.
+      phase: None (a step for every update) or a step for one phase's updates only (`build_kernel`).
     Returns:
       SamplingAlgorithm: init(position) -> PrecondSGHMCState; step(key, state, minibatch) -> (state, PrecondSGHMCInfo).
     """
     check_positive(learning_rate=learning_rate, friction=friction, temperature=temperature)
-    kernel = build_kernel(posterior, preconditioner, freeze_step, adapt_fraction, noise_halves)
+    kernel = build_kernel(posterior, preconditioner, freeze_step, adapt_fraction, noise_halves, phase)
 
     def step(key: jax.Array, state: PrecondSGHMCState, minibatch):
         return kernel(key, state, minibatch, learning_rate, friction, temperature)

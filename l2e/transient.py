@@ -54,6 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from l2e.adaptation import halved_gradients, top_curvature, welford
+from l2e.chains import PHASES, freeze_phase
 from l2e.checks import check_positive
 from l2e.mass import MASS_FEATURE_NAMES, mass_features
 from l2e.meta_model import MetaMLP, check_mlp_shapes, check_tree, hidden_sizes, mlp_layers_names
@@ -61,7 +62,7 @@ from l2e.types import (
     LearnedSampler, Posterior, PyTree, SamplingAlgorithm, Shipped, all_finite, normal_like, settled, tree_vdot,
 )
 
-__all__ = ["FEATURE_NAMES", "KNOTS", "LEARNED", "PHASES", "TransientConfig", "TransientInfo", "TransientState",
+__all__ = ["FEATURE_NAMES", "KNOTS", "LEARNED", "TransientConfig", "TransientInfo", "TransientState",
            "build_kernel", "chunk_phase", "init", "init_meta_params", "transient"]
 
 KNOTS = 4
@@ -281,10 +282,6 @@ def _window(state: TransientState, grad_u, key, temperature) -> tuple[TransientS
     return state._replace(position=pos, momentum=mom), tree_vdot(*settled((mom, velocity)))
 
 
-PHASES = ("burn_in", "window")
-"""The phases a kernel can be specialised to (`build_kernel`'s `phase`; `chunk_phase`)."""
-
-
 def build_kernel(posterior: Posterior, config: TransientConfig = TransientConfig(), phase: str | None = None):
     """kernel(key, state, minibatch, meta_params, learning_rate=1.0, temperature=config.temperature) ->
     (TransientState, TransientInfo).
@@ -340,12 +337,8 @@ def build_kernel(posterior: Posterior, config: TransientConfig = TransientConfig
 
 
 def chunk_phase(config: TransientConfig, start: int, length: int) -> str | None:
-    """The phase of `build_kernel` that updates start, …, start + length − 1 may use: "burn_in" when all precede
-    freeze_step, "window" when all follow it, None (the general kernel) when one of them is the freeze."""
-    freeze = int(config.freeze_step)
-    if start + length <= freeze:
-        return "burn_in"
-    return "window" if start > freeze else None
+    """The phase of `build_kernel` that updates start, …, start + length − 1 may use (l2e.chains.freeze_phase)."""
+    return freeze_phase(int(config.freeze_step), start, length)
 
 
 def transient(posterior: Posterior, meta_params: PyTree, config: TransientConfig = TransientConfig()

@@ -175,38 +175,3 @@ def test_freeze_on_a_data_set_larger_than_int32_squares(kind):
         state, info = sampler.step(jax.random.PRNGKey(t), state, jnp.zeros((8, 5)))
     assert bool(info.is_finite) and np.all(np.isfinite(np.asarray(state.position)))
 
-
-def test_phase_kernels_run_the_same_chain_without_branches():
-    """A chain run with the phase kernels (burn-in chunks, the general kernel for the chunk holding the freeze, window
-    chunks; l2e.chains.run_chain's chunk_at) equals the chain of the general kernel: the same samples and final
-    state to float32 rounding (each phase kernel computes the same operations; only XLA's fusion can differ), and
-    chunk_phase picks the general kernel exactly for the chunk that holds the freeze update."""
-    from l2e.chains import ChainSchedule, make_chunk, run_chain
-
-    post, phi = gaussian_posterior(), far_params()
-    cfg = T.TransientConfig(freeze_step=40, base_step=1e-2)
-    schedule = ChainSchedule(num_steps=100, num_samples=5, thinning=10, batch_size=8, chunk=10)
-    data = jax.random.normal(jax.random.PRNGKey(7), (64, D))
-
-    def sample_batch(key, d, b):
-        return d[jax.random.choice(key, d.shape[0], (b,))]
-
-    def chunk(phase):
-        kernel = T.build_kernel(post, cfg, phase=phase)
-        return jax.jit(make_chunk(lambda k, s, b, a: kernel(k, s, b, a), sample_batch, 8, 10))
-
-    fns = {p: chunk(p) for p in (None,) + T.PHASES}
-    assert [T.chunk_phase(cfg, s, 10) for s in (0, 30, 40, 50)] == ["burn_in", "burn_in", None, "window"]
-    assert T.chunk_phase(cfg, 35, 10) is None
-    state = T.init(jnp.full(D, 2.0))
-    key = jax.random.PRNGKey(1)
-    whole = run_chain(fns[None], state, key, data, phi, schedule)
-    phased = run_chain(fns[None], state, key, data, phi, schedule,
-                       chunk_at=lambda start: fns[T.chunk_phase(cfg, start, 10)])
-    scale = float(np.max(np.abs(np.asarray(whole.samples))))
-    tol = 64 * np.finfo(np.float32).eps * scale  # a few dozen float32 roundings of the largest coordinate
-    np.testing.assert_allclose(np.asarray(phased.samples), np.asarray(whole.samples), rtol=0, atol=tol)
-    np.testing.assert_allclose(np.asarray(phased.state.inv_mass), np.asarray(whole.state.inv_mass), rtol=1e-5)
-    np.testing.assert_allclose(phased.info.kinetic, whole.info.kinetic, rtol=1e-4, atol=1e-6)
-    with pytest.raises(ValueError, match="phase"):
-        T.build_kernel(post, cfg, phase="warm_up")

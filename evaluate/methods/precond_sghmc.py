@@ -8,6 +8,7 @@ variance subtracted, estimated from two half-batches: an even batch size)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax.numpy as jnp
 
@@ -15,6 +16,7 @@ import l2e.precond_sghmc
 from evaluate.budget import single_chain_schedule
 from evaluate.methods.base import Method, check_grid, check_in
 from evaluate.methods.driver import lr_args, run_single_chain
+from l2e.chains import freeze_phase
 from l2e.io import ConfigError
 
 __all__ = ["METHOD_TABLE", "PrecondFisherSettings", "PrecondRMSpropSettings", "run_precond"]
@@ -49,8 +51,8 @@ def _window_start(schedule) -> int:
     return max(1, schedule.num_steps - schedule.num_samples * schedule.thinning)
 
 
-def _kernel(task, rule: str, freeze: int, adapt_fraction: float):
-    step = l2e.precond_sghmc.build_kernel(task.posterior, rule, freeze, adapt_fraction)
+def _kernel(task, rule: str, freeze: int, adapt_fraction: float, phase: str | None = None):
+    step = l2e.precond_sghmc.build_kernel(task.posterior, rule, freeze, adapt_fraction, phase=phase)
 
     def kernel(key, state, batch, args):
         return step(key, state, batch, args["lr"], args["friction"])
@@ -74,7 +76,8 @@ def _runner(rule: str):
               "preconditioner": rule, "freeze_step": freeze, "adapt_fraction": frac}
         args = {**lr_args(hp), "friction": jnp.asarray(friction, jnp.float32)}
         return run_single_chain(ctx, key, hp, schedule, ("precond_sghmc", rule, freeze, frac),
-                                lambda: _kernel(ctx.task, rule, freeze, frac), l2e.precond_sghmc.init, args)
+                                functools.partial(_kernel, ctx.task, rule, freeze, frac), l2e.precond_sghmc.init,
+                                args, phase_of=functools.partial(freeze_phase, freeze))
 
     return run
 

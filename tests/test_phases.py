@@ -1,0 +1,76 @@
+"""Phase kernels (l2e.chains.freeze_phase, run_chain's chunk_at): a sampler that freezes its constants at one update
+(Transient-L2E, preconditioned SGHMC) runs its burn-in chunks and its window chunks with kernels specialised to the
+phase — no per-update branch on the step — and the chunk holding the freeze with its general kernel. The chain is
+the one the general kernel runs: the same samples to float32 rounding (the phase kernels compute the same
+operations; only XLA's fusion may differ: ≤ 64 roundings of the largest coordinate), the same frozen constants
+(rtol 1e-5) and kinetic energies (rtol 1e-4)."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import l2e
+from l2e import precond_sghmc as P, transient as T
+from l2e.chains import PHASES, ChainSchedule, freeze_phase, make_chunk, run_chain
+
+N, D, FREEZE, CHUNK = 100, 10, 40, 10
+SD = np.geomspace(0.3, 3.0, D)
+
+
+def posterior():
+    return l2e.Posterior(lambda th, b: (0.5 * jnp.sum(th**2 / SD**2) + 0.3 * jnp.dot(jnp.mean(b, 0), th)) / N,
+                         lambda th: jnp.zeros(()), N)
+
+
+def transient_kernel(phase):
+    kernel = T.build_kernel(posterior(), T.TransientConfig(freeze_step=FREEZE, base_step=1e-2), phase=phase)
+    phi = T.init_meta_params(jax.random.PRNGKey(3), (8,), "random")
+    return T.init, lambda k, s, b, a: kernel(k, s, b, phi), "inv_mass"
+
+
+def precond_kernel(rule):
+    def make(phase):
+        kernel = P.build_kernel(posterior(), rule, FREEZE, 0.5, phase=phase)
+        return P.init, lambda k, s, b, a: kernel(k, s, b, 0.3, 2.0), "inv_mass"
+
+    return make
+
+
+def test_freeze_phase():
+    assert [freeze_phase(FREEZE, s, CHUNK) for s in (0, 30, 40, 50)] == ["burn_in", "burn_in", None, "window"]
+    assert freeze_phase(FREEZE, 35, CHUNK) is None and freeze_phase(FREEZE, 41, CHUNK) == "window"
+    assert T.chunk_phase(T.TransientConfig(freeze_step=FREEZE), 30, CHUNK) == "burn_in"
+
+
+@pytest.mark.parametrize("make", [transient_kernel, precond_kernel("fisher"), precond_kernel("rmsprop")],
+                         ids=["transient", "precond_fisher", "precond_rmsprop"])
+def test_phase_kernels_run_the_same_chain(make):
+    schedule = ChainSchedule(num_steps=100, num_samples=5, thinning=10, batch_size=8, chunk=CHUNK)
+    data = jax.random.normal(jax.random.PRNGKey(7), (64, D))
+
+    def sample_batch(key, d, b):
+        return d[jax.random.choice(key, d.shape[0], (b,))]
+
+    fns = {}
+    for phase in (None,) + PHASES:
+        init, kernel, frozen = make(phase)
+        fns[phase] = jax.jit(make_chunk(kernel, sample_batch, 8, CHUNK))
+    state, key = init(jnp.full(D, 2.0)), jax.random.PRNGKey(1)
+    whole = run_chain(fns[None], state, key, data, None, schedule)
+    phased = run_chain(fns[None], state, key, data, None, schedule,
+                       chunk_at=lambda start: fns[freeze_phase(FREEZE, start, CHUNK)])
+    scale = float(np.max(np.abs(np.asarray(whole.samples))))
+    np.testing.assert_allclose(np.asarray(phased.samples), np.asarray(whole.samples), rtol=0,
+                               atol=64 * np.finfo(np.float32).eps * scale)
+    np.testing.assert_allclose(np.asarray(getattr(phased.state, frozen)), np.asarray(getattr(whole.state, frozen)),
+                               rtol=1e-5)
+    np.testing.assert_allclose(phased.info.kinetic, whole.info.kinetic, rtol=1e-4, atol=1e-6)
+
+
+def test_unknown_phase_is_refused():
+    with pytest.raises(ValueError, match="phase"):
+        T.build_kernel(posterior(), T.TransientConfig(), phase="warm_up")
+    with pytest.raises(ValueError, match="phase"):
+        P.build_kernel(posterior(), "fisher", 10, phase="warm_up")
