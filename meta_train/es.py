@@ -110,32 +110,43 @@ def _chunk_outputs(chunk, kinetic: bool):
     return lambda *args: (chunk(*args)[0], None)
 
 
-def _make_chunk(cache: ProgramCache, spec: TaskSpec, sampler, schedule: ChainSchedule):
-    kernel = sampler_module(sampler).build_kernel(cache.task(spec).posterior, sampler)
+def _make_chunk(cache: ProgramCache, spec: TaskSpec, sampler, schedule: ChainSchedule, phase: str | None = None):
+    entry, posterior = sampler_module(sampler), cache.task(spec).posterior
+    kernel = (entry.build_kernel(posterior, sampler) if phase is None
+              else entry.build_kernel(posterior, sampler, phase=phase))
     return make_chunk(kernel, Task.sample_batch, schedule.batch_size, schedule.chunk_length)
 
 
+def chunk_phase(sampler, schedule: ChainSchedule, start: int) -> str | None:
+    """The phase kernel the chunk starting at update `start` runs with (LearnedSampler.phase_of; None: the general
+    kernel, and always for a sampler without phase kernels). Under vmap a branch on the per-member step runs both
+    sides, so the phase kernels matter most there."""
+    phase_of = sampler_module(sampler).phase_of
+    return None if phase_of is None else phase_of(sampler, start, schedule.chunk_length)
+
+
 def member_chunk(cache: ProgramCache, spec: TaskSpec, sampler, schedule: ChainSchedule,
-                 kinetic: bool = False):
-    """Jitted single-member chunk (state, key, start, data, meta_params) -> (state, per-step kinetic or None);
-    runs on its inputs' device."""
-    build = lambda: jax.jit(_chunk_outputs(_make_chunk(cache, spec, sampler, schedule), kinetic))  # noqa: E731
-    return cache.program(("member_chunk", spec, sampler, schedule, kinetic), build)
+                 kinetic: bool = False, phase: str | None = None):
+    """Jitted single-member chunk (state, key, start, data, meta_params) -> (state, per-step kinetic or None) of
+    the sampler's `phase` kernel (`chunk_phase`); runs on its inputs' device."""
+    build = lambda: jax.jit(_chunk_outputs(_make_chunk(cache, spec, sampler, schedule, phase), kinetic))  # noqa: E731
+    return cache.program(("member_chunk", spec, sampler, schedule, kinetic, phase), build)
 
 
 def population_chunk(cache: ProgramCache, spec: TaskSpec, sampler,
-                     schedule: ChainSchedule, mesh: Mesh, kinetic: bool = False):
-    """Jitted chunk over the population -> (states, per-step kinetic (P, length) or None): states and
-    meta-params have the population on axis 0 (sharded over `mesh`); key, start and data are shared."""
+                     schedule: ChainSchedule, mesh: Mesh, kinetic: bool = False, phase: str | None = None):
+    """Jitted chunk over the population -> (states, per-step kinetic (P, length) or None) of the sampler's `phase`
+    kernel: states and meta-params have the population on axis 0 (sharded over `mesh`); key, start and data are
+    shared."""
 
     def build():
-        chunk = _make_chunk(cache, spec, sampler, schedule)
+        chunk = _make_chunk(cache, spec, sampler, schedule, phase)
         if kinetic:
             return per_member(_chunk_outputs(chunk, True), mesh, (True, False, False, False, True))
         states = per_member(_states_only(chunk), mesh, (True, False, False, False, True))
         return lambda *args: (states(*args), None)
 
-    return cache.program(("population_chunk", spec, sampler, schedule, mesh, kinetic), build)
+    return cache.program(("population_chunk", spec, sampler, schedule, mesh, kinetic, phase), build)
 
 
 def reference_batch(cache: ProgramCache, spec, root: str | None):
@@ -213,7 +224,10 @@ def _sequential_samples(cache, spec, population, keys, inner: Inner, progress):
     per-step kinetic sums ((P, num_steps) or None)."""
     task, schedule = cache.task(spec), inner.schedule
     p = jax.tree.leaves(population)[0].shape[0]
-    chunk = member_chunk(cache, spec, inner.sampler, schedule, inner.log_temperature)
+    def chunk(start):
+        phase = chunk_phase(inner.sampler, schedule, start)
+        return member_chunk(cache, spec, inner.sampler, schedule, inner.log_temperature, phase)
+
     theta0 = task.init_params(keys.init)
     placed = [member_device(m) for m in range(p)]
     states = [jax.device_put(sampler_module(inner.sampler).init(theta0), d) for d in placed]
@@ -225,7 +239,8 @@ def _sequential_samples(cache, spec, population, keys, inner: Inner, progress):
     samples, kinetic = [[] for _ in range(p)], [[] for _ in range(p)]
     for start in range(0, schedule.num_steps, length):
         for m in range(p):
-            states[m], kin = chunk(states[m], chain_keys[m], jnp.asarray(start, jnp.int32), train[m], metas[m])
+            states[m], kin = chunk(start)(states[m], chain_keys[m], jnp.asarray(start, jnp.int32), train[m],
+                                          metas[m])
             kinetic[m].append(kin)
             if start + length in wanted:
                 samples[m].append(states[m].position)
@@ -267,9 +282,12 @@ def _vmap_population(cache, spec, population, keys, inner: Inner, progress) -> P
     state, members = shard_population(state, mesh), shard_population(population, mesh)
     train_data, (x, y) = cache.replicated_data(spec, mesh)
     t0 = time.perf_counter()
-    chunk = population_chunk(cache, spec, inner.sampler, inner.schedule, mesh, inner.log_temperature)
-    result = run_chain(chunk, state, replicate(keys.chain, mesh), train_data, members, inner.schedule,
-                       progress=progress, info_axis=1)
+    def chunk(start):
+        phase = chunk_phase(inner.sampler, inner.schedule, start)
+        return population_chunk(cache, spec, inner.sampler, inner.schedule, mesh, inner.log_temperature, phase)
+
+    result = run_chain(chunk(0), state, replicate(keys.chain, mesh), train_data, members, inner.schedule,
+                       progress=progress, info_axis=1, chunk_at=chunk)
     samples = jax.tree.map(lambda s: jnp.swapaxes(s, 0, 1), result.samples)  # (P, K, ...)
     if OBJECTIVES[inner.objective].reference:  # the reference's test points, all of them
         batch = replicate(reference_batch(cache, spec, inner.reference), mesh)

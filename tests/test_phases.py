@@ -74,3 +74,35 @@ def test_unknown_phase_is_refused():
         T.build_kernel(posterior(), T.TransientConfig(), phase="warm_up")
     with pytest.raises(ValueError, match="phase"):
         P.build_kernel(posterior(), "fisher", 10, phase="warm_up")
+
+
+@pytest.mark.parametrize("execution", ["sequential", pytest.param("vmap", marks=pytest.mark.slow)])
+def test_meta_training_fitness_is_unchanged_by_phase_kernels(monkeypatch, execution):
+    """meta_train.es runs Transient-L2E's population with the phase kernels (meta_train.es.chunk_phase); its fitness
+    and T_kin equal those of the general kernel (the registry entry with phase_of removed) to float32 rounding
+    (rtol 1e-4, as the sequential and vmap executions are compared in tests/test_meta_train.py)."""
+    import dataclasses
+
+    from meta_train import PRESETS, apply_overrides, es
+    from meta_train.es import evaluate_population, outer_keys
+    from meta_train.train import initial_meta_params
+
+    cfg = apply_overrides(PRESETS["transient"], ["objective.kind=bma", "objective.burn_in=20", "hidden=4",
+                                                 "tasks=wine/mlp-16", "inner.thinning=4", "inner.num_samples=4",
+                                                 "inner.num_steps=60", "inner.chunk=2"])
+    phi = initial_meta_params(cfg)
+    keys = outer_keys(cfg.seed, 0)
+    pop = jax.tree.map(lambda x: jnp.stack([x + 0.05, x - 0.05]), phi)
+    assert es.chunk_phase(cfg.sampler_config, cfg.schedule, 0) == "burn_in"
+
+    def fitness():
+        return evaluate_population(cfg.tasks.sample(keys.task), pop, keys, cfg.sampler_config, cfg.schedule,
+                                   cfg.meta_loss_examples, objective="bma", log_temperature=True,
+                                   execution=execution)
+
+    phased = fitness()
+    general = dataclasses.replace(es.sampler_module(cfg.sampler_config), phase_of=None)
+    monkeypatch.setattr(es, "sampler_module", lambda sampler: general)
+    whole = fitness()
+    np.testing.assert_allclose(np.asarray(phased.fitness), np.asarray(whole.fitness), rtol=1e-4)
+    np.testing.assert_allclose(phased.t_kin, whole.t_kin, rtol=1e-4)
