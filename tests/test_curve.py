@@ -140,6 +140,9 @@ def test_merge_pools_rows_and_compares_the_learned_sampler_with_the_bar():
     assert learned_vs_bar(task, "tv") == [("l2e_transient", "0.33 × baoab's gradients")]
     with pytest.raises(ValueError, match="more than one run"):
         merge_results([_part({"sghmc": 1.0}), _part({"sghmc": 2.0})])
+    replaced = merge_results([_part({"sghmc": 1.0, "baoab": 3.0}), _part({"sghmc": 2.0})], replace=True)["tasks"]["t"]
+    assert replaced["replaced"] == ["sghmc"] and set(replaced["methods"]) == {"sghmc", "baoab"}
+    assert replaced["methods"]["sghmc"] == _part({"sghmc": 2.0})["tasks"]["t"]["methods"]["sghmc"]
     with pytest.raises(ValueError, match="floors differ"):
         merge_results([_part({"sghmc": 1.0}), _part({"baoab": 1.0}, floors={"tv": 2})])
     with pytest.raises(ValueError, match="must share"):

@@ -35,6 +35,9 @@ def build_curve_parser():
     p.add_argument("--merge", action="append", default=[], metavar="DIR",
                    help="instead of running: pool the method rows of curve runs DIR (repeatable; same budgets, chain "
                         "allocations, seeds, tuning budget and floors) into one report in --output")
+    p.add_argument("--replace", action="store_true",
+                   help="with --merge: a method's rows in a later DIR replace its rows in an earlier one (a sampler "
+                        "changed and re-run); without it, a method in two runs is an error")
     p.add_argument("--output", default="runs/curve", help="output directory (default: runs/curve)")
     p.add_argument("--preset", default="references", help="configuration preset (tasks, methods, K, grids; default: "
                    "references)")
@@ -125,7 +128,7 @@ def _merge_main(args, out: Path) -> int:
             raise ConfigError(f"{Path(d) / 'curve.json'} is not a curve result (k, curve, methods, tasks)")
         parts.append(part)
     try:  # the pooled result rendered before anything is written: a part lacking a field is an input error
-        results = merge_results(parts)
+        results = merge_results(parts, replace=args.replace)
         results["merged"] = list(args.merge)
         text = curve_markdown(results)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
@@ -135,7 +138,9 @@ def _merge_main(args, out: Path) -> int:
     stage = staging_dir(out)
     atomic_write_text(stage / "curve.json", json.dumps(results, indent=1, default=float))
     pngs = plot_curves(results, stage)
-    atomic_write_text(stage / "curve.md", "# Budget curves\n\n" + f"Merged from {', '.join(args.merge)}.\n\n"
+    replaced = sorted({m for t in results["tasks"].values() for m in t.get("replaced", [])})
+    note = f" Rows of {', '.join(replaced)} from the later run replace the earlier." if replaced else ""
+    atomic_write_text(stage / "curve.md", "# Budget curves\n\n" + f"Merged from {', '.join(args.merge)}.{note}\n\n"
                       + text + "\n" + "".join(f"![{p}]({p})\n" for p in pngs))
     publish_dir(stage, out, ("curve.json", "curve.md", *pngs), kind="curve")
     lock.release(failed=False)

@@ -79,10 +79,11 @@ def learned_vs_bar(task: dict, metric: str) -> list[tuple[str, str]]:
     return out
 
 
-def merge_results(parts: list[dict]) -> dict:
+def merge_results(parts: list[dict], replace: bool = False) -> dict:
     """One curve result from several runs of the same protocol (K, budgets, chain allocations, seeds, tuning budget
-    and seed; per task the same floors), their method rows pooled (a row in two runs: ValueError). How a separate
-    run of a new sampler is read against a committed run of the rivals."""
+    and seed; per task the same floors), their method rows pooled. How a separate run of a new sampler is read
+    against a committed run of the rivals. A method's row in two runs is a ValueError, unless `replace`: then the
+    later run's row replaces the earlier (a sampler changed and re-run), listed per task in "replaced"."""
     first = parts[0]
     keys = ("budgets", "chains", "seeds", "tune_budget", "tune_seed")
     out = {"k": first["k"], "curve": dict(first["curve"]), "methods": [], "tasks": {},
@@ -99,8 +100,11 @@ def merge_results(parts: list[dict]) -> dict:
             if have["floors"] != task["floors"]:
                 raise ValueError(f"{name}: the runs' K-draw floors differ (another reference?)")
             clash = set(have["methods"]) & set(task["methods"])
+            if clash and not replace:
+                raise ValueError(f"{name}: method rows in more than one run: {', '.join(sorted(clash))} (--replace "
+                                 "to let the later run's rows replace the earlier)")
             if clash:
-                raise ValueError(f"{name}: method rows in more than one run: {', '.join(sorted(clash))}")
+                have["replaced"] = sorted(set(have.get("replaced", [])) | clash)
             have["methods"].update(task["methods"])
             have["seconds"] = have.get("seconds", 0.0) + task.get("seconds", 0.0)
     return out
