@@ -15,6 +15,12 @@ adds momentum variance ε²·N²·vᵢ/B per update and coordinate (vᵢ the per
               the window then runs at the last lr.
 
     python -m bench.sghmc_heat [--task uci:power-plant/mlp-linear] [--seeds 0,1] [--json FILE]
+    python -m bench.sghmc_heat --transient 8000 [--task ...] [--seeds 0,1,2]
+
+--transient G: instead, the shipped Transient-L2E for G updates (K = 10 draws G/20 apart, the window from update
+G/2): its window's raw T_kin (Info.kinetic) and the splitting-corrected Σ(1 − εγᵢ/2)·rᵢ(M⁻¹r)ᵢ/d at the end of every
+chunk (the friction's Euler step holds the momentum at T/(1 − εγᵢ/2) while θ is exact to O(ε²λ),
+docs/sampling.md), with ε, γ and how many coordinates sit at the damping cap MAX_DAMPING.
 
 Needs $L2E_DATA_DIR for UCI and MNIST tasks. One line per run: window T_kin, final lr, predicted excess and the
 momentum's relaxation time 1/(εC) in updates at the final lr (a chain whose relaxation time is far beyond its
@@ -83,16 +89,52 @@ def run(task, chunk, lr: float, friction: float, seed: int, controlled: bool) ->
             "relaxation_updates": float(1.0 / (eps * friction))}
 
 
+def transient_heat(task, steps: int, seed: int) -> dict:
+    """The --transient run of one seed (module docstring)."""
+    import dataclasses
+
+    from l2e import transient as T
+
+    params, config, _ = l2e.load_meta_params("transient")
+    freeze = steps - 10 * (steps // 20)
+    kernel = T.build_kernel(task.posterior, dataclasses.replace(config, freeze_step=freeze))
+    chunk = jax.jit(make_chunk(lambda k, s, b, a: kernel(k, s, b, params), task.sample_batch, BATCH, CHUNK))
+    flat = lambda tree: np.concatenate([np.ravel(x) for x in jax.tree.leaves(tree)])  # noqa: E731
+    state, key = T.init(task.init_params(jax.random.PRNGKey(seed))), jax.random.PRNGKey(50 + seed)
+    raw, corrected = [], []
+    for t in range(0, steps, CHUNK):
+        state, info = chunk(state, key, jnp.int32(t), task.train_data, None)
+        if t >= freeze:
+            raw.append(np.asarray(info.kinetic, np.float64))
+            damping = float(state.eps) * flat(state.friction)
+            r, m = flat(state.momentum), flat(state.inv_mass)
+            corrected.append(float(np.mean(r * r * m * (1.0 - damping / 2.0))))
+    d = tree_size(state.position)
+    return {"seed": seed, "t_kin": float(np.mean(np.concatenate(raw)) / d), "t_kin_corrected": float(np.mean(corrected)),
+            "eps": float(state.eps), "gamma": float(state.gamma),
+            "at_cap": int(np.sum(np.isclose(damping, T.MAX_DAMPING, rtol=1e-3))), "d": int(d)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.sghmc_heat", description=__doc__.split("\n\n")[0])
     ap.add_argument("--task", default="uci:power-plant/mlp-linear")
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--transient", type=int, default=None, metavar="G")
     a = ap.parse_args(argv)
     import tasks
     from tasks.task_strings import resolve_task
 
     task = tasks.build(resolve_task(a.task).spec)
+    if a.transient is not None:
+        rows = [transient_heat(task, a.transient, int(s)) for s in a.seeds.split(",")]
+        for row in rows:
+            print(f"seed {row['seed']}: ε {row['eps']:.3g}, γ {row['gamma']:.3g}, window T_kin {row['t_kin']:.3f}, "
+                  f"corrected {row['t_kin_corrected']:.3f}, {row['at_cap']}/{row['d']} coordinates at the damping cap")
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({"task": a.task, "G": a.transient, "rows": rows}, f, indent=1)
+        return 0
     step = l2e.sghmc.build_kernel(task.posterior)
     chunk = jax.jit(make_chunk(lambda k, s, b, x: step(k, s, b, x["lr"], x["friction"]), task.sample_batch, BATCH,
                                CHUNK))
