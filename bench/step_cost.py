@@ -23,7 +23,8 @@ Per sampler (all compiled first, then timed round-robin, each round running ever
 Learned samplers: every shipped checkpoint (`l2e.checkpoint.SHIPPED`, "default" counted once) and every kind of
 the learned-sampler registry (`l2e.learned.REGISTRY`) with no shipped checkpoint (its "random" φ₀, default config).
 A sampler with phase kernels (`LearnedSampler.phase_of`: Transient-L2E) is timed with the kernels the evaluation
-runs: the burn-in kernel in its own row, the window kernel in its "(window)" row.
+runs: the burn-in kernel in its own row, the adaptation window's (two half-batch gradients) in its "(adapt)" row,
+the window kernel in its "(window)" row.
 """
 from __future__ import annotations
 
@@ -47,11 +48,11 @@ from l2e.learned import REGISTRY
 from l2e.types import SamplingAlgorithm
 
 BASELINES = ("sghmc", "sgld", "csghmc", "psgld", "sgnht", "fsghmc", "smile", "psmile", "baoab", "precond_fisher",
-             "precond_fisher (window)", "precond_rmsprop", "adaptive_sghmc", "adaptive_sghmc (window)",
+             "precond_fisher (adapt)", "precond_fisher (window)", "precond_rmsprop", "adaptive_sghmc", "adaptive_sghmc (window)",
              "warm_sghmc (Adam)", "warm_sghmc (window)")
 """The hand-designed steps timed; "(window)" rows time a sampler that adapts in burn-in after its freeze (the
 timed calls start at update 0, so the plain row is the burn-in step); preconditioned SGHMC with its phase kernels
-(burn-in, window), as the evaluation runs it."""
+(burn-in, adaptation window, window), as the evaluation runs it."""
 
 
 class DenseHeadCNN(nn.Module):
@@ -141,6 +142,8 @@ def baseline(name: str, post, fpost):
         "baoab": lambda: l2e.baoab(post, 0.05, 15.0),
         "precond_fisher": lambda: l2e.precond_sghmc(post, 0.05, 15.0, preconditioner="fisher", freeze_step=10**9,
                                                     phase="burn_in"),
+        "precond_fisher (adapt)": lambda: l2e.precond_sghmc(post, 0.05, 15.0, preconditioner="fisher",
+                                                            freeze_step=10**9, phase="adapt"),
         "precond_fisher (window)": lambda: l2e.precond_sghmc(post, 0.05, 15.0, preconditioner="fisher",
                                                              freeze_step=1, phase="window"),
         "precond_rmsprop": lambda: l2e.precond_sghmc(post, 0.05, 15.0, preconditioner="rmsprop", freeze_step=10**9,
@@ -183,6 +186,8 @@ def learned_samplers(post) -> tuple[dict[str, tuple], dict[str, str]]:
         shipped_kinds.add(kind)
         label = "l2e (paper-form)" if name == "paper-form" else name
         out[label] = (kind, _step(REGISTRY[kind], post, params, config, "burn_in"), params, config)
+        if REGISTRY[kind].phase_of is not None:  # the adaptation window's kernel (two half-batch gradients)
+            out[f"{label} (adapt)"] = (kind, _step(REGISTRY[kind], post, params, config, "adapt"), params, config)
         if "freeze_step" in {f.name for f in dataclasses.fields(config)}:  # the calls start in burn-in: the window too
             window = dataclasses.replace(config, freeze_step=1)
             out[f"{label} (window)"] = (kind, _step(REGISTRY[kind], post, params, window, "window"), params, window)

@@ -19,9 +19,9 @@ def welford(count, mean: PyTree, m2: PyTree, x: PyTree) -> tuple[PyTree, PyTree]
 
 
 def halved_gradients(posterior: Posterior, position: PyTree, minibatch, inside) -> tuple[jax.Array, PyTree, PyTree]:
-    """(loss, ∇Ũ, V̂): where `inside` (a traced bool: the adaptation window), from the two halves of the minibatch
-    along every leaf's leading axis — ∇Ũ their mean and V̂ = (∇Ũ₁ − ∇Ũ₂)²/4, the variance of the full batch's
-    gradient noise; elsewhere one gradient and V̂ = 0."""
+    """(loss, ∇Ũ, V̂): where `inside` (the adaptation window: a traced bool, or a Python bool in a phase kernel, then
+    without a branch), from the two halves of the minibatch along every leaf's leading axis — ∇Ũ their mean and
+    V̂ = (∇Ũ₁ − ∇Ũ₂)²/4, the variance of the full batch's gradient noise; elsewhere one gradient and V̂ = 0."""
     def halves(mb):
         first = jax.tree.map(lambda x: x[: x.shape[0] // 2], mb)
         second = jax.tree.map(lambda x: x[x.shape[0] // 2:], mb)
@@ -33,6 +33,8 @@ def halved_gradients(posterior: Posterior, position: PyTree, minibatch, inside) 
         loss, _, grad_u = posterior.value_and_potential_grad(position, mb)
         return loss, grad_u, jax.tree.map(jnp.zeros_like, grad_u)
 
+    if isinstance(inside, bool):  # known when traced (a phase kernel): no branch
+        return halves(minibatch) if inside else whole(minibatch)
     return jax.lax.cond(inside, halves, whole, minibatch)
 
 

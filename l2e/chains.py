@@ -71,17 +71,30 @@ class ChainSchedule:
         return max(d for d in range(1, min(self.chunk, g) + 1) if g % d == 0)
 
 
-PHASES = ("burn_in", "window")
-"""The phases of a sampler that freezes its constants at one update (`freeze_phase`)."""
+PHASES = ("burn_in", "adapt", "window")
+"""The phases of a sampler that gathers statistics over the end of its burn-in and freezes its constants at one update
+(`freeze_phase`): before the adaptation window, in it, after the freeze."""
 
 
-def freeze_phase(freeze_step: int, start: int, length: int) -> str | None:
-    """The phase of updates start, …, start + length − 1 of a sampler whose constants freeze at update freeze_step:
-    "burn_in" when all precede it, "window" when all follow it, None (its general kernel, which branches on the
-    step) when one of them is the freeze update — the kernel that chunk may run with (`run_chain`'s chunk_at)."""
-    if start + length <= freeze_step:
+def adaptation_start(freeze_step: int, adapt_fraction: float) -> int:
+    """The first update of the adaptation window: the last adapt_fraction of the freeze_step burn-in updates (≥ 1)."""
+    return int(freeze_step) - max(1, int(round(adapt_fraction * int(freeze_step))))
+
+
+def freeze_phase(freeze_step: int, start: int, length: int, adapt_start: int | None = None) -> str | None:
+    """The phase of updates start, …, start + length − 1 of a sampler whose constants freeze at update freeze_step
+    after an adaptation window from update adapt_start (None: no separate adaptation phase): "burn_in" when all precede
+    the window (with adapt_start None: the freeze), "adapt" when all lie in [adapt_start, freeze_step), "window" when
+    all follow the freeze; None (its general kernel, which branches on the step) when they straddle a boundary or one
+    of them is the freeze update — the kernel that chunk may run with (`run_chain`'s chunk_at)."""
+    end = start + length
+    if start > freeze_step:
+        return "window"
+    if adapt_start is None:
+        return "burn_in" if end <= freeze_step else None
+    if end <= adapt_start:
         return "burn_in"
-    return "window" if start > freeze_step else None
+    return "adapt" if start >= adapt_start and end <= freeze_step else None
 
 
 class ChainResult(NamedTuple):

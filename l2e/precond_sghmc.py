@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from l2e.adaptation import halved_gradients, welford
-from l2e.chains import PHASES
+from l2e.chains import PHASES, adaptation_start
 from l2e.checks import check_positive
 from l2e.diffusions import physical_step_size, sghmc_noise_std
 from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_vdot
@@ -153,9 +153,9 @@ def build_kernel(posterior: Posterior, preconditioner: str = "fisher", freeze_st
       freeze_step: the update at which M⁻¹ is set and frozen (the first update of the sampling window), ≥ 1.
       adapt_fraction: the adaptation window is the last adapt_fraction of the burn-in, in (0, 1].
       noise_halves: "fisher" only: estimate the minibatch-noise variance from two half-batches.
-      phase: None — one kernel for every update, branching on the step; "burn_in" / "window" — a kernel for the
-        updates before / after freeze_step only, without those branches and with the same numbers there
-        (l2e.chains.freeze_phase says which a chunk may use).
+      phase: None — one kernel for every update, branching on the step; "burn_in" / "adapt" / "window" — a kernel
+        for the updates before the adaptation window / in it / after freeze_step only, without those branches and
+        with the same numbers there (l2e.chains.freeze_phase says which a chunk may use).
     Returns:
       The kernel; learning_rate = ε²·N (mean-loss units), friction = C, temperature = T are call arguments.
     """
@@ -168,7 +168,7 @@ def build_kernel(posterior: Posterior, preconditioner: str = "fisher", freeze_st
     if not 0.0 < adapt_fraction <= 1.0:
         raise ValueError(f"adapt_fraction must be in (0, 1], got {adapt_fraction}")
     freeze = int(freeze_step)
-    adapt_start = freeze - max(1, int(round(adapt_fraction * freeze)))
+    adapt_start = adaptation_start(freeze, adapt_fraction)
     split = preconditioner == "fisher" and noise_halves
 
     def kernel(key: jax.Array, state: PrecondSGHMCState, minibatch, learning_rate, friction, temperature=1.0):
@@ -177,11 +177,13 @@ def build_kernel(posterior: Posterior, preconditioner: str = "fisher", freeze_st
             noise_std = sghmc_noise_std(eps, friction, temperature)
         if phase is None:
             state = jax.lax.cond(state.step == freeze, lambda s: _freeze(s, preconditioner), lambda s: s, state)
-        inside = (state.step >= adapt_start) & (state.step < freeze)
-        loss, grad_u, noise_var = _gradients(posterior, state, minibatch, split and phase != "window", inside)
-        if phase != "window":
+        inside = (state.step >= adapt_start) & (state.step < freeze) if phase is None else phase == "adapt"
+        loss, grad_u, noise_var = _gradients(posterior, state, minibatch, split and inside is not False, inside)
+        if phase is None:
             state = jax.lax.cond(inside, lambda s: _adapt(s, grad_u, noise_var, preconditioner, posterior.data_size),
                                  lambda s: s, state)
+        elif inside:
+            state = _adapt(state, grad_u, noise_var, preconditioner, posterior.data_size)
         z = normal_like(key, state.position)
         mom = jax.tree.map(lambda r, g, m, n: r - eps * g - eps * friction * m * r + noise_std * n,
                            state.momentum, grad_u, state.inv_mass, z)

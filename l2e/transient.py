@@ -59,7 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from l2e.adaptation import halved_gradients, top_curvature, welford
-from l2e.chains import PHASES, freeze_phase
+from l2e.chains import PHASES, adaptation_start, freeze_phase
 from l2e.checks import check_positive
 from l2e.mass import MASS_FEATURE_NAMES, mass_features
 from l2e.meta_model import MetaMLP, check_mlp_shapes, check_tree, hidden_sizes, mlp_layers_names
@@ -294,21 +294,24 @@ def build_kernel(posterior: Posterior, config: TransientConfig = TransientConfig
     Args:
       posterior: the target (l2e.Posterior).
       config: TransientConfig; freeze_step and adapt_fraction are static.
-      phase: None — one kernel for every update, which branches on the step (burn-in, the freeze, the window); or a
-        kernel specialised to the updates of one phase, without those branches and with the same numbers there:
-        "burn_in" for updates before freeze_step, "window" for updates after it (the freeze update itself needs
-        the general kernel; `chunk_phase` says which a run of updates may use).
+      phase: None — one kernel for every update, which branches on the step (burn-in, adaptation window, the
+        freeze, the window); or a kernel specialised to the updates of one phase (l2e.chains.PHASES), without those
+        branches and with the same numbers there: "burn_in" before the adaptation window, "adapt" in it (up to
+        freeze_step), "window" after freeze_step (the freeze update itself needs the general kernel; `chunk_phase`
+        says which a run of updates may use).
     Returns:
       The kernel; meta_params (φ) and learning_rate (a dimensionless multiplier of η and ε) are traced arguments.
     """
     if phase not in (None,) + PHASES:
         raise ValueError(f"phase must be None or one of {', '.join(PHASES)}, got {phase!r}")
     freeze = int(config.freeze_step)
-    adapt_start = freeze - max(1, int(round(config.adapt_fraction * freeze)))
+    adapt_start = adaptation_start(freeze, config.adapt_fraction)
     n_data = posterior.data_size
 
     def gradients(state, minibatch, inside):
-        if config.noise_halves and phase != "window":
+        if phase is not None:  # the phase says whether this update is in the adaptation window
+            inside = phase == "adapt"
+        if config.noise_halves and inside is not False:
             return halved_gradients(posterior, state.position, minibatch, inside)
         loss, _, grad_u = posterior.value_and_potential_grad(state.position, minibatch)
         return loss, grad_u, jax.tree.map(jnp.zeros_like, grad_u)
@@ -327,7 +330,7 @@ def build_kernel(posterior: Posterior, config: TransientConfig = TransientConfig
                                  lambda s: s, state)
         inside = (state.step >= adapt_start) & (state.step < freeze)
         loss, grad_u, noise = gradients(state, minibatch, inside)
-        if phase == "burn_in":
+        if phase in ("burn_in", "adapt"):
             state, kinetic = burn_in(state)
         elif phase == "window":
             state, kinetic = _window(state, grad_u, k_step, temperature)
@@ -343,7 +346,8 @@ def build_kernel(posterior: Posterior, config: TransientConfig = TransientConfig
 
 def chunk_phase(config: TransientConfig, start: int, length: int) -> str | None:
     """The phase of `build_kernel` that updates start, …, start + length − 1 may use (l2e.chains.freeze_phase)."""
-    return freeze_phase(int(config.freeze_step), start, length)
+    freeze = int(config.freeze_step)
+    return freeze_phase(freeze, start, length, adaptation_start(freeze, config.adapt_fraction))
 
 
 def transient(posterior: Posterior, meta_params: PyTree, config: TransientConfig = TransientConfig()

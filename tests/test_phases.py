@@ -1,6 +1,6 @@
 """Phase kernels (l2e.chains.freeze_phase, run_chain's chunk_at): a sampler that freezes its constants at one update
-(Transient-L2E, preconditioned SGHMC) runs its burn-in chunks and its window chunks with kernels specialised to the
-phase — no per-update branch on the step — and the chunk holding the freeze with its general kernel. The chain is
+(Transient-L2E, preconditioned SGHMC) runs its burn-in, adaptation-window and window chunks with kernels specialised
+to the phase — no per-update branch on the step — and the chunk holding the freeze with its general kernel. The chain is
 the one the general kernel runs: the same samples to float32 rounding (the phase kernels compute the same
 operations; only XLA's fusion may differ: ≤ 64 roundings of the largest coordinate), the same frozen constants
 (rtol 1e-5) and kinetic energies (rtol 1e-4)."""
@@ -13,7 +13,7 @@ import pytest
 
 import l2e
 from l2e import precond_sghmc as P, transient as T
-from l2e.chains import PHASES, ChainSchedule, freeze_phase, make_chunk, run_chain
+from l2e.chains import PHASES, ChainSchedule, adaptation_start, freeze_phase, make_chunk, run_chain
 
 N, D, FREEZE, CHUNK = 100, 10, 40, 10
 SD = np.geomspace(0.3, 3.0, D)
@@ -39,9 +39,13 @@ def precond_kernel(rule):
 
 
 def test_freeze_phase():
+    adapt = adaptation_start(FREEZE, 0.5)
+    assert adapt == 20
+    assert [freeze_phase(FREEZE, s, CHUNK, adapt) for s in (0, 10, 20, 30, 40, 50)] == [
+        "burn_in", "burn_in", "adapt", "adapt", None, "window"]
+    assert freeze_phase(FREEZE, 15, CHUNK, adapt) is None and freeze_phase(FREEZE, 35, CHUNK, adapt) is None
     assert [freeze_phase(FREEZE, s, CHUNK) for s in (0, 30, 40, 50)] == ["burn_in", "burn_in", None, "window"]
-    assert freeze_phase(FREEZE, 35, CHUNK) is None and freeze_phase(FREEZE, 41, CHUNK) == "window"
-    assert T.chunk_phase(T.TransientConfig(freeze_step=FREEZE), 30, CHUNK) == "burn_in"
+    assert T.chunk_phase(T.TransientConfig(freeze_step=FREEZE), 30, CHUNK) == "adapt"
 
 
 @pytest.mark.parametrize("make", [transient_kernel, precond_kernel("fisher"), precond_kernel("rmsprop")],
@@ -60,7 +64,7 @@ def test_phase_kernels_run_the_same_chain(make):
     state, key = init(jnp.full(D, 2.0)), jax.random.PRNGKey(1)
     whole = run_chain(fns[None], state, key, data, None, schedule)
     phased = run_chain(fns[None], state, key, data, None, schedule,
-                       chunk_at=lambda start: fns[freeze_phase(FREEZE, start, CHUNK)])
+                       chunk_at=lambda start: fns[freeze_phase(FREEZE, start, CHUNK, adaptation_start(FREEZE, 0.5))])
     scale = float(np.max(np.abs(np.asarray(whole.samples))))
     np.testing.assert_allclose(np.asarray(phased.samples), np.asarray(whole.samples), rtol=0,
                                atol=64 * np.finfo(np.float32).eps * scale)

@@ -16,7 +16,7 @@ import l2e.precond_sghmc
 from evaluate.budget import single_chain_schedule
 from evaluate.methods.base import Method, check_grid, check_in
 from evaluate.methods.driver import lr_args, run_single_chain
-from l2e.chains import freeze_phase
+from l2e.chains import adaptation_start, freeze_phase
 from l2e.io import ConfigError
 
 __all__ = ["METHOD_TABLE", "PrecondFisherSettings", "PrecondRMSpropSettings", "run_precond"]
@@ -77,7 +77,7 @@ def _runner(rule: str):
         args = {**lr_args(hp), "friction": jnp.asarray(friction, jnp.float32)}
         return run_single_chain(ctx, key, hp, schedule, ("precond_sghmc", rule, freeze, frac),
                                 functools.partial(_kernel, ctx.task, rule, freeze, frac), l2e.precond_sghmc.init,
-                                args, phase_of=functools.partial(freeze_phase, freeze))
+                                args, phase_of=functools.partial(freeze_phase, freeze, adapt_start=adaptation_start(freeze, frac)))
 
     return run
 
