@@ -167,7 +167,7 @@ def _step(entry, post, params, config, phase: str):
     the constants are frozen yet, so it is timed from update 0)."""
     if entry.phase_of is None:
         return entry.factory(post, params, config)
-    kernel = entry.build_kernel(post, config, phase=phase)
+    kernel = entry.kernel(post, config, phase)
     return SamplingAlgorithm(entry.init, lambda key, state, batch: kernel(key, state, batch, params))
 
 

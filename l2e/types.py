@@ -292,6 +292,12 @@ class LearnedSampler:
             raise AttributeError(f"{self.name}: a multi-head meta-model has one input width per head (heads)")
         return len(self.features)
 
+    def kernel(self, posterior, config, phase: str | None = None):
+        """build_kernel(posterior, config) — with `phase`, the kernel of that phase (a sampler with `phase_of`)."""
+        if phase is None:
+            return self.build_kernel(posterior, config)
+        return self.build_kernel(posterior, config, phase=phase)
+
     def sampling_config(self, config, start: int):
         """The sampling-window rule applied for a window starting at update `start`.
 

@@ -111,9 +111,7 @@ def _chunk_outputs(chunk, kinetic: bool):
 
 
 def _make_chunk(cache: ProgramCache, spec: TaskSpec, sampler, schedule: ChainSchedule, phase: str | None = None):
-    entry, posterior = sampler_module(sampler), cache.task(spec).posterior
-    kernel = (entry.build_kernel(posterior, sampler) if phase is None
-              else entry.build_kernel(posterior, sampler, phase=phase))
+    kernel = sampler_module(sampler).kernel(cache.task(spec).posterior, sampler, phase)
     return make_chunk(kernel, Task.sample_batch, schedule.batch_size, schedule.chunk_length)
 
 

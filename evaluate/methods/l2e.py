@@ -46,9 +46,7 @@ def sampler_module(sampler):
 
 
 def _kernel(task, sampler, phase=None):
-    entry = sampler_module(sampler)
-    step = (entry.build_kernel(task.posterior, sampler) if phase is None
-            else entry.build_kernel(task.posterior, sampler, phase=phase))
+    step = sampler_module(sampler).kernel(task.posterior, sampler, phase)
 
     def kernel(key, state, batch, args):
         return step(key, state, batch, args["meta"], learning_rate=args["lr"])
