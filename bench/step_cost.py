@@ -48,7 +48,8 @@ from l2e.learned import REGISTRY
 from l2e.types import SamplingAlgorithm
 
 BASELINES = ("sghmc", "sgld", "csghmc", "psgld", "sgnht", "fsghmc", "smile", "psmile", "baoab", "precond_fisher",
-             "precond_fisher (adapt)", "precond_fisher (window)", "precond_rmsprop", "adaptive_sghmc", "adaptive_sghmc (window)",
+             "precond_fisher (adapt)", "precond_fisher (window)", "precond_rmsprop", "adaptive_sghmc",
+             "adaptive_sghmc (window)",
              "warm_sghmc (Adam)", "warm_sghmc (window)")
 """The hand-designed steps timed; "(window)" rows time a sampler that adapts in burn-in after its freeze (the
 timed calls start at update 0, so the plain row is the burn-in step); preconditioned SGHMC with its phase kernels

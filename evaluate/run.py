@@ -148,13 +148,16 @@ def _config_record(cfg: EvalConfig, tasks: list, samplers: dict, skipped: dict) 
             record["grid_extension"] = (f"a winning lr on an edge of the grid extends it by the grid's ratio at that "
                                         f"edge, at most {GRID_EXTENSIONS} times (hyperparameters.grid_extended)")
         if cfg.kinetic_tolerance is not None:
+            checked = ", ".join(m for m in cfg.methods if get_method(m).kinetic_check) or "none here"
             record["kinetic_tuning"] = (
-                f"a grid point of a method with a kinetic check ({', '.join(m for m in cfg.methods if get_method(m).kinetic_check) or 'none here'}) "
-                f"whose chains' T_kin leave [{1 - cfg.kinetic_tolerance:g}, {1 + cfg.kinetic_tolerance:g}]·T scores +inf, "
-                f"as a divergent one")
+                f"a grid point of a method with a kinetic check ({checked}) whose chains' T_kin leave "
+                f"[{1 - cfg.kinetic_tolerance:g}, {1 + cfg.kinetic_tolerance:g}]·T is ranked behind every point inside "
+                f"the band (hyperparameters.kinetic_rejected)")
         if cfg.failure_extensions:
-            record["failure_extensions"] = (f"when no grid point scores finitely, up to {cfg.failure_extensions} smaller "
-                                            f"lrs (÷ the grid's ratio) are tried (hyperparameters.grid_extended: rescue)")
+            record["failure_extensions"] = (
+                f"when no grid point scores finitely (with kinetic_tolerance: none is inside the band), up to "
+                f"{cfg.failure_extensions} smaller lrs (÷ the grid's ratio) are tried (hyperparameters.grid_extended: "
+                f"rescue)")
     if len(cfg.seed_list) > 1:
         record["seed_aggregation"] = SE_NOTE
     if "l2e" in samplers:

@@ -333,6 +333,6 @@ def init_meta_params(key: jax.Array, hidden: Sequence[int] = (32, 32), start: st
 LEARNED = LearnedSampler(
     name="l2e", title="L2E (paper form)", config=L2EConfig, config_group="sampler", init=init,
     build_kernel=build_kernel, factory=l2e, features=FEATURE_NAMES, outputs=2, init_meta_params=init_meta_params,
-    lrs=(0.25, 0.5, 1.0), shipped=(Shipped("paper-form"), Shipped("small-l2e", "small_l2e")),
+    lrs=(0.25, 0.5, 1.0), shipped=(Shipped("paper-form"), Shipped("small-l2e", "small_l2e")), samples=False,
 )
 """The paper-form L2E in the learned-sampler registry (l2e.learned): not a sampler for general φ (docs/sampling.md)."""

@@ -256,6 +256,8 @@ class LearnedSampler:
       shipped: the checkpoints of this kind shipped with the package (`Shipped`), the first one the kind's own.
       check: (restored tree, where) -> tree of float32 numpy leaves, ValueError naming `where` otherwise — for a
         meta-parameter tree that is not one Dense stack per head (None: `features` / `outputs` describe the stacks).
+      samples: a sampler at its temperature for every φ (correct by construction), so its kinetic temperature is a
+        stationarity check (evaluate's Method.kinetic_check); False for the paper-form step, which is not.
       phase_of: (config, start, length) -> the phase that updates start … start + length − 1 may run with, passed
         as build_kernel(posterior, config, phase=…) for a kernel without per-update branches (the same numbers),
         or None for the general kernel; None: the sampler has one kernel (`l2e.chains.run_chain`'s chunk_at).
@@ -276,6 +278,7 @@ class LearnedSampler:
     lrs: tuple[float, ...] = (0.01, 0.03, 0.1)
     shipped: tuple[Shipped, ...] = ()
     check: Callable[[Any, str], PyTree] | None = None
+    samples: bool = True
     phase_of: Callable[[Any, int, int], str | None] | None = None
 
     @property

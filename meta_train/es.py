@@ -236,9 +236,9 @@ def _sequential_samples(cache, spec, population, keys, inner: Inner, progress):
     wanted = set(schedule.sample_steps)
     samples, kinetic = [[] for _ in range(p)], [[] for _ in range(p)]
     for start in range(0, schedule.num_steps, length):
+        fn = chunk(start)  # one program lookup per chunk, not per member
         for m in range(p):
-            states[m], kin = chunk(start)(states[m], chain_keys[m], jnp.asarray(start, jnp.int32), train[m],
-                                          metas[m])
+            states[m], kin = fn(states[m], chain_keys[m], jnp.asarray(start, jnp.int32), train[m], metas[m])
             kinetic[m].append(kin)
             if start + length in wanted:
                 samples[m].append(states[m].position)

@@ -123,11 +123,11 @@ def settings_class_name(method: str) -> str:
     return "".join(words.get(w, w.capitalize()) for w in method.split("_")) + "Settings"
 
 
-SHIPPED_LEARNED = tuple((s.method, settings_class_name(s.method), s.name, entry.lrs, entry.name != "l2e")
+SHIPPED_LEARNED = tuple((s.method, settings_class_name(s.method), s.name, entry.lrs, entry.samples)
                         for entry in learned.REGISTRY.values() for s in entry.shipped if s.method)
-"""(method, settings class, shipped checkpoint, default lr grid, kinetic check: not the paper form) of every shipped
-learned sampler with a method of its
-own, from the learned-sampler registry (l2e.learned) in its order: a new row there is a new method here."""
+"""(method, settings class, shipped checkpoint, default lr grid, kinetic check: LearnedSampler.samples) of every
+shipped learned sampler with a method of its own, from the learned-sampler registry (l2e.learned) in its order: a
+new row there is a new method here."""
 
 METHOD_TABLE: dict[str, Method] = {row[0]: learned_method(*row) for row in SHIPPED_LEARNED}
 """The methods of SHIPPED_LEARNED by name (registry entries "l2e:<name>")."""
