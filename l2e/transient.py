@@ -244,8 +244,9 @@ def _freeze(state: TransientState, phi, config: TransientConfig, n_data: int, ke
 
 
 def _burn_in(state: TransientState, grad_u, noise, key, phi, config: TransientConfig, n_data: int, scale, freeze,
-             adapt_start) -> tuple[TransientState, jax.Array]:
-    """One burn-in update (module docstring) and its statistics."""
+             adapt_start, phase: str | None = None) -> tuple[TransientState, jax.Array]:
+    """One burn-in update (module docstring) and its statistics (none in the "burn_in" phase kernel, which runs
+    before the adaptation window only)."""
     tau = state.step.astype(jnp.float32) / freeze
     log_eta, log_tb = _schedule(phi, tau)
     eta = config.base_step * scale * jnp.exp(log_eta)
@@ -259,6 +260,8 @@ def _burn_in(state: TransientState, grad_u, noise, key, phi, config: TransientCo
         return x - (eta / n_data) * precond * g + jnp.sqrt(2.0 * (eta / n_data) * temp_b * precond) * zi
 
     pos = jax.tree.map(move, state.position, grad_u, sq, z)
+    if phase == "burn_in":  # statically outside the adaptation window: the statistics stay as they are
+        return state._replace(position=pos, sq=sq), jnp.zeros((), jnp.float32)
     inside = state.step >= adapt_start
     count = state.count + jnp.where(inside, 1.0, 0.0)
     safe = jnp.maximum(count, 1.0)
@@ -321,7 +324,8 @@ def build_kernel(posterior: Posterior, config: TransientConfig = TransientConfig
         k_step, k_freeze = jax.random.split(key)
 
         def burn_in(s):
-            return _burn_in(s, grad_u, noise, k_step, meta_params, config, n_data, learning_rate, freeze, adapt_start)
+            return _burn_in(s, grad_u, noise, k_step, meta_params, config, n_data, learning_rate, freeze, adapt_start,
+                            phase)
 
         if phase is None:
             state = jax.lax.cond(state.step == freeze,
