@@ -141,6 +141,9 @@ def build_reference_parser() -> argparse.ArgumentParser:
                         "members (full-batch Adam from the initialiser's draws)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the given tasks' references in an existing reference directory")
+    p.add_argument("--keep-draws", type=int, default=None, metavar="N",
+                   help="classification: at most N draws keep their per-draw test probabilities (draw_probs.npz, "
+                        "for the budget curves; default: 400)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -154,7 +157,8 @@ def _reference_inputs(args):
 
     for flag, value, low in (("--chains", args.chains, 1), ("--warmup", args.warmup, 0),
                              ("--samples", args.samples, 4), ("--thinning", args.thinning, 1),
-                             ("--max-doublings", args.max_doublings, 1)):
+                             ("--max-doublings", args.max_doublings, 1),
+                             ("--keep-draws", 1 if args.keep_draws is None else args.keep_draws, 1)):
         if value < low:
             raise ConfigError(f"{flag} must be ≥ {low}, got {value}")
     from cli import limits
@@ -193,7 +197,7 @@ def _write_references(args, cfg, names, selected, out: Path, built: dict) -> Non
     import jax
     from tqdm import tqdm
 
-    from evaluate.hmc_reference import compute_reference, summary_line
+    from evaluate.hmc_reference import MAX_DRAWS, compute_reference, summary_line
     from tasks.reference import write_reference
 
     root = jax.random.PRNGKey(cfg.seed)
@@ -208,7 +212,7 @@ def _write_references(args, cfg, names, selected, out: Path, built: dict) -> Non
             arrays, meta = compute_reference(built[i], jax.random.fold_in(root, i), args.chains, args.warmup,
                                              args.samples, args.thinning, args.init,
                                              max_num_doublings=args.max_doublings, name=name, seed=cfg.seed,
-                                             progress=progress)
+                                             progress=progress, keep_draws=args.keep_draws or MAX_DRAWS)
             meta["key"] = f"fold_in(PRNGKey({cfg.seed}), {i}) (task index {i} of " + (
                 "the --task strings)" if args.task_strings else f"preset {args.preset!r})")
         task_dir = write_reference(out, name, arrays, meta)

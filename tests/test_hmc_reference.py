@@ -77,6 +77,20 @@ def test_cli_writes_a_classification_reference(iris_ref):
 
 
 @pytest.mark.slow
+def test_keep_draws_thins_the_per_draw_file_not_the_chains(iris_ref, tiny_preset, tmp_path):
+    from tasks.reference import load_draws
+
+    out = tmp_path / "thin"
+    assert main(["reference", "--preset", tiny_preset, "--output", str(out), *FAST, "--keep-draws", "10"]) == 0
+    full = load_draws(iris_ref / "iris_mlp-linear", "classification")
+    thin = load_draws(out / "iris_mlp-linear", "classification")
+    assert full["probs"].shape[0] == 80 and thin["probs"].shape[0] == 10  # 2 chains × 40 kept / × 5 kept
+    assert sorted(set(thin["chain"].tolist())) == [0, 1]
+    same = (out / "iris_mlp-linear" / "probs.txt").read_bytes() == (iris_ref / "iris_mlp-linear" / "probs.txt").read_bytes()
+    assert same  # the same chains: only the per-draw file is thinned
+
+
+@pytest.mark.slow
 def test_directory_round_trips_through_load_references(iris_ref):
     task = build(IRIS)
     for refs in ({None: iris_ref}, {NAME: str(iris_ref)}):
@@ -168,7 +182,8 @@ def test_cli_refuses_outputs_it_must_not_touch(tiny_preset, tmp_path, capsys, se
 
 def test_cli_bad_arguments(tiny_preset, tmp_path, capsys):
     for args, words in ((["--task", "nope"], "unknown task 'nope'"), (["--samples", "2"], "--samples must be ≥ 4"),
-                        (["--preset", "huge"], "unknown preset 'huge'")):
+                        (["--preset", "huge"], "unknown preset 'huge'"),
+                        (["--keep-draws", "0"], "--keep-draws must be ≥ 1")):
         argv = ["reference", "--preset", tiny_preset, "--output", str(tmp_path / "o"), *FAST, *args]
         assert main(argv) == 2
         err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
