@@ -31,7 +31,9 @@ def build_curve_parser():
                            description="Budget curves: every method's fidelity to a NUTS reference against its "
                                        "gradient budget, tuned once by validation NLL and by the oracle.")
     p.add_argument("--reference", default=None, help="reference directory (python -m evaluate reference) whose "
-                   "tasks keep per-draw predictives (required unless --merge)")
+                   "tasks keep per-draw predictives (required unless --merge; with --merge: recompute each task's "
+                   "floors from it and re-read every row against them, e.g. a run made before the floors held the "
+                   "K-draw spread of the predictive variance; one DIR is then enough)")
     p.add_argument("--merge", action="append", default=[], metavar="DIR",
                    help="instead of running: pool the method rows of curve runs DIR (repeatable; same budgets, chain "
                         "allocations, seeds, tuning budget and floors) into one report in --output")
@@ -107,6 +109,35 @@ def run_curves(cfg, curve, reference_dir, names, sampler_path=None, progress=Non
     return out
 
 
+def _refloor(part: dict, reference_dir: str, where: str) -> dict:
+    """A curve result whose tasks' floors get the K-draw spread of the predictive variance from the reference's draws
+    (the same K and resamples; the reference must keep as many draws as the run's) and every row's gradients to floor
+    re-read against them (evaluate.curve.fidelity.to_floor)."""
+    from evaluate.curve.fidelity import predictive_variance_spread, to_floor
+    from tasks.likelihoods import likelihood_of
+    from tasks.reference import load_draws, read_json_index
+
+    index = read_json_index(Path(reference_dir), f"reference directory {reference_dir}")
+    for name, task in part["tasks"].items():
+        if name not in index:
+            raise ConfigError(f"{where}: task {name!r} is not in the reference directory {reference_dir}")
+        kind = index[name]["kind"]
+        draws = load_draws(Path(reference_dir) / index[name]["dir"], kind)
+        if draws is None:
+            raise ConfigError(f"{where}: the reference of {name!r} keeps no per-draw predictives")
+        lik = likelihood_of(kind)
+        outputs, old = lik.reference_outputs(draws), task["floors"]
+        if outputs.shape[0] != old["draws"]:
+            raise ConfigError(f"{where}: {name!r}: the reference keeps {outputs.shape[0]} draws, the run's floors "
+                              f"used {old['draws']} (another reference?)")
+        new = {**old, "predictive_variance": predictive_variance_spread(lik, outputs, old["k"], old["resamples"])}
+        task["floors"] = new
+        for row in task["methods"].values():
+            for choice in row["choices"].values():
+                choice["to_floor"] = to_floor(choice["seeds"], new)
+    return part
+
+
 def _merge_main(args, out: Path) -> int:
     """--merge: read every DIR/curve.json, pool them (evaluate.curve.report.merge_results), write --output."""
     from cli import publish_dir, staging_dir
@@ -117,8 +148,8 @@ def _merge_main(args, out: Path) -> int:
     from cli.outputs import check_output_dir
     from evaluate.report import probe_writable
 
-    if len(args.merge) < 2:
-        raise ConfigError("--merge needs at least two curve runs")
+    if len(args.merge) < (1 if args.reference else 2):
+        raise ConfigError("--merge needs at least two curve runs (or one with --reference, to re-read it)")
     check_output_dir(out, "curve", "curve.json", args.overwrite, ConfigError)
     probe_writable(out, ConfigError)
     parts = []
@@ -127,9 +158,19 @@ def _merge_main(args, out: Path) -> int:
         if not isinstance(part, dict) or not {"k", "curve", "methods", "tasks"} <= set(part):
             raise ConfigError(f"{Path(d) / 'curve.json'} is not a curve result (k, curve, methods, tasks)")
         parts.append(part)
+    if args.reference:
+        try:
+            parts = [_refloor(p, args.reference, d) for p, d in zip(parts, args.merge)]
+        except (KeyError, TypeError, AttributeError) as e:
+            raise ConfigError(f"cannot re-read {', '.join(args.merge)}: {type(e).__name__} {one_line(e)}") from None
     try:  # the pooled result rendered before anything is written: a part lacking a field is an input error
         results = merge_results(parts, replace=args.replace)
-        results["merged"] = list(args.merge)
+        merged = parts[0].get("merged") if len(parts) == 1 else None  # re-reading one merged run keeps its parts
+        results["merged"] = list(merged or args.merge)
+        if merged:
+            results["merged_from"] = parts[0].get("merged_from", len(merged))
+        if args.reference:
+            results["reread_with"] = str(args.reference)
         text = curve_markdown(results)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
         raise ConfigError(f"cannot merge {', '.join(args.merge)}: {type(e).__name__} {one_line(e)} (not the "
@@ -140,8 +181,13 @@ def _merge_main(args, out: Path) -> int:
     pngs = plot_curves(results, stage)
     replaced = sorted({m for t in results["tasks"].values() for m in t.get("replaced", [])})
     note = f" Rows of {', '.join(replaced)} from the later run replace the earlier." if replaced else ""
-    atomic_write_text(stage / "curve.md", "# Budget curves\n\n" + f"Merged from {', '.join(args.merge)}.{note}\n\n"
-                      + text + "\n" + "".join(f"![{p}]({p})\n" for p in pngs))
+    if args.reference:
+        note += (f" Every row re-read against the floors with the K-draw spread of the predictive variance from "
+                 f"{args.reference}.")
+    head = (f"Merged from {', '.join(results['merged'])}." if len(results["merged"]) > 1
+            else f"The run of {results['merged'][0]}.")
+    atomic_write_text(stage / "curve.md", "# Budget curves\n\n" + head + note + "\n\n" + text + "\n"
+                      + "".join(f"![{p}]({p})\n" for p in pngs))
     publish_dir(stage, out, ("curve.json", "curve.md", *pngs), kind="curve")
     lock.release(failed=False)
     print(f"curves: {out / 'curve.md'} (merged {len(parts)} runs)")

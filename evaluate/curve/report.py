@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluate.curve.fidelity import DISPERSION_BAND, FLOOR_FACTOR
+from evaluate.curve.fidelity import DISPERSION_BAND, FLOOR_FACTOR, dispersion_band
 from evaluate.methods import get_method
 
 __all__ = ["curve_markdown", "learned_vs_bar", "merge_results", "plot_curves", "strongest_hand_designed"]
@@ -29,6 +29,18 @@ def _to_floor(summary: dict, add: float = 0.0) -> str:
     if summary["reached"] < summary["seeds"]:
         text += f" ({summary['reached']}/{summary['seeds']} seeds)"
     return text
+
+
+def _pv_band(floors: dict) -> str:
+    band = dispersion_band(floors).get("predictive_variance")
+    if band is None:
+        return (f" Predictive-variance band: [{DISPERSION_BAND[0]}, {DISPERSION_BAND[1]}] (a run made before the "
+                "floors held the K-draw spread; re-read it with --merge DIR --reference).")
+    div, lo, hi = band
+    sp = floors["predictive_variance"]
+    return (f" Predictive-variance ratio of K exact draws: median {div:.3f} "
+            f"(5–95 %: {sp['q05']:.3f}–{sp['q95']:.3f});"
+            f" a run's ratio is in band in [{div * lo:.3f}, {div * hi:.3f}] (÷ {div:.3f}: [{lo:.2f}, {hi:.2f}]).")
 
 
 def _last_point_stats(choice: dict) -> dict:
@@ -123,15 +135,17 @@ def curve_markdown(results: dict) -> str:
              f"per run; chain allocations M = {', '.join(map(str, cfg['chains']))}; seeds {cfg['seeds']}; grids tuned "
              f"once at G = {cfg['tune_budget']} (tuning keys of seed {cfg['tune_seed']}), by validation NLL and by "
              f"the oracle (TV/floor + E²/floor to the reference). Gradients to reach {FLOOR_FACTOR} × the K-draw floor "
-             f"(interpolated in log G; counted only with every dispersion ratio in [{DISPERSION_BAND[0]}, "
-             f"{DISPERSION_BAND[1]}]); mean ± s.e. over the seeds that reach it. Tuning-inclusive: + the grid's "
-             "gradients (points × tuning budget).", ""]
+             f"(interpolated in log G; counted only with the weight-norm and pairwise ratios in [{DISPERSION_BAND[0]}, "
+             f"{DISPERSION_BAND[1]}] and the predictive-variance ratio in the band K exact draws span, below); "
+             "mean ± s.e. over the seeds that reach it. Tuning-inclusive: + the grid's gradients (points × tuning "
+             "budget).", ""]
     for name, task in results["tasks"].items():
         f = task["floors"]
         lines += [f"## {name}", "",
                   f"K-draw floor ({f['resamples']} resamples of K = {f['k']} of the reference's {f['draws']} draws): "
                   f"TV {_fmt(f['tv']['median'])} (10–90 %: {_fmt(f['tv']['q10'])}–{_fmt(f['tv']['q90'])}), "
-                  f"E² {_fmt(f['energy']['median'])} ({_fmt(f['energy']['q10'])}–{_fmt(f['energy']['q90'])}).", ""]
+                  f"E² {_fmt(f['energy']['median'])} ({_fmt(f['energy']['q10'])}–{_fmt(f['energy']['q90'])})."
+                  + _pv_band(f), ""]
         bar = {m: strongest_hand_designed(task, m) for m, _ in METRICS}
         lines += ["Strongest hand-designed sampler at its best (oracle-tuned, grid not counted): " + "; ".join(
             f"{label}: {b[0]} ({b[1]:,.0f} gradients)" if b else f"{label}: none reaches the floor on every seed"
@@ -192,8 +206,9 @@ def plot_curves(results: dict, out_dir: Path) -> list[str]:
             ax.axhline(FLOOR_FACTOR * f["median"], color="black", lw=1, ls=":")
             ax.set_ylabel(label)
             ax.set_yscale("log")
-        axes[2].axhspan(*DISPERSION_BAND, color="grey", alpha=0.25)
-        axes[2].set_ylabel("predictive-variance ratio")
+        div, lo, hi = dispersion_band(task["floors"]).get("predictive_variance", (1.0, *DISPERSION_BAND))
+        axes[2].axhspan(div * lo, div * hi, color="grey", alpha=0.25)
+        axes[2].set_ylabel("predictive-variance ratio (grey: in band)")
         for ax, xl in zip(axes, ("gradients", "gradients", "gradients", "seconds")):
             ax.set_xscale("log")
             ax.set_xlabel(xl)

@@ -27,7 +27,7 @@ from typing import Callable
 import jax
 import numpy as np
 
-from evaluate.curve.fidelity import energy_distance, floors, gradients_to_floor, pairwise_mean
+from evaluate.curve.fidelity import energy_distance, floors, pairwise_mean, to_floor
 from evaluate.dispersion import dispersion_entry
 from evaluate.methods import get_method, run_method, split_data
 from evaluate.methods.outputs import predict_outputs
@@ -157,13 +157,6 @@ def _tune(task, task_key, method: str, cfg, cache, extra: dict, ref: _Reference,
             "budget": cfg.num_steps}
 
 
-def _summary(values: list) -> dict:
-    reached = [v for v in values if v is not None]
-    mean = float(np.mean(reached)) if reached else None
-    se = float(np.std(reached, ddof=1) / math.sqrt(len(reached))) if len(reached) > 1 else None
-    return {"per_seed": values, "reached": len(reached), "seeds": len(values), "mean": mean, "se": se}
-
-
 def curve_task(task, task_index: int, ref_entry: dict, draws: dict, cfg, curve: CurveConfig, methods, samplers: dict,
                cache, progress: Callable[[str], None] | None = None, warm_factory: Callable | None = None) -> dict:
     """The curves of one task (module docstring): {"floors", "methods": {row name: {...}}}.
@@ -216,7 +209,7 @@ def curve_task(task, task_index: int, ref_entry: dict, draws: dict, cfg, curve: 
 
 def _curves(task, task_index, method, hp, base, curve: CurveConfig, cache, extra, ref: _Reference, warm_factory,
             chains, say, name) -> dict:
-    seeds, to_tv, to_e = {}, [], []
+    seeds = {}
     for seed in curve.seeds:
         task_key = jax.random.fold_in(jax.random.PRNGKey(seed), task_index)
         warm = warm_factory(task, task_key, chains) if warm_factory is not None else None
@@ -228,6 +221,4 @@ def _curves(task, task_index, method, hp, base, curve: CurveConfig, cache, extra
                            "divergent_chains": res.divergent_chains, **ref.point(task, res)})
             say(f"{task.spec.name} {name} seed {seed} G={g}: tv {points[-1]['tv']} ({time.perf_counter() - t0:.1f} s)")
         seeds[str(seed)] = points
-        to_tv.append(gradients_to_floor(points, "tv", ref.floors["tv"]["median"]))
-        to_e.append(gradients_to_floor(points, "energy", ref.floors["energy"]["median"]))
-    return {"seeds": seeds, "to_floor": {"tv": _summary(to_tv), "energy": _summary(to_e)}}
+    return {"seeds": seeds, "to_floor": to_floor(seeds, ref.floors)}
