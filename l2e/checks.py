@@ -78,3 +78,19 @@ def check_in_range(name: str, value, low: float, high: float, include_high: bool
     if not ok:
         bracket = "]" if include_high else ")"
         raise ValueError(f"{name} must be in [{low}, {high}{bracket}, got {value}")
+
+
+def check_choice(name: str, value, allowed) -> None:
+    """Check that `value` is one of `allowed` (a configuration's named option).
+
+    Args:
+      name: the name in the error message.
+      value: the value.
+      allowed: the allowed values.
+    Returns:
+      None.
+    Raises:
+      ValueError: naming the allowed values.
+    """
+    if value not in tuple(allowed):
+        raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, got {value!r}")

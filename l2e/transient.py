@@ -9,8 +9,7 @@ with a learned schedule of its step η(τ) (parameter units per update) and temp
     log η(τ) = log η₀ + B·tanh(a(τ)/B),   log T_b(τ) = log T + (1 − τ)·B·tanh(b(τ)/B),
 
 a, b piecewise linear between KNOTS evenly spaced knots (φ["schedule"]), B = LOG_BOUND. The burn-in only has to
-reach the typical set and spread; no sample is taken in it. Over its last adapt_fraction it gathers Welford means and
-variances of θ and of the potential gradient ∇Ũ.
+reach the typical set and spread. Over its last adapt_fraction it gathers Welford statistics of θ and ∇Ũ.
 
 At the freeze (update freeze_step), from those statistics (n states):
 
@@ -28,8 +27,7 @@ damping per update. A diagonal mass cannot whiten correlated directions, so ε i
 Minibatch noise (noise_halves): in the adaptation window each gradient is the mean of two half-batch gradients and
 V̂ᵢ = mean (∇ᵢŨ₁ − ∇ᵢŨ₂)²/4 estimates the full batch's gradient-noise variance; the window raises each friction to
 γᵢ = max(γ, 2·ε·V̂ᵢ·M⁻¹ᵢ/(2T)) and injects the thermostat's noise less the minibatch's (Chen et al.'s SGHMC
-correction). Uncorrected, the momentum gains ε²Vᵢ per update, a T_kin excess ≈ ε·Vᵢ·M⁻¹ᵢ/(2γT) (measured on
-digits/mlp-32: T_kin 1.6 after 4,000 window updates).
+correction). Uncorrected, the momentum gains ε²Vᵢ per update, a T_kin excess ≈ ε·Vᵢ·M⁻¹ᵢ/(2γT).
 
 Window (t ≥ freeze_step): SGHMC with mass M and friction Dᵢ = γᵢ·Mᵢ,
 
@@ -38,16 +36,17 @@ Window (t ≥ freeze_step): SGHMC with mass M and friction Dᵢ = γᵢ·Mᵢ,
 with ε·γᵢ capped at MAX_DAMPING = 1 per update (the update stays a contraction of r; where the cap binds, the
 minibatch noise exceeds what the thermostat can absorb at this ε and that coordinate keeps some excess heat). Its
 stationary law is exp(−U(θ)/T − ½rᵀM⁻¹r/T) for every constant M, ε, γᵢ when the minibatch noise's variance is V̂
-(exact gradients: V̂ = 0, plain SGHMC): correct by construction whatever φ is, up to the noise estimate. (This
-splitting's momentum runs at T/(1 − εγᵢ/2) even where θ's law is exact to O(ε²λ) — the friction's Euler step; so
-where εγᵢ is large, T_kin overstates the error: 2·T at εγᵢ = 1, docs/sampling.md. On power plant, where the
-correction raises εγᵢ to 0.2–1, T_kin reads 1.22–1.56 over 3 seeds at G = 8,000 and Σ(1 − εγᵢ/2)·rᵢ(M⁻¹r)ᵢ/d, which
-divides the splitting's bias out, 1.03–1.06. Capping ε so that no coordinate hits MAX_DAMPING was tried and dropped:
-1.03–1.05, no better, with a 1.3–1.6× smaller ε on 2 of 3 seeds.)
+(exact gradients: V̂ = 0, plain SGHMC): correct by construction whatever φ is, up to the noise estimate. (Where εγᵢ
+is large T_kin overstates the error by the friction's Euler step, T/(1 − εγᵢ/2): docs/sampling.md.)
 
 φ with every entry 0 (start "sghmc") is the hand-designed counterpart: a pSGLD burn-in at constant η₀ and T, then
 SGHMC preconditioned by the Fisher diagonal at κ₀ and δ₀. The kernel's `learning_rate` is a dimensionless multiplier
 of η and ε (1: the sampler as configured; the evaluation gives it no grid).
+
+Ablations (TransientConfig.burn_in / .constants; each ignores part of φ): burn_in "constant" (η₀, T: pSGLD) or
+"warm" (η₀ at T = 0, RMSprop descent, until the adaptation window, T in it); constants "fisher" (the uncorrected
+Fisher diagonal, κ₀, δ₀) or "rmsprop" (the shape of the burn-in's 1/(λ + √v), Izmailov et al.'s preconditioned
+SGHMC, at the Fisher diagonal's geometric-mean scale; κ₀, δ₀).
 """
 from __future__ import annotations
 
@@ -60,7 +59,7 @@ import numpy as np
 
 from l2e.adaptation import halved_gradients, top_curvature, welford
 from l2e.chains import PHASES, adaptation_start, freeze_phase
-from l2e.checks import check_positive
+from l2e.checks import check_choice, check_in_range, check_positive
 from l2e.mass import MASS_FEATURE_NAMES, mass_features
 from l2e.meta_model import MetaMLP, check_mlp_shapes, check_tree, hidden_sizes, mlp_layers_names
 from l2e.types import (
@@ -83,6 +82,7 @@ POWER_ITERATIONS = 20
 MAX_DAMPING = 1.0
 """ε·γᵢ ≤ MAX_DAMPING: the window's friction update r − εγᵢr stays a contraction."""
 FEATURE_NAMES = MASS_FEATURE_NAMES + ("log_fisher_scale",)
+BURN_INS, CONSTANTS = ("learned", "constant", "warm"), ("learned", "fisher", "rmsprop")
 _TINY = 1e-30
 
 
@@ -95,8 +95,8 @@ class TransientConfig:
     G ≤ 1/λ: where the likelihood gradient vanishes — a dead unit, a constant input — the prior's explicit-Euler
     step η·G/(N·σ_p²) would exceed 2 and diverge, as measured on digits with λ = 10⁻⁸); noise_halves: estimate
     the minibatch gradient-noise variance in the adaptation window from two half-batches (an even batch; every
-    minibatch leaf's leading axis) and correct the window for it (False: no correction, for exact gradients or
-    minibatches without a batch axis)."""
+    minibatch leaf's leading axis) and correct the window for it (False: exact gradients, or no batch axis);
+    burn_in, constants: the ablations of the module docstring ("learned": the sampler as meta-trained)."""
 
     temperature: float = 1.0
     freeze_step: int = 1000
@@ -107,16 +107,18 @@ class TransientConfig:
     rms_decay: float = 0.99
     rms_eps: float = 1e-4
     noise_halves: bool = True
+    burn_in: str = "learned"
+    constants: str = "learned"
 
     def __post_init__(self):
+        check_choice("burn_in", self.burn_in, BURN_INS), check_choice("constants", self.constants, CONSTANTS)
         check_positive(temperature=self.temperature, base_step=self.base_step, base_kappa=self.base_kappa,
                        base_damping=self.base_damping, rms_eps=self.rms_eps)
         if isinstance(self.freeze_step, bool) or not isinstance(self.freeze_step, int) or self.freeze_step < 1:
             raise ValueError(f"freeze_step must be an integer ≥ 1, got {self.freeze_step!r}")
         if not 0.0 < self.adapt_fraction <= 1.0:
             raise ValueError(f"adapt_fraction must be in (0, 1], got {self.adapt_fraction}")
-        if not 0.0 <= self.rms_decay < 1.0:
-            raise ValueError(f"rms_decay must be in [0, 1), got {self.rms_decay}")
+        check_in_range("rms_decay", self.rms_decay, 0.0, 1.0, include_high=False)
 
 
 class TransientState(NamedTuple):
@@ -218,6 +220,12 @@ def _freeze(state: TransientState, phi, config: TransientConfig, n_data: int, ke
     mean = sum(jnp.sum(v) for v in leaves) / sum(v.size for v in leaves)
     w = state.count / (state.count + SHRINK)
     log_s2 = jax.tree.map(lambda v: w * (v - mean) + mean, log_s2)
+    if config.constants == "rmsprop":  # the burn-in preconditioner's shape at the Fisher diagonal's mean scale
+        log_g = jax.tree.map(lambda v: -jnp.log(config.rms_eps + jnp.sqrt(v)), state.sq)
+        g_mean = sum(jnp.sum(v) for v in jax.tree.leaves(log_g)) / sum(v.size for v in leaves)
+        log_s2 = jax.tree.map(lambda v: v - g_mean + mean, log_g)
+    if config.constants != "learned":  # the hand-designed rules: φ's mass correction, step and damping unused
+        phi = init_meta_params(jax.random.PRNGKey(0), hidden_sizes(phi["mass"]), start="sghmc")
     avg_grad = jax.tree.map(lambda m: m / n_data, state.mean_g)
     avg_sq = jax.tree.map(lambda vg, m: (vg + m * m) / float(n_data) ** 2, var_g, state.mean_g)
     feats = jnp.concatenate([mass_features(state.position, avg_grad, avg_sq),
@@ -248,9 +256,11 @@ def _burn_in(state: TransientState, grad_u, noise, key, phi, config: TransientCo
     """One burn-in update (module docstring) and its statistics (none in the "burn_in" phase kernel, which runs
     before the adaptation window only)."""
     tau = state.step.astype(jnp.float32) / freeze
-    log_eta, log_tb = _schedule(phi, tau)
+    log_eta, log_tb = _schedule(phi, tau) if config.burn_in == "learned" else (0.0, 0.0)
     eta = config.base_step * scale * jnp.exp(log_eta)
     temp_b = config.temperature * jnp.exp(log_tb)
+    if config.burn_in == "warm":  # descent (T = 0) before the adaptation window, sampling at T inside it
+        temp_b = 0.0 if phase == "burn_in" else jnp.where(state.step >= adapt_start, temp_b, 0.0)
     rho, lam = config.rms_decay, config.rms_eps
     sq = jax.tree.map(lambda v, g: rho * v + (1.0 - rho) * jnp.square(g / n_data), state.sq, grad_u)
     z = normal_like(key, state.position)

@@ -9,7 +9,12 @@
   gradient-noise bias, larger where M⁻¹ is large): the
   variance ratios on a 10-D anisotropic Gaussian and on the banana, and E[θ1²θ2], lie inside SGHMC's 3-seed band ±
   SLACK at SGHMC's ε, and T_kin is within 10 % of T;
-- it loads through the registry (checkpoint round trip, l2e.transient at the top level) with no learning rate.
+- it loads through the registry (checkpoint round trip, l2e.transient at the top level) with no learning rate;
+- the ablations are configurations that ignore part of φ: burn_in "constant" + constants "fisher" with φ far from 0
+  is the φ = 0 chain (float32 roundings); "warm" injects no noise before the adaptation window (two keys, one
+  position) and noise inside it; "rmsprop" freezes M⁻¹ with the RMSprop preconditioner's shape (log M⁻¹ minus
+  log 1/(λ + √v) constant across coordinates) at the Fisher diagonal's geometric mean; the window with "warm" and
+  "rmsprop" samples the 10-D Gaussian inside SGHMC's band (slow); unknown options are refused.
 """
 from __future__ import annotations
 
@@ -175,3 +180,70 @@ def test_freeze_on_a_data_set_larger_than_int32_squares(kind):
         state, info = sampler.step(jax.random.PRNGKey(t), state, jnp.zeros((8, 5)))
     assert bool(info.is_finite) and np.all(np.isfinite(np.asarray(state.position)))
 
+
+
+def _steps(alg, n, key=0, dim=D):
+    state = alg.init(jnp.ones(dim))
+    step = jax.jit(alg.step)
+    for t in range(n):
+        batch = jax.random.normal(jax.random.PRNGKey(500 + t), (8, dim))
+        state, _ = step(jax.random.PRNGKey(1000 * key + t), state, batch)
+    return state
+
+
+def test_ablations_ignore_their_part_of_phi():
+    post = gaussian_posterior()
+    cfg = T.TransientConfig(freeze_step=40, base_step=1e-2)
+    zero = _steps(T.transient(post, T.init_meta_params(jax.random.PRNGKey(0)), cfg), 60)
+    abl = _steps(T.transient(post, far_params(), dataclasses.replace(cfg, burn_in="constant", constants="fisher")), 60)
+    learned = _steps(T.transient(post, far_params(), cfg), 60)
+    np.testing.assert_allclose(abl.position, zero.position, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(abl.inv_mass, zero.inv_mass, rtol=1e-5)
+    assert float(abl.eps) == pytest.approx(float(zero.eps), rel=1e-6)
+    assert not np.allclose(learned.position, zero.position, rtol=1e-3)  # φ matters where the ablation ignores it
+    with pytest.raises(ValueError, match="burn_in must be one of learned, constant, warm"):
+        T.TransientConfig(burn_in="sgd")
+    with pytest.raises(ValueError, match="constants must be one of"):
+        T.TransientConfig(constants="adam")
+
+
+def test_warm_burn_in_descends_then_samples_and_rmsprop_takes_its_shape():
+    post = gaussian_posterior()
+    cfg = T.TransientConfig(freeze_step=40, base_step=1e-2, burn_in="warm", constants="rmsprop")  # adapt from 20
+    alg = T.transient(post, T.init_meta_params(jax.random.PRNGKey(0)), cfg)
+    a, b = _steps(alg, 20, key=1), _steps(alg, 20, key=2)
+    np.testing.assert_array_equal(a.position, b.position)  # T = 0 before the adaptation window: no noise
+    a, b = _steps(alg, 21, key=1), _steps(alg, 21, key=2)
+    assert not np.allclose(a.position, b.position)  # T inside it
+    frozen = _steps(alg, 41)
+    log_shape = np.log(np.asarray(frozen.inv_mass)) + np.log(cfg.rms_eps + np.sqrt(np.asarray(frozen.sq)))
+    assert np.ptp(log_shape) < 1e-4  # M⁻¹ ∝ 1 / (λ + √v)
+    fisher = _steps(T.transient(post, T.init_meta_params(jax.random.PRNGKey(0)),
+                                dataclasses.replace(cfg, constants="fisher")), 41)
+    assert np.mean(np.log(frozen.inv_mass)) == pytest.approx(np.mean(np.log(fisher.inv_mass)), abs=1e-4)
+
+
+@pytest.mark.slow
+def test_warm_rmsprop_window_samples_inside_sghmc_band():
+    post = gaussian_posterior()
+    cfg = T.TransientConfig(freeze_step=2000, base_step=1e-2, base_kappa=0.1, burn_in="warm", constants="rmsprop")
+    _, xs, t_kin = run(T.transient(post, T.init_meta_params(jax.random.PRNGKey(0)), cfg), D)
+    band = np.stack([run(l2e.sghmc(post, 0.5, 3.0), D, seed=s)[1].var(0) / SD**2 for s in range(3)])
+    got = xs.var(0) / SD**2
+    assert np.all(got >= band.min(0) - SLACK) and np.all(got <= band.max(0) + SLACK), (got, band)
+    assert abs(t_kin - 1.0) < 0.1, t_kin
+
+
+def test_evaluation_settings_select_an_ablation_and_refuse_bad_ones():
+    from cli import apply_overrides
+    from evaluate.config import get_preset
+    from evaluate.methods.l2e import override_sampler
+    from l2e.io import ConfigError
+
+    cfg = apply_overrides(get_preset("references"), ["settings.l2e_transient.sampler=burn_in=warm,constants=fisher"])
+    got = override_sampler(T.TransientConfig(freeze_step=7), cfg.settings.l2e_transient.sampler)
+    assert (got.burn_in, got.constants, got.freeze_step) == ("warm", "fisher", 7)
+    for bad, words in (("burn_in=sgd", "burn_in must be one of"), ("nope=1", "unknown config key: nope"),
+                       ("learning_rate=2", "its learning rate is the method's lrs")):
+        with pytest.raises(ConfigError, match=words):
+            apply_overrides(get_preset("references"), [f"settings.l2e_transient.sampler={bad}"])

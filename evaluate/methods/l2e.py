@@ -35,9 +35,10 @@ from l2e import learned
 from evaluate.budget import single_chain_schedule
 from evaluate.methods.base import Method, check_grid, lr_grid
 from evaluate.methods.driver import lr_args, run_single_chain
+from l2e.io import ConfigError
 
 __all__ = ["L2ESettings", "METHOD", "METHOD_TABLE", "SHIPPED_LEARNED", "learned_method", "l2e_record", "lr_settings",
-           "run_l2e"]
+           "override_sampler", "run_l2e"]
 
 
 def sampler_module(sampler):
@@ -72,7 +73,7 @@ def l2e_record(ctx, hp: dict, sampler: l2e.L2EConfig) -> dict:
 
 def run_l2e(ctx, key, hp: dict):
     """One L2E chain; hp: learning_rate, "meta_params" and "sampler" (the checkpoint's L2EConfig)."""
-    meta_params, sampler = hp["meta_params"], hp["sampler"]
+    meta_params, sampler = hp["meta_params"], override_sampler(hp["sampler"], getattr(ctx.settings, "sampler", ()))
     schedule = single_chain_schedule(ctx.cfg)
     # the kind's sampling-window rule (what freezes when) at the first update of the sampling window
     sampler = sampler_module(sampler).sampling_config(sampler, schedule.num_steps - schedule.num_samples
@@ -88,17 +89,39 @@ def run_l2e(ctx, key, hp: dict):
                             functools.partial(_kernel, ctx.task, static), entry.init, args, phase_of=phase_of)
 
 
-def lr_settings(method: str, class_name: str, lrs: tuple[float, ...]) -> type:
+def override_sampler(sampler, overrides: tuple[str, ...]):
+    """The checkpoint's sampler configuration with "field=value" overrides (a learned method's settings.sampler, e.g.
+    Transient-L2E's ablations burn_in=warm, constants=rmsprop), typed as the field; ConfigError (one line) for an
+    unknown field, a bad value or the learning rate (the method's `lrs`)."""
+    from cli.overrides import apply_overrides
+
+    bad = [o for o in overrides if "=" not in o or o.split("=", 1)[0].strip() == "learning_rate"]
+    if bad:
+        raise ConfigError(f"{bad[0]!r} is not field=value of the sampler configuration (its learning rate is the "
+                          "method's lrs)")
+    return apply_overrides(sampler, list(overrides), prefix="") if overrides else sampler
+
+
+def lr_settings(method: str, class_name: str, lrs: tuple[float, ...], config: type | None = None) -> type:
     """The settings of a learned-sampler method: frozen dataclass `class_name` (module evaluate.methods.l2e) with
-    the one field `lrs` (default `lrs`), refused by check_grid as the group settings.<method>."""
+    the fields `lrs` (default `lrs`), refused by check_grid as the group settings.<method>, and `sampler`
+    ("field=value" overrides of the checkpoint's sampler configuration, checked against `config` when the method's
+    kind is known)."""
 
     def __post_init__(self):
         check_grid(self, f"settings.{method}", "lrs")
+        if config is not None and self.sampler:
+            try:
+                override_sampler(config(), self.sampler)
+            except ConfigError as e:
+                raise ConfigError(f"settings.{method}.sampler: {e}") from None
 
     return dataclasses.make_dataclass(
-        class_name, [("lrs", tuple[float, ...], dataclasses.field(default=lrs))], frozen=True,
-        namespace={"__doc__": "lrs: learning rates lr = ε²·N replacing the checkpoint's.", "__module__": __name__,
-                   "__qualname__": class_name, "__post_init__": __post_init__})
+        class_name, [("lrs", tuple[float, ...], dataclasses.field(default=lrs)),
+                     ("sampler", tuple[str, ...], dataclasses.field(default=()))], frozen=True,
+        namespace={"__doc__": "lrs: learning rates lr = ε²·N replacing the checkpoint's; sampler: field=value "
+                              "overrides of the checkpoint's sampler configuration (e.g. an ablation).",
+                   "__module__": __name__, "__qualname__": class_name, "__post_init__": __post_init__})
 
 
 def _schedule(cfg, settings):
@@ -106,11 +129,12 @@ def _schedule(cfg, settings):
 
 
 def learned_method(name: str, settings_class: str, sampler: bool | str, lrs: tuple[float, ...],
-                   kinetic_check: bool = False) -> Method:
+                   kinetic_check: bool = False, config: type | None = None) -> Method:
     """Method `name` running `run_l2e` on the learned sampler `sampler` (Method.needs_sampler: True, the
     evaluation's `--sampler`; a string, that shipped checkpoint), settings `settings_class` (lr_settings) with the
-    default lr grid `lrs`; kinetic_check: Method.kinetic_check (a correct sampler: every kind but the paper form)."""
-    return Method(name, lr_settings(name, settings_class, lrs), run_l2e, grid=lr_grid, schedule=_schedule,
+    default lr grid `lrs`; kinetic_check: Method.kinetic_check (a correct sampler: every kind but the paper form);
+    config: the sampler kind's configuration class, when known (settings.sampler is checked against it)."""
+    return Method(name, lr_settings(name, settings_class, lrs, config), run_l2e, grid=lr_grid, schedule=_schedule,
                   needs_sampler=sampler, kinetic_check=kinetic_check)
 
 
@@ -123,9 +147,10 @@ def settings_class_name(method: str) -> str:
     return "".join(words.get(w, w.capitalize()) for w in method.split("_")) + "Settings"
 
 
-SHIPPED_LEARNED = tuple((s.method, settings_class_name(s.method), s.name, entry.lrs, entry.samples)
+SHIPPED_LEARNED = tuple((s.method, settings_class_name(s.method), s.name, entry.lrs, entry.samples, entry.config)
                         for entry in learned.REGISTRY.values() for s in entry.shipped if s.method)
-"""(method, settings class, shipped checkpoint, default lr grid, kinetic check: LearnedSampler.samples) of every
+"""(method, settings class, shipped checkpoint, default lr grid, kinetic check: LearnedSampler.samples, the kind's
+configuration class) of every
 shipped learned sampler with a method of its own, from the learned-sampler registry (l2e.learned) in its order: a
 new row there is a new method here."""
 
