@@ -144,6 +144,9 @@ def build_reference_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-draws", type=int, default=None, metavar="N",
                    help="classification: at most N draws keep their per-draw test probabilities (draw_probs.npz, "
                         "for the budget curves; default: 400)")
+    p.add_argument("--keep-rows", type=int, default=None, metavar="N",
+                   help="classification: the per-draw test probabilities on at most N evenly spaced test points "
+                        "(their indices stored; default: every point): a large test set's file stays small")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -158,7 +161,8 @@ def _reference_inputs(args):
     for flag, value, low in (("--chains", args.chains, 1), ("--warmup", args.warmup, 0),
                              ("--samples", args.samples, 4), ("--thinning", args.thinning, 1),
                              ("--max-doublings", args.max_doublings, 1),
-                             ("--keep-draws", 1 if args.keep_draws is None else args.keep_draws, 1)):
+                             ("--keep-draws", 1 if args.keep_draws is None else args.keep_draws, 1),
+                             ("--keep-rows", 1 if args.keep_rows is None else args.keep_rows, 1)):
         if value < low:
             raise ConfigError(f"{flag} must be ≥ {low}, got {value}")
     from cli import limits
@@ -212,7 +216,8 @@ def _write_references(args, cfg, names, selected, out: Path, built: dict) -> Non
             arrays, meta = compute_reference(built[i], jax.random.fold_in(root, i), args.chains, args.warmup,
                                              args.samples, args.thinning, args.init,
                                              max_num_doublings=args.max_doublings, name=name, seed=cfg.seed,
-                                             progress=progress, keep_draws=args.keep_draws or MAX_DRAWS)
+                                             progress=progress, keep_draws=args.keep_draws or MAX_DRAWS,
+                                             keep_rows=args.keep_rows)
             meta["key"] = f"fold_in(PRNGKey({cfg.seed}), {i}) (task index {i} of " + (
                 "the --task strings)" if args.task_strings else f"preset {args.preset!r})")
         task_dir = write_reference(out, name, arrays, meta)

@@ -157,9 +157,10 @@ class _ClassSummary:
     """Classification draws: BMA and per-chain probabilities, R̂ of the BMA class's probability, acc / nll / ece."""
 
     @staticmethod
-    def summarise(lp: np.ndarray, y: np.ndarray, keep_draws: int = MAX_DRAWS) -> dict:
+    def summarise(lp: np.ndarray, y: np.ndarray, keep_draws: int = MAX_DRAWS, keep_rows: int | None = None) -> dict:
         """Reference arrays, function-space R̂ and test metrics of log-probabilities lp (m, s, n, C); at most
-        keep_draws draws (evenly spaced within each chain) keep their probabilities."""
+        keep_draws draws (evenly spaced within each chain) keep their probabilities, on at most keep_rows test
+        points (evenly spaced; None: all)."""
         m, s, n, c = lp.shape
         probs = categorical.bma_probs(lp.reshape(m * s, n, c))
         chain_probs = np.stack([categorical.bma_probs(lp[i]) for i in range(m)])
@@ -173,9 +174,13 @@ class _ClassSummary:
                 "ece": categorical.ece(probs, y)}
         # per chain, evenly spaced
         keep = np.unique(np.linspace(0, s - 1, min(s, max(1, keep_draws // m))).round().astype(int))
-        draws = np.exp(lp[:, keep]).reshape(m * keep.size, n, c)
+        rows = np.arange(n) if keep_rows is None or keep_rows >= n else np.unique(
+            np.linspace(0, n - 1, keep_rows).round().astype(int))
+        draws = np.exp(lp[:, keep][:, :, rows]).reshape(m * keep.size, rows.size, c)
         arrays = {"probs": probs, "chain_probs": chain_probs, "draw_probs": draws,
                   "draw_chain": np.repeat(np.arange(m), keep.size)}
+        if rows.size < n:
+            arrays["draw_rows"] = rows
         return {"arrays": arrays, "function_space": fs, "test": test}
 
     @staticmethod
@@ -187,7 +192,7 @@ class _GaussianSummary:
     """Regression draws: per-draw loc / scale, R̂ of both, LPPD / RMSE of the pooled mixture."""
 
     @staticmethod
-    def summarise(out: np.ndarray, y: np.ndarray, keep_draws: int = MAX_DRAWS) -> dict:
+    def summarise(out: np.ndarray, y: np.ndarray, keep_draws: int = MAX_DRAWS, keep_rows: int | None = None) -> dict:
         """Reference arrays, function-space R̂ and test metrics of [loc, scale] draws out (m, s, n, 2)."""
         loc, scale = out[..., 0], out[..., 1]  # (m, s, n)
         m, s, n = loc.shape
@@ -213,12 +218,14 @@ _SUMMARIES = {"classification": _ClassSummary, "regression": _GaussianSummary}
 def compute_reference(task, key: jax.Array, num_chains: int = 4, num_warmup: int = 200, num_samples: int = 100,
                       thinning: int = 1, init: str = "init_params", target_acceptance_rate: float = 0.8,
                       max_num_doublings: int = 10, name: str | None = None, seed: int | None = None,
-                      progress: Callable | None = None, keep_draws: int = MAX_DRAWS) -> tuple[dict, dict]:
+                      progress: Callable | None = None, keep_draws: int = MAX_DRAWS,
+                      keep_rows: int | None = None) -> tuple[dict, dict]:
     """Full-batch NUTS reference of `task` (see the module docstring).
 
     num_warmup: window-adaptation transitions per chain; num_samples draws per chain kept `thinning`
     transitions apart; progress: optional callable(chain, draw) after each kept draw; keep_draws: classification,
-    at most this many draws keep their test probabilities (draw_probs.npz; regression keeps every draw).
+    at most this many draws keep their test probabilities (draw_probs.npz; regression keeps every draw), on at most
+    keep_rows test points (evenly spaced, their indices stored; None: every point).
     Returns (arrays, metadata): arrays holds "probs" (n, C) float64 and "chain_probs" (chains, n, C)
     (classification) or "loc", "scale" (S, n) float32 (regression); metadata is JSON-serialisable.
     """
@@ -235,7 +242,7 @@ def compute_reference(task, key: jax.Array, num_chains: int = 4, num_warmup: int
     flat = _flat_draws(samples)
     y = np.asarray(task.splits.test[1])
     preds = _predict(task, samples, num_chains)
-    summary = _SUMMARIES[task.kind].summarise(preds, y, keep_draws)
+    summary = _SUMMARIES[task.kind].summarise(preds, y, keep_draws, keep_rows)
     summary["dispersion"] = _dispersion(flat, preds, task.kind)
     sampler = {"algorithm": "NUTS (blackjax) after Stan window adaptation, diagonal mass matrix, full batch",
                "chains": int(num_chains), "warmup": int(num_warmup), "samples_per_chain": int(num_samples),

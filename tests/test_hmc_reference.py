@@ -81,13 +81,33 @@ def test_keep_draws_thins_the_per_draw_file_not_the_chains(iris_ref, tiny_preset
     from tasks.reference import load_draws
 
     out = tmp_path / "thin"
-    assert main(["reference", "--preset", tiny_preset, "--output", str(out), *FAST, "--keep-draws", "10"]) == 0
+    assert main(["reference", "--preset", tiny_preset, "--output", str(out), *FAST, "--keep-draws", "10",
+                 "--keep-rows", "7"]) == 0
     full = load_draws(iris_ref / "iris_mlp-linear", "classification")
     thin = load_draws(out / "iris_mlp-linear", "classification")
     assert full["probs"].shape[0] == 80 and thin["probs"].shape[0] == 10  # 2 chains × 40 kept / × 5 kept
-    assert sorted(set(thin["chain"].tolist())) == [0, 1]
+    assert sorted(set(thin["chain"].tolist())) == [0, 1] and full["rows"] is None
+    n = full["probs"].shape[1]
+    rows = np.unique(np.linspace(0, n - 1, 7).round().astype(int))
+    np.testing.assert_array_equal(thin["rows"], rows)  # evenly spaced test points, the first and the last kept
+    keep = np.unique(np.linspace(0, 39, 5).round().astype(int))  # the kept draws of each chain among the 40
+    np.testing.assert_allclose(thin["probs"], full["probs"][np.concatenate([keep, 40 + keep])][:, rows], atol=1e-3)
     same = (out / "iris_mlp-linear" / "probs.txt").read_bytes() == (iris_ref / "iris_mlp-linear" / "probs.txt").read_bytes()
     assert same  # the same chains: only the per-draw file is thinned
+
+
+def test_draw_rows_are_checked(tmp_path):
+    from tasks.reference import ReferenceDataError as RDE, load_draws
+
+    probs = np.full((3, 4, 2), 0.5, np.float16)
+    for rows, ok in ((np.array([0, 2, 5, 9]), True), (np.array([0, 2, 2, 9]), False), (np.array([0, 1, 2]), False),
+                     (np.array([-1, 2, 3, 4]), False), (np.array([0.0, 1, 2, 3]), False)):
+        np.savez(tmp_path / "draw_probs.npz", probs=probs, chain=np.zeros(3, np.int16), rows=rows)
+        if ok:
+            np.testing.assert_array_equal(load_draws(tmp_path, "classification")["rows"], rows)
+        else:
+            with pytest.raises(RDE, match="rows must be 4 increasing non-negative test-point indices"):
+                load_draws(tmp_path, "classification")
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ chain allocation M (CurveConfig.chains; 1 only for a method without chain alloca
    The gradients of every tuning run are the tuning-inclusive addend.
 2. For each choice ("validation", "oracle") and each seed, one run per budget G with the final-run keys (phase 1)
    of that seed's task key (fold_in(PRNGKey(seed), t), as `python -m evaluate`): TV and E² to the reference (its
-   every kept draw), agreement, the dispersion ratios (evaluate.dispersion), T_kin, divergent chains, gradients
+   every kept draw, on the test points it keeps them on: all, or `evaluate reference --keep-rows`), agreement, the dispersion ratios (evaluate.dispersion), T_kin, divergent chains, gradients
    (a warm-started method's deep-ensemble members counted) and seconds. The two choices share runs when they pick
    the same grid point.
 3. Gradients to reach 1.1 × the K-draw floor on TV and on E² (evaluate.curve.fidelity), per seed, and their mean ±
@@ -87,6 +87,11 @@ class _Reference:
         lik = task.likelihood
         self.likelihood, self.entry = lik, ref
         self.outputs = lik.reference_outputs(draws)
+        self.rows = draws.get("rows")  # the test points the draws are on (None: every point)
+        n = int(np.asarray(task.splits.test[1]).shape[0])
+        if self.rows is not None and (self.rows.size and self.rows[-1] >= n):
+            raise ConfigError(f"{task.spec.name}: the reference's draws are on test points up to {self.rows[-1]}, "
+                              f"the task has {n}")
         self.vectors = lik.draw_vectors(self.outputs)
         self.within = pairwise_mean(self.vectors)
         self.floors = floors(lik, self.outputs, k)
@@ -96,9 +101,10 @@ class _Reference:
         """TV, E², agreement, dispersion ratios, T_kin and divergence of one run's result on the test split."""
         if res.num_finite == 0:
             return {"tv": None, "energy": None, "agreement": None, "ratios": None, "t_kin": None}
-        out = {"tv": self.likelihood.bma_total_variation(res.outputs, self.outputs),
-               "energy": energy_distance(self.likelihood.draw_vectors(res.outputs), self.vectors, self.within),
-               "agreement": None if self.bma is None else agreement(categorical.bma_probs(res.outputs), self.bma)}
+        outs = res.outputs if self.rows is None else res.outputs[:, self.rows]
+        out = {"tv": self.likelihood.bma_total_variation(outs, self.outputs),
+               "energy": energy_distance(self.likelihood.draw_vectors(outs), self.vectors, self.within),
+               "agreement": None if self.bma is None else agreement(categorical.bma_probs(outs), self.bma)}
         disp = dispersion_entry(task, res, self.entry)
         out["ratios"] = None if disp is None else {k: disp["ratios"][k] for k in (
             "weight_norm", disp["pairwise_compared"], "predictive_variance")}

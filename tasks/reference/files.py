@@ -179,8 +179,10 @@ class _Probabilities:
         atomic_write_bytes(task_dir / "chain_probs.npz", _npz_bytes(
             lambda f: np.savez_compressed(f, probs=arrays["chain_probs"].astype(np.float32))))
         if "draw_probs" in arrays:  # per-draw test predictives (the K-draw floor and sample distances need them)
+            rows = {} if "draw_rows" not in arrays else {"rows": np.asarray(arrays["draw_rows"], np.int32)}
             atomic_write_bytes(task_dir / DRAWS, _npz_bytes(lambda f: np.savez_compressed(
-                f, probs=arrays["draw_probs"].astype(np.float16), chain=arrays["draw_chain"].astype(np.int16))))
+                f, probs=arrays["draw_probs"].astype(np.float16), chain=arrays["draw_chain"].astype(np.int16),
+                **rows)))
 
     @staticmethod
     def read(task_dir: Path, task, y: np.ndarray) -> dict:
@@ -244,7 +246,8 @@ FORMATS = {"classification": _Probabilities, "regression": _GaussianDraws}
 
 DRAWS = "draw_probs.npz"
 """Classification references: a thinned set of the NUTS draws' test probabilities, probs (S, n, C) float16 and their
-chain index chain (S,) (references written before it existed have no such file)."""
+chain index chain (S,), and rows (n',) the test points they are on when not every point (`evaluate reference
+--keep-rows`; references written before it existed have no such file)."""
 
 
 def load_draws(task_dir, kind: str) -> dict | None:
@@ -255,8 +258,8 @@ def load_draws(task_dir, kind: str) -> dict | None:
       kind: "classification" or "regression".
 
     Returns:
-      {"probs": (S, n, C) float32, "chain": (S,) int} (classification, from draw_probs.npz) or {"loc", "scale": (S,
-      n) float64} (regression, predictive.npz); None for a classification reference without draw_probs.npz.
+      {"probs": (S, n', C) float32, "chain": (S,) int, "rows": (n',) int test-point indices or None (every point)}
+      (classification, from draw_probs.npz) or {"loc", "scale": (S, n) float64} (regression, predictive.npz); None for a classification reference without draw_probs.npz.
       ReferenceDataError if a file is there but unreadable or not finite.
     """
     task_dir = Path(task_dir)
@@ -271,12 +274,19 @@ def load_draws(task_dir, kind: str) -> dict | None:
     try:
         with np.load(path) as z:
             out = {name: np.asarray(z[name]) for name in names}
+            rows = np.asarray(z["rows"]) if "rows" in z.files else None
     except (OSError, ValueError, KeyError) as e:
         raise ReferenceDataError(f"reference draws {path}: not readable ({str(e).splitlines()[0]})") from None
     if kind != "regression":
         out["probs"] = out["probs"].astype(np.float32)
     if not all(np.all(np.isfinite(v)) for v in out.values()):
         raise ReferenceDataError(f"reference draws {path}: non-finite values")
+    if kind != "regression":
+        if rows is not None and (rows.ndim != 1 or rows.dtype.kind not in "iu" or rows.size != out["probs"].shape[1]
+                                 or np.any(np.diff(rows) <= 0) or (rows.size and rows[0] < 0)):
+            raise ReferenceDataError(f"reference draws {path}: rows must be {out['probs'].shape[1]} increasing "
+                                     "non-negative test-point indices")
+        out["rows"] = rows
     return out
 """The files of a reference by the kind of its task's likelihood (`task.kind`, stored as metadata "kind")."""
 
