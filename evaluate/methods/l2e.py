@@ -150,9 +150,8 @@ def settings_class_name(method: str) -> str:
 SHIPPED_LEARNED = tuple((s.method, settings_class_name(s.method), s.name, entry.lrs, entry.samples, entry.config)
                         for entry in learned.REGISTRY.values() for s in entry.shipped if s.method)
 """(method, settings class, shipped checkpoint, default lr grid, kinetic check: LearnedSampler.samples, the kind's
-configuration class) of every
-shipped learned sampler with a method of its own, from the learned-sampler registry (l2e.learned) in its order: a
-new row there is a new method here."""
+configuration class) of every shipped learned sampler with a method of its own, from the learned-sampler registry
+(l2e.learned) in its order: a new row there is a new method here."""
 
 METHOD_TABLE: dict[str, Method] = {row[0]: learned_method(*row) for row in SHIPPED_LEARNED}
 """The methods of SHIPPED_LEARNED by name (registry entries "l2e:<name>")."""
