@@ -81,6 +81,19 @@ def adaptation_start(freeze_step: int, adapt_fraction: float) -> int:
     return int(freeze_step) - max(1, int(round(adapt_fraction * int(freeze_step))))
 
 
+def freeze_at(config, start: int):
+    """The sampling-window rule of a sampler that freezes its constants at `config.freeze_step` (Mass-L2E, Step-L2E,
+    Transient-L2E: `LearnedSampler.window`): `config` with freeze_step = start, the first update of the window.
+
+    Args:
+      config: a frozen dataclass configuration with an int field freeze_step.
+      start: the first update of the sampling window (≥ 1).
+    Returns:
+      The configuration with freeze_step = start.
+    """
+    return dataclasses.replace(config, freeze_step=int(start))
+
+
 def freeze_phase(freeze_step: int, start: int, length: int, adapt_start: int | None = None) -> str | None:
     """The phase of updates start, …, start + length − 1 of a sampler whose constants freeze at update freeze_step
     after an adaptation window from update adapt_start (None: no separate adaptation phase): "burn_in" when all precede

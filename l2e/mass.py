@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from l2e.chains import freeze_at
 from l2e.checks import check_positive
 from l2e.diffusions import physical_step_size, sghmc_noise_std
 from l2e.meta_model import MetaMLP, check_mlp_shapes, hidden_sizes, mlp_layers_names
@@ -308,18 +309,6 @@ def init_meta_params(key: jax.Array, hidden: Sequence[int] = (16,), start: str =
     if start not in ("sghmc", "random"):
         raise ValueError(f"start must be 'sghmc' or 'random', got {start!r}")
     return init_mass_params(key, hidden, zero_output=start == "sghmc")
-
-
-def freeze_at(config: MassConfig, start: int) -> MassConfig:
-    """The sampling-window rule: M and C_i freeze at update `start`, the first update of the sampling window.
-
-    Args:
-      config: a MassConfig.
-      start: the first update of the sampling window (≥ 1).
-    Returns:
-      `config` with freeze_step = start.
-    """
-    return dataclasses.replace(config, freeze_step=int(start))
 
 
 LEARNED = LearnedSampler(

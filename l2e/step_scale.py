@@ -29,6 +29,7 @@ from typing import NamedTuple, Sequence
 import jax
 import jax.numpy as jnp
 
+from l2e.chains import freeze_at
 from l2e.checks import check_positive
 from l2e.diffusions import physical_step_size, position_update, sghmc_momentum, sghmc_noise_std
 from l2e.meta_model import MetaMLP, check_mlp_shapes, hidden_sizes, mlp_layers_names
@@ -199,11 +200,6 @@ def step_scale(posterior: Posterior, meta_params: PyTree, config: StepScaleConfi
         return kernel(key, state, minibatch, meta_params)
 
     return SamplingAlgorithm(init, step)
-
-
-def freeze_at(config: StepScaleConfig, start: int) -> StepScaleConfig:
-    """The sampling-window rule: s and c freeze at update `start`, the first update of the sampling window."""
-    return dataclasses.replace(config, freeze_step=int(start))
 
 
 LEARNED = LearnedSampler(

@@ -14,7 +14,8 @@ reach the typical set and spread. Over its last adapt_fraction it gathers Welfor
 At the freeze (update freeze_step), from those statistics (n states):
 
     σ̂²_i = sqrt(Var θ_i / Var ∇_iŨ)                      the Fisher-divergence diagonal (Seyboldt et al., 2026); the
-                                                          minibatch noise inside Var ∇Ũ makes it smaller (safer);
+                                                          minibatch noise inside Var ∇Ũ makes it smaller (safer;
+                                                          subtract_noise: Var ∇Ũ − V̂, at least 1 % of Var ∇Ũ);
     log M⁻¹_i = w·(log σ̂²_i − mean) + mean + B·tanh(h_φ(f_i)/B),   w = n/(n + SHRINK) (Stan's shrinkage),
     ε = κ₀·exp(B·tanh(k_φ/B)),   γ = (δ₀/ε)·exp(B·tanh(d_φ/B)),   r ~ N(0, T·M) drawn afresh,
 
@@ -58,7 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from l2e.adaptation import halved_gradients, top_curvature, welford
-from l2e.chains import PHASES, adaptation_start, freeze_phase
+from l2e.chains import PHASES, adaptation_start, freeze_at, freeze_phase
 from l2e.checks import check_choice, check_in_range, check_positive
 from l2e.mass import MASS_FEATURE_NAMES, mass_features
 from l2e.meta_model import MetaMLP, check_mlp_shapes, check_tree, hidden_sizes, mlp_layers_names
@@ -96,7 +97,8 @@ class TransientConfig:
     step η·G/(N·σ_p²) would exceed 2 and diverge, as measured on digits with λ = 10⁻⁸); noise_halves: estimate
     the minibatch gradient-noise variance in the adaptation window from two half-batches (an even batch; every
     minibatch leaf's leading axis) and correct the window for it (False: exact gradients, or no batch axis);
-    burn_in, constants: the ablations of the module docstring ("learned": the sampler as meta-trained)."""
+    subtract_noise: the Fisher diagonal from Var ∇Ũ less that noise (needs noise_halves); burn_in, constants: the
+    ablations of the module docstring ("learned": the sampler as meta-trained)."""
 
     temperature: float = 1.0
     freeze_step: int = 1000
@@ -109,6 +111,7 @@ class TransientConfig:
     noise_halves: bool = True
     burn_in: str = "learned"
     constants: str = "learned"
+    subtract_noise: bool = False
 
     def __post_init__(self):
         check_choice("burn_in", self.burn_in, BURN_INS), check_choice("constants", self.constants, CONSTANTS)
@@ -146,7 +149,7 @@ class TransientState(NamedTuple):
 
 class TransientInfo(NamedTuple):
     """loss: mean minibatch NLL at the pre-update θ (f32); is_finite: loss and Σθ'·θ' finite (bool); kinetic:
-    Σ r'·M⁻¹r' at the new momentum in the window (≈ d·T at equilibrium), 0 in the burn-in (no momentum there)."""
+    Σ r'·M⁻¹r' at the new momentum in the window (≈ d·T at equilibrium), 0 in the burn-in."""
 
     loss: jax.Array
     is_finite: jax.Array
@@ -214,7 +217,8 @@ def _freeze(state: TransientState, phi, config: TransientConfig, n_data: int, ke
     """The window's constants from the burn-in statistics (module docstring) and a fresh momentum r ~ N(0, T·M)."""
     n = jnp.maximum(state.count - 1.0, 1.0)
     var_x = jax.tree.map(lambda m2: m2 / n + _TINY, state.m2_x)
-    var_g = jax.tree.map(lambda m2: m2 / n + _TINY, state.m2_g)
+    var_g = jax.tree.map(lambda m2, v: m2 / n - (jnp.minimum(v, 0.99 * m2 / n) if config.subtract_noise else 0.0)
+                         + _TINY, state.m2_g, state.noise_var)
     log_s2 = jax.tree.map(lambda vx, vg: 0.5 * (jnp.log(vx) - jnp.log(vg)), var_x, var_g)
     leaves = jax.tree.leaves(log_s2)
     mean = sum(jnp.sum(v) for v in leaves) / sum(v.size for v in leaves)
@@ -382,11 +386,6 @@ def transient(posterior: Posterior, meta_params: PyTree, config: TransientConfig
         return kernel(key, state, minibatch, meta_params)
 
     return SamplingAlgorithm(init, step)
-
-
-def freeze_at(config: TransientConfig, start: int) -> TransientConfig:
-    """The sampling-window rule: the constants freeze at update `start`, the first update of the sampling window."""
-    return dataclasses.replace(config, freeze_step=int(start))
 
 
 LEARNED = LearnedSampler(
