@@ -4,6 +4,7 @@
   reference mean scores above K exact draws: under-dispersion cannot win it (TV can);
 - the K-draw floors are positive, their quantiles ordered, and deterministic (default_rng(0));
 - the regression TV of two unit-scale Gaussians one apart is 2Φ(½) − 1 to 1e-4 (the 400-point grid);
+- split_total_variations (the floors' fast path) equals bma_total_variation of each split to 1e-9, both likelihoods;
 - gradients_to_floor interpolates linearly in log G, needs the dispersion ratios in band, returns the first budget
   when it already qualifies and None when no budget does;
 - the predictive-variance band is calibrated to K exact draws: its divisor is their median ratio (within 0.06 of
@@ -11,8 +12,12 @@
   in ≥ 85 % of 400 tries (the calibration is 90 %: 5–95 %), where the fixed [0.8, 1.25] band admits fewer than
   75 % of them on a predictive that varies along two directions; a ratio of 0.75 counts with that spread and not
   without it;
-- --merge DIR --reference re-reads one run: the TV floor kept, the spread added, every row's gradients to floor
-  recomputed against it (evaluate.curve.fidelity.to_floor); one DIR without --reference is refused;
+- --merge DIR --reference re-reads one run: the floors recomputed (E² unchanged, the spread added), every row's
+  gradients to floor recomputed against them (evaluate.curve.fidelity.to_floor); one DIR without --reference is
+  refused;
+- the TV floor is what a method's K independent draws face: K reference draws against the BMA of the other S − K,
+  whose median is within 4 % of the median TV of K fresh draws against the BMA of all S (S = 60, K = 10: against all
+  S it would read sqrt(50/70) = 0.85 of it);
 - chain allocation: M chains of G/M updates with K/M draws each, the gradients summed to G, chain ids 0..M−1, the
   first chain's keys folded (so M = 1 and M > 1 runs differ);
 - the command end to end on the committed digits/mlp-32 reference (slow).
@@ -58,6 +63,31 @@ def test_floors_positive_ordered_and_deterministic():
         assert 0 < a[key]["q10"] <= a[key]["median"] <= a[key]["q90"]
     with pytest.raises(ValueError, match="more reference draws"):
         floors(Classification, lp[:10], 10)
+
+
+def test_tv_floor_is_what_independent_draws_face():
+    rng = np.random.default_rng(5)
+    base = rng.dirichlet(np.ones(3), size=40) * 6 + 0.5  # per test point, a Dirichlet law of the draws' probabilities
+
+    def draws(n):
+        return np.log(np.stack([np.stack([rng.dirichlet(b) for b in base]) for _ in range(n)]))
+
+    ref = draws(60)
+    floor = floors(Classification, ref, 10, resamples=200)["tv"]["median"]
+    fresh = np.median([Classification.bma_total_variation(draws(10), ref) for _ in range(200)])
+    assert floor == pytest.approx(fresh, rel=0.04), (floor, fresh)
+
+
+@pytest.mark.parametrize("lik", [Classification, GaussianRegression])
+def test_split_total_variations_equal_the_direct_tv(lik):
+    rng = np.random.default_rng(4)
+    if lik is Classification:
+        out = np.log(rng.dirichlet(np.ones(4), size=(30, 70)))
+    else:
+        out = np.stack([rng.normal(size=(30, 70)), np.exp(0.3 * rng.normal(size=(30, 70)))], -1)
+    subsets = [rng.choice(30, 5, replace=False) for _ in range(4)]
+    direct = [lik.bma_total_variation(out[i], out[np.setdiff1d(np.arange(30), i)]) for i in subsets]
+    np.testing.assert_allclose(lik.split_total_variations(out, subsets), direct, rtol=1e-9, atol=1e-12)
 
 
 def test_regression_tv_matches_two_gaussians():
@@ -194,7 +224,7 @@ def test_merge_with_reference_rereads_a_run_against_the_recomputed_floors(tmp_pa
     new = json.loads((out / "curve.json").read_text())
     for name, task in new["tasks"].items():
         f = task["floors"]
-        assert f["tv"] == old["tasks"][name]["floors"]["tv"] and "predictive_variance" in f
+        assert f["energy"] == old["tasks"][name]["floors"]["energy"] and "predictive_variance" in f
         assert f["predictive_variance"]["q05"] < f["predictive_variance"]["median"] < 1.0
         for row in task["methods"].values():
             for c in row["choices"].values():

@@ -33,7 +33,8 @@ def build_curve_parser():
     p.add_argument("--reference", default=None, help="reference directory (python -m evaluate reference) whose "
                    "tasks keep per-draw predictives (required unless --merge; with --merge: recompute each task's "
                    "floors from it and re-read every row against them, e.g. a run made before the floors held the "
-                   "K-draw spread of the predictive variance; one DIR is then enough)")
+                   "K-draw spread of the predictive variance or took TV against the other draws; one DIR is then "
+                   "enough)")
     p.add_argument("--merge", action="append", default=[], metavar="DIR",
                    help="instead of running: pool the method rows of curve runs DIR (repeatable; same budgets, chain "
                         "allocations, seeds, tuning budget and floors) into one report in --output")
@@ -110,10 +111,11 @@ def run_curves(cfg, curve, reference_dir, names, sampler_path=None, progress=Non
 
 
 def _refloor(part: dict, reference_dir: str, where: str) -> dict:
-    """A curve result whose tasks' floors get the K-draw spread of the predictive variance from the reference's draws
-    (the same K and resamples; the reference must keep as many draws as the run's) and every row's gradients to floor
-    re-read against them (evaluate.curve.fidelity.to_floor)."""
-    from evaluate.curve.fidelity import predictive_variance_spread, to_floor
+    """A curve result whose tasks' floors are recomputed from the reference's draws (evaluate.curve.fidelity.floors,
+    the same K and resamples; the reference must keep as many draws as the run's) and every row's gradients to floor
+    re-read against them (evaluate.curve.fidelity.to_floor): a run made before the floors held the predictive
+    variance's K-draw spread, or before the TV floor was taken against the other S − K draws."""
+    from evaluate.curve.fidelity import floors, to_floor
     from tasks.likelihoods import likelihood_of
     from tasks.reference import load_draws, read_json_index
 
@@ -130,7 +132,7 @@ def _refloor(part: dict, reference_dir: str, where: str) -> dict:
         if outputs.shape[0] != old["draws"]:
             raise ConfigError(f"{where}: {name!r}: the reference keeps {outputs.shape[0]} draws, the run's floors "
                               f"used {old['draws']} (another reference?)")
-        new = {**old, "predictive_variance": predictive_variance_spread(lik, outputs, old["k"], old["resamples"])}
+        new = floors(lik, outputs, old["k"], old["resamples"])
         task["floors"] = new
         for row in task["methods"].values():
             for choice in row["choices"].values():
@@ -182,8 +184,8 @@ def _merge_main(args, out: Path) -> int:
     replaced = sorted({m for t in results["tasks"].values() for m in t.get("replaced", [])})
     note = f" Rows of {', '.join(replaced)} from the later run replace the earlier." if replaced else ""
     if args.reference:
-        note += (f" Every row re-read against the floors with the K-draw spread of the predictive variance from "
-                 f"{args.reference}.")
+        note += (f" Every row re-read against the floors recomputed from {args.reference} (the predictive variance's "
+                 "K-draw spread; TV against the other S − K draws).")
     head = (f"Merged from {', '.join(results['merged'])}." if len(results["merged"]) > 1
             else f"The run of {results['merged'][0]}.")
     atomic_write_text(stage / "curve.md", "# Budget curves\n\n" + head + note + "\n\n" + text + "\n"

@@ -282,3 +282,16 @@ class Classification:
         p, q = bma_probs(outputs), bma_probs(ref_outputs)
         return float(np.mean(0.5 * np.sum(np.abs(p - q), axis=-1)))
 
+    @staticmethod
+    def split_total_variations(outputs, subsets) -> list[float]:
+        """For each index set I of `subsets`: bma_total_variation(outputs[I], outputs[rest]), the draws of I against
+        the other draws of outputs (S, n, C) (the K-draw floor, evaluate.curve.fidelity)."""
+        probs = np.exp(np.asarray(outputs, np.float64))
+        total, s = probs.sum(0), probs.shape[0]
+        out = []
+        for idx in subsets:
+            part = probs[idx].sum(0)
+            p, q = part / len(idx), (total - part) / (s - len(idx))
+            out.append(float(np.mean(0.5 * np.sum(np.abs(p - q), axis=-1))))
+        return out
+

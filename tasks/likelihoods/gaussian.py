@@ -300,3 +300,26 @@ class GaussianRegression:
             total += float(np.sum(0.5 * np.trapezoid(diff, ys, axis=1)))
         return total / a.shape[1]
 
+    @staticmethod
+    def split_total_variations(outputs, subsets, grid: int = TV_GRID, block: int = 64) -> list[float]:
+        """For each index set I of `subsets`: bma_total_variation(outputs[I], outputs[rest]), the draws of I against
+        the other draws of outputs (S, n, 2) (the K-draw floor, evaluate.curve.fidelity). The grid spans every draw's
+        components, as bma_total_variation's does for any split of the same draws, so each draw's density on it is
+        computed once and a split's mixtures are sums of them."""
+        a = np.asarray(outputs, np.float64)
+        s, n = a.shape[:2]
+        totals = np.zeros(len(subsets))
+        for lo in range(0, n, block):
+            pa = a[:, lo:lo + block]
+            sd = _clip_sigma(pa[..., 1])
+            low, high = np.min(pa[..., 0] - TV_SPAN * sd, axis=0), np.max(pa[..., 0] + TV_SPAN * sd, axis=0)
+            ys = low[:, None] + (high - low)[:, None] * np.linspace(0.0, 1.0, grid)[None]  # (m, grid)
+            z = (ys[None] - pa[..., 0][..., None]) / sd[..., None]
+            dens = np.exp(-0.5 * z * z) / (sd[..., None] * np.sqrt(2 * np.pi))  # (S, m, grid)
+            all_sum = dens.sum(0)
+            for j, idx in enumerate(subsets):
+                part = dens[idx].sum(0)
+                diff = np.abs(part / len(idx) - (all_sum - part) / (s - len(idx)))
+                totals[j] += float(np.sum(0.5 * np.trapezoid(diff, ys, axis=1)))
+        return [float(t / n) for t in totals]
+
