@@ -57,8 +57,10 @@ def check_positive(**values) -> None:
             raise ValueError(f"{name} must be a positive finite number, got {v}")
 
 
-def check_in_range(name: str, value, low: float, high: float, include_high: bool = True) -> None:
-    """Check low ≤ value ≤ high (value < high when not include_high) for a concrete value (traced values pass).
+def check_in_range(name: str, value, low: float, high: float, include_high: bool = True,
+                   include_low: bool = True) -> None:
+    """Check low ≤ value ≤ high (value < high when not include_high, low < value when not include_low) for a concrete
+    value (traced values pass).
 
     Args:
       name: the name in the error message.
@@ -66,6 +68,7 @@ def check_in_range(name: str, value, low: float, high: float, include_high: bool
       low: the lower bound (included).
       high: the upper bound.
       include_high: whether `high` itself is allowed.
+      include_low: whether `low` itself is allowed.
     Returns:
       None.
     Raises:
@@ -74,10 +77,10 @@ def check_in_range(name: str, value, low: float, high: float, include_high: bool
     if not is_concrete(value):
         return
     value = as_number(value)
-    ok = low <= value <= high if include_high else low <= value < high
+    ok = (low <= value if include_low else low < value) and (value <= high if include_high else value < high)
     if not ok:
-        bracket = "]" if include_high else ")"
-        raise ValueError(f"{name} must be in [{low}, {high}{bracket}, got {value}")
+        raise ValueError(f"{name} must be in {'[' if include_low else '('}{low}, {high}{']' if include_high else ')'}, "
+                         f"got {value}")
 
 
 def check_choice(name: str, value, allowed) -> None:

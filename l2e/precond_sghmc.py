@@ -35,7 +35,7 @@ import jax.numpy as jnp
 
 from l2e.adaptation import halved_gradients, welford
 from l2e.chains import PHASES, adaptation_start
-from l2e.checks import check_positive
+from l2e.checks import check_in_range, check_positive
 from l2e.diffusions import physical_step_size, sghmc_noise_std
 from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_vdot
 
@@ -165,8 +165,7 @@ def build_kernel(posterior: Posterior, preconditioner: str = "fisher", freeze_st
         raise ValueError(f"phase must be None or one of {', '.join(PHASES)}, got {phase!r}")
     if isinstance(freeze_step, bool) or not isinstance(freeze_step, int) or freeze_step < 1:
         raise ValueError(f"freeze_step must be an integer ≥ 1, got {freeze_step!r}")
-    if not 0.0 < adapt_fraction <= 1.0:
-        raise ValueError(f"adapt_fraction must be in (0, 1], got {adapt_fraction}")
+    check_in_range("adapt_fraction", adapt_fraction, 0, 1, include_low=False)
     freeze = int(freeze_step)
     adapt_start = adaptation_start(freeze, adapt_fraction)
     split = preconditioner == "fisher" and noise_halves

@@ -119,8 +119,7 @@ class TransientConfig:
                        base_damping=self.base_damping, rms_eps=self.rms_eps)
         if isinstance(self.freeze_step, bool) or not isinstance(self.freeze_step, int) or self.freeze_step < 1:
             raise ValueError(f"freeze_step must be an integer ≥ 1, got {self.freeze_step!r}")
-        if not 0.0 < self.adapt_fraction <= 1.0:
-            raise ValueError(f"adapt_fraction must be in (0, 1], got {self.adapt_fraction}")
+        check_in_range("adapt_fraction", self.adapt_fraction, 0, 1, include_low=False)
         check_in_range("rms_decay", self.rms_decay, 0.0, 1.0, include_high=False)
 
 

@@ -110,17 +110,23 @@ def run_curves(cfg, curve, reference_dir, names, sampler_path=None, progress=Non
     return out
 
 
-def _refloor(part: dict, reference_dir: str, where: str) -> dict:
+def _refloor(part: dict, reference_dir: str, where: str, cache: dict) -> dict:
     """A curve result whose tasks' floors are recomputed from the reference's draws (evaluate.curve.fidelity.floors,
     the same K and resamples; the reference must keep as many draws as the run's) and every row's gradients to floor
     re-read against them (evaluate.curve.fidelity.to_floor): a run made before the floors held the predictive
     variance's K-draw spread, or before the TV floor was taken against the other S − K draws."""
-    from evaluate.curve.fidelity import floors, to_floor
+    from evaluate.curve.fidelity import floors
     from tasks.likelihoods import likelihood_of
     from tasks.reference import load_draws, read_json_index
 
     index = read_json_index(Path(reference_dir), f"reference directory {reference_dir}")
     for name, task in part["tasks"].items():
+        old = task["floors"]
+        key = (name, old["k"], old["resamples"], old["draws"])
+        if key in cache:  # the same task in an earlier part: its floors are computed once
+            task["floors"] = cache[key]
+            _reread_rows(task)
+            continue
         if name not in index:
             raise ConfigError(f"{where}: task {name!r} is not in the reference directory {reference_dir}")
         kind = index[name]["kind"]
@@ -128,16 +134,22 @@ def _refloor(part: dict, reference_dir: str, where: str) -> dict:
         if draws is None:
             raise ConfigError(f"{where}: the reference of {name!r} keeps no per-draw predictives")
         lik = likelihood_of(kind)
-        outputs, old = lik.reference_outputs(draws), task["floors"]
+        outputs = lik.reference_outputs(draws)
         if outputs.shape[0] != old["draws"]:
             raise ConfigError(f"{where}: {name!r}: the reference keeps {outputs.shape[0]} draws, the run's floors "
                               f"used {old['draws']} (another reference?)")
-        new = floors(lik, outputs, old["k"], old["resamples"])
-        task["floors"] = new
-        for row in task["methods"].values():
-            for choice in row["choices"].values():
-                choice["to_floor"] = to_floor(choice["seeds"], new)
+        task["floors"] = cache[key] = floors(lik, outputs, old["k"], old["resamples"])
+        _reread_rows(task)
     return part
+
+
+def _reread_rows(task: dict) -> None:
+    """Every row's gradients to floor recomputed against the task's floors (evaluate.curve.fidelity.to_floor)."""
+    from evaluate.curve.fidelity import to_floor
+
+    for row in task["methods"].values():
+        for choice in row["choices"].values():
+            choice["to_floor"] = to_floor(choice["seeds"], task["floors"])
 
 
 def _merge_main(args, out: Path) -> int:
@@ -162,7 +174,8 @@ def _merge_main(args, out: Path) -> int:
         parts.append(part)
     if args.reference:
         try:
-            parts = [_refloor(p, args.reference, d) for p, d in zip(parts, args.merge)]
+            cache: dict = {}  # (task, K, resamples) -> floors, shared by the parts
+            parts = [_refloor(p, args.reference, d, cache) for p, d in zip(parts, args.merge)]
         except (KeyError, TypeError, AttributeError) as e:
             raise ConfigError(f"cannot re-read {', '.join(args.merge)}: {type(e).__name__} {one_line(e)}") from None
     try:  # the pooled result rendered before anything is written: a part lacking a field is an input error

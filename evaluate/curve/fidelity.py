@@ -68,12 +68,14 @@ def _summary(v, tails=(0.1, 0.9)) -> dict:
     return {"median": float(np.median(v)), **{f"q{round(100 * q):02d}": float(np.quantile(v, q)) for q in tails}}
 
 
-def predictive_variance_spread(likelihood, ref_outputs: np.ndarray, k: int, resamples: int = FLOOR_RESAMPLES) -> dict:
+def predictive_variance_spread(likelihood, ref_outputs: np.ndarray, k: int, resamples: int = FLOOR_RESAMPLES,
+                               subsets: list | None = None) -> dict:
     """{"median", "q05", "q10", "q90", "q95"} of the predictive variance of K exact draws ÷ that of all S draws (module
-    docstring), over the floors' resamples."""
+    docstring), over the floors' resamples (`subsets`: those index sets when already drawn)."""
     full = max(predictive_variance(ref_outputs, likelihood.kind), 1e-300)
-    return _summary([predictive_variance(ref_outputs[idx], likelihood.kind) / full
-                     for idx in _resamples(ref_outputs.shape[0], k, resamples)], (0.05, 0.1, 0.9, 0.95))
+    subsets = _resamples(ref_outputs.shape[0], k, resamples) if subsets is None else subsets
+    return _summary([predictive_variance(ref_outputs[idx], likelihood.kind) / full for idx in subsets],
+                    (0.05, 0.1, 0.9, 0.95))
 
 
 def floors(likelihood, ref_outputs: np.ndarray, k: int, resamples: int = FLOOR_RESAMPLES) -> dict:
@@ -88,7 +90,7 @@ def floors(likelihood, ref_outputs: np.ndarray, k: int, resamples: int = FLOOR_R
     tv = likelihood.split_total_variations(ref_outputs, subsets)  # each against the rest's BMA
     energy = [energy_distance(vectors[idx], vectors[np.setdiff1d(np.arange(s), idx)]) for idx in subsets]
     return {"tv": _summary(tv), "energy": _summary(energy),
-            "predictive_variance": predictive_variance_spread(likelihood, ref_outputs, k, resamples),
+            "predictive_variance": predictive_variance_spread(likelihood, ref_outputs, k, resamples, subsets),
             "k": int(k), "resamples": int(resamples), "draws": int(s)}
 
 

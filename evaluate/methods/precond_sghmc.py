@@ -77,7 +77,8 @@ def _runner(rule: str):
         args = {**lr_args(hp), "friction": jnp.asarray(friction, jnp.float32)}
         return run_single_chain(ctx, key, hp, schedule, ("precond_sghmc", rule, freeze, frac),
                                 functools.partial(_kernel, ctx.task, rule, freeze, frac), l2e.precond_sghmc.init,
-                                args, phase_of=functools.partial(freeze_phase, freeze, adapt_start=adaptation_start(freeze, frac)))
+                                args, phase_of=functools.partial(freeze_phase, freeze,
+                                                                 adapt_start=adaptation_start(freeze, frac)))
 
     return run
 
