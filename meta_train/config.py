@@ -95,6 +95,13 @@ class ObjectiveConfig:
     reference: for "fidelity", a reference directory as `python -m evaluate reference` writes it (reference.json +
     one subdirectory per task with metadata.json and probs.txt; meta_train.reference), e.g. "results/references".
     chains: for "stein_kl_cross", the number C ≥ 2 of parallel chains (Meta-SGMCMC uses 20).
+    dispersion_weight: for "fidelity", w ≥ 0 of the penalty on the samples' predictive-variance ratio to the
+    reference draws' outside [0.8, 1.25] (meta_train.objectives.fidelity; needs the references' draw_probs.npz).
+    temperature_weight: w_T ≥ 0: each member's meta-loss gains w_T·|T_kin − T|/T (needs log_temperature).
+    budgets: inner chain lengths the meta-loss is averaged over (() : inner.num_steps alone): each outer iteration
+    runs every member once per budget b — the same keys for all members — with burn_in scaled to
+    round(burn_in·b / inner.num_steps), so the sampler is trained along the budget curve, not at one point
+    (antithetic ES only).
     """
 
     kind: str = "bma"
@@ -102,6 +109,9 @@ class ObjectiveConfig:
     log_temperature: bool = False
     reference: str | None = None
     chains: int = 4
+    dispersion_weight: float = 0.0
+    temperature_weight: float = 0.0
+    budgets: tuple[int, ...] = ()
 
     def __post_init__(self):
         if self.kind not in OBJECTIVES:
@@ -110,6 +120,15 @@ class ObjectiveConfig:
             raise ConfigError(f"objective.burn_in must be ≥ 0, got {self.burn_in}")
         if isinstance(self.chains, bool) or not isinstance(self.chains, int) or self.chains < 2:
             raise ConfigError(f"objective.chains must be an integer ≥ 2, got {self.chains!r}")
+        for name in ("dispersion_weight", "temperature_weight"):
+            if not 0 <= getattr(self, name) < math.inf:
+                raise ConfigError(f"objective.{name} must be a finite number ≥ 0, got {getattr(self, name)}")
+        if self.dispersion_weight and self.kind != "fidelity":
+            raise ConfigError(f"objective.dispersion_weight needs objective.kind fidelity, got {self.kind!r}")
+        if self.temperature_weight and not self.log_temperature:
+            raise ConfigError("objective.temperature_weight needs objective.log_temperature=true")
+        if not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in self.budgets):
+            raise ConfigError(f"objective.budgets must be positive integers, got {self.budgets!r}")
 
 
 SAMPLER_KINDS = tuple(learned.REGISTRY)
@@ -167,6 +186,18 @@ class _RunFields:
         if b and (s - b) // k < 1:
             raise ConfigError(f"objective.burn_in ({b}) leaves fewer than inner.num_samples ({k}) steps of the "
                               f"inner.num_steps ({s})")
+        if (self.objective.budgets or self.objective.temperature_weight) and self.es.estimator != "antithetic":
+            raise ConfigError(f"objective.budgets and objective.temperature_weight need es.estimator antithetic, got "
+                              f"{self.es.estimator}")
+        for budget in self.objective.budgets:
+            limits.at_most("objective.budgets (a budget)", budget, limits.MAX_STEPS)
+            try:
+                if (budget - self._burn_in_at(budget)) // k < 1:
+                    raise ValueError(f"fewer than inner.num_samples ({k}) updates after the burn-in "
+                                     f"({self._burn_in_at(budget)})")
+                self.schedule_at(budget)
+            except ValueError as e:
+                raise ConfigError(f"objective.budgets: a chain of {budget} updates does not fit: {e}") from None
 
     @property
     def learned_sampler(self):
@@ -177,18 +208,35 @@ class _RunFields:
     def sampler_config(self):
         """The configuration of the sampler being meta-trained — its registry entry's config group — with the
         entry's sampling-window rule applied at the first update of the window (e.g. Mass-L2E's freeze_step)."""
-        entry, sched = self.learned_sampler, self.schedule
-        return entry.sampling_config(getattr(self, entry.config_group),
-                                     sched.num_steps - sched.num_samples * sched.thinning)
+        return self.sampler_config_at(self.schedule)
 
     @property
     def schedule(self) -> ChainSchedule:
         """The inner chain's schedule: `inner` itself, or with objective.burn_in > 0 its samples spread evenly
         over (burn_in, num_steps]."""
-        b = self.objective.burn_in
+        return self.schedule_at(self.inner.num_steps)
+
+    def _burn_in_at(self, budget: int) -> int:
+        return int(round(self.objective.burn_in * budget / self.inner.num_steps))
+
+    def schedule_at(self, budget: int) -> ChainSchedule:
+        """`schedule` for a chain of `budget` updates, burn-in scaled with it (objective.budgets)."""
+        inner = self.inner if budget == self.inner.num_steps else dataclasses.replace(self.inner, num_steps=budget)
+        b = self._burn_in_at(budget)
         if not b:
-            return self.inner
-        return dataclasses.replace(self.inner, thinning=(self.inner.num_steps - b) // self.inner.num_samples)
+            return inner
+        return dataclasses.replace(inner, thinning=(budget - b) // inner.num_samples)
+
+    @property
+    def schedules(self) -> tuple[ChainSchedule, ...]:
+        """The inner chains of one outer iteration: `schedule_at` each of objective.budgets, or (`schedule`,)."""
+        return tuple(self.schedule_at(b) for b in self.objective.budgets) or (self.schedule,)
+
+    def sampler_config_at(self, schedule: ChainSchedule):
+        """`sampler_config` with the sampling window of `schedule` (one of `schedules`)."""
+        entry = self.learned_sampler
+        return entry.sampling_config(getattr(self, entry.config_group),
+                                     schedule.num_steps - schedule.num_samples * schedule.thinning)
 
     def to_dict(self) -> dict:
         return json.loads(json.dumps(dataclasses.asdict(self)))

@@ -36,6 +36,7 @@ from l2e.devices import DeviceDataCache, member_device, per_member, population_m
 from l2e.learned import kind_of_config
 from l2e.types import tree_size
 from meta_train.objectives import OBJECTIVES
+from meta_train.objectives.fidelity import ReferenceTarget
 from meta_train.reference import load_task_reference
 from tasks.base import TaskCache
 from tasks.build import build
@@ -147,19 +148,25 @@ def population_chunk(cache: ProgramCache, spec: TaskSpec, sampler,
     return cache.program(("population_chunk", spec, sampler, schedule, mesh, kinetic, phase), build)
 
 
-def reference_batch(cache: ProgramCache, spec, root: str | None):
+def reference_batch(cache: ProgramCache, spec, root: str | None, dispersion_weight: float = 0.0):
     """The "fidelity" meta-loss batch of `spec`'s task: (test inputs (n_test, ...), reference BMA probabilities
     (n_test, C) float32) from the reference directory `root` (meta_train.reference), loaded and checked once per
-    cache. ConfigError (meta_train.reference.ReferenceError) if the task has no fitting reference."""
+    cache; with dispersion_weight > 0 the second item is a meta_train.objectives.fidelity.ReferenceTarget (the
+    probabilities, the reference draws' predictive variance, the weight). ConfigError
+    (meta_train.reference.ReferenceError) if the task has no fitting reference."""
     if root is None:
         raise ConfigError("objective.kind fidelity needs objective.reference (a directory of NUTS references, e.g. "
                           "results/references)")
 
     def build():
         task = cache.task(spec)
-        return task.splits.test[0], jnp.asarray(load_task_reference(root, task).probs)
+        ref = load_task_reference(root, task, draws=dispersion_weight > 0)
+        if dispersion_weight <= 0:
+            return task.splits.test[0], jnp.asarray(ref.probs)
+        return task.splits.test[0], ReferenceTarget(jnp.asarray(ref.probs), jnp.float32(ref.pred_var),
+                                                    jnp.float32(dispersion_weight))
 
-    return cache.program(("reference_batch", spec, str(root)), build)
+    return cache.program(("reference_batch", spec, str(root), float(dispersion_weight)), build)
 
 
 def member_meta_loss(cache: ProgramCache, spec: TaskSpec, objective: str = "bma"):
@@ -199,6 +206,7 @@ class Inner(NamedTuple):
     objective: str = "bma"
     log_temperature: bool = False
     reference: str | None = None  # objective "fidelity": the reference directory
+    dispersion_weight: float = 0.0  # objective "fidelity": the dispersion penalty's weight
 
 
 class PopulationFitness(NamedTuple):
@@ -260,7 +268,8 @@ def _sequential_population(cache, spec, population, keys, inner: Inner, progress
     for member, device in zip(samples, placed):
         stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *member)
         if OBJECTIVES[inner.objective].reference:  # the reference's test points, all of them
-            fitness.append(loss(stacked, *cache.devices.put(reference_batch(cache, spec, inner.reference), device)))
+            batch = reference_batch(cache, spec, inner.reference, inner.dispersion_weight)
+            fitness.append(loss(stacked, *cache.devices.put(batch, device)))
             continue
         xv, yv = cache.devices.put(task.splits.outer_valid, device)
         at = jax.device_put(idx, device)
@@ -288,7 +297,7 @@ def _vmap_population(cache, spec, population, keys, inner: Inner, progress) -> P
                        progress=progress, info_axis=1, chunk_at=chunk)
     samples = jax.tree.map(lambda s: jnp.swapaxes(s, 0, 1), result.samples)  # (P, K, ...)
     if OBJECTIVES[inner.objective].reference:  # the reference's test points, all of them
-        batch = replicate(reference_batch(cache, spec, inner.reference), mesh)
+        batch = replicate(reference_batch(cache, spec, inner.reference, inner.dispersion_weight), mesh)
     else:
         idx = _loss_indices(keys, x.shape[0], inner.meta_loss_examples)
         batch = replicate((jnp.take(x, idx, axis=0), jnp.take(y, idx, axis=0)), mesh)
@@ -307,14 +316,15 @@ def _vmap_population(cache, spec, population, keys, inner: Inner, progress) -> P
 def evaluate_population(spec: TaskSpec, population, keys: OuterKeys, sampler,
                         schedule: ChainSchedule, meta_loss_examples: int, progress=None, execution: str = "vmap",
                         cache: ProgramCache | None = None, objective: str = "bma",
-                        log_temperature: bool = False, reference: str | None = None) -> PopulationFitness:
+                        log_temperature: bool = False, reference: str | None = None,
+                        dispersion_weight: float = 0.0) -> PopulationFitness:
     """PopulationFitness(fitness (P,) float32 in nats, inner-loop seconds, T_kin (P,) or None) of a batch of
     meta-parameters (leaves (P, ...)) on one task; unpacks as (fitness, seconds, t_kin).
 
     sampler: the learned sampler's config (its type picks the sampler: `sampler_module`); objective: a key of
     meta_train.objectives.OBJECTIVES that is not gradient-only ("bma", "ce", "ksd", "fidelity"); reference: the
     reference directory of a reference objective ("fidelity"), whose test points and probabilities are then the
-    meta-loss batch (meta_loss_examples unused);
+    meta-loss batch (meta_loss_examples unused); dispersion_weight: "fidelity"'s dispersion penalty weight;
     log_temperature: also return each member's T_kin over the sampling window;
     execution: "vmap", "sequential" or "auto" (see `execution_mode`); progress(n) is called after every chunk
     of n inner steps; cache: the run's ProgramCache (default: a new one, so every program is compiled anew).
@@ -322,5 +332,5 @@ def evaluate_population(spec: TaskSpec, population, keys: OuterKeys, sampler,
     """
     cache = ProgramCache() if cache is None else cache
     run = _sequential_population if execution_mode(execution) == "sequential" else _vmap_population
-    inner = Inner(sampler, schedule, meta_loss_examples, objective, log_temperature, reference)
+    inner = Inner(sampler, schedule, meta_loss_examples, objective, log_temperature, reference, dispersion_weight)
     return run(cache, spec, population, keys, inner, progress)

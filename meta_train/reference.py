@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from l2e.io import ConfigError
-from tasks.reference import ReferenceDataError, find_reference_dir, load_task_dir, task_name
+from tasks.reference import ReferenceDataError, find_reference_dir, load_draws, load_task_dir, task_name
 
 __all__ = ["ReferenceError", "TaskReference", "find_reference_dir", "load_task_reference", "task_name"]
 
@@ -25,14 +25,19 @@ class ReferenceError(ConfigError):
 
 
 class TaskReference(NamedTuple):
-    """A task's reference: probs (n_test, C) float32 (rows = the task's test split, in order), its directory."""
+    """A task's reference: probs (n_test, C) float32 (rows = the task's test split, in order), its directory, and
+    pred_var: its kept draws' predictive variance (mean over test points and classes of the across-draw variance,
+    ddof 1; meta_train.objectives.fidelity) or None when `load_task_reference` was not asked for it."""
 
     probs: np.ndarray
     path: str
+    pred_var: float | None = None
 
 
-def load_task_reference(root, task) -> TaskReference:
-    """The checked reference of a built meta-training task in reference directory `root` (module doc)."""
+def load_task_reference(root, task, draws: bool = False) -> TaskReference:
+    """The checked reference of a built meta-training task in reference directory `root` (module doc); with
+    `draws`, also its draws' predictive variance, from draw_probs.npz holding every test point (ReferenceError
+    when the reference has no per-draw predictives or keeps a subset of rows)."""
     name = task_name(task.spec)
     if not task.likelihood.has_class_probs:
         raise ReferenceError(f"objective.kind fidelity needs classification tasks; meta-training task {name!r} is "
@@ -40,6 +45,15 @@ def load_task_reference(root, task) -> TaskReference:
     try:
         d = find_reference_dir(root, task.spec, "objective.reference", "meta-training task")
         ref = load_task_dir(d, task, name)
+        kept = load_draws(d, task.kind) if draws else None
     except ReferenceDataError as e:
         raise ReferenceError(str(e)) from None
-    return TaskReference(ref["probs"].astype(np.float32), str(d))
+    pred_var = None
+    if draws:
+        if (kept is None or kept["rows"] is not None or len(kept["probs"]) < 2
+                or kept["probs"].shape[1:] != ref["probs"].shape):
+            raise ReferenceError(f"the reference of meta-training task {name!r} ({d}) keeps no per-draw predictives "
+                                 "on every test point (draw_probs.npz, ≥ 2 draws): objective.dispersion_weight "
+                                 "needs them")
+        pred_var = float(np.mean(np.var(np.asarray(kept["probs"], np.float64), axis=0, ddof=1)))
+    return TaskReference(ref["probs"].astype(np.float32), str(d), pred_var)

@@ -40,7 +40,7 @@ def check_inputs(config: MetaTrainConfig, cache: ProgramCache) -> None:
         cache.task(spec)
     if OBJECTIVES[config.objective.kind].reference:  # every task needs its reference (classification only)
         for spec in config.tasks.specs():
-            reference_batch(cache, spec, config.objective.reference)
+            reference_batch(cache, spec, config.objective.reference, config.objective.dispersion_weight)
 
 
 def initial_meta_params(config: MetaTrainConfig):

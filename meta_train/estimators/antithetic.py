@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import time
 
+import jax.numpy as jnp
 import numpy as np
 import optax
 from evosax.algorithms import Open_ES
 
-from meta_train.es import ProgramCache, evaluate_population, outer_keys
+from meta_train.es import PopulationFitness, ProgramCache, evaluate_population, outer_keys
 from meta_train.estimators.common import OuterStep, check_finite, divergence_penalty_shaping, log_row, outer_optimizer
 
 TRUNCATED = False
@@ -34,6 +35,30 @@ def make_strategy(es, meta_params) -> Open_ES:
         std_schedule=optax.constant_schedule(es.sigma),
         fitness_shaping_fn=divergence_penalty_shaping(es.divergence_penalty),
     )
+
+
+def population_fitness(config, spec, population, keys, cache: ProgramCache, progress=None) -> PopulationFitness:
+    """Every member's meta-loss on one task (meta_train.es.evaluate_population), averaged over the chain lengths
+    `config.schedules` (objective.budgets; the same keys at each), each plus objective.temperature_weight ·
+    |T_kin − T|/T when that weight is positive; t_kin is the members' mean over the budgets (None when not logged)."""
+    obj = config.objective
+    fitness, seconds, t_kin = [], 0.0, []
+    for schedule in config.schedules:
+        sampler = config.sampler_config_at(schedule)
+        result = evaluate_population(spec, population, keys, sampler, schedule, config.meta_loss_examples,
+                                     progress=progress, execution=config.es.execution, cache=cache,
+                                     objective=obj.kind, log_temperature=obj.log_temperature,
+                                     reference=obj.reference, dispersion_weight=obj.dispersion_weight)
+        loss = np.asarray(result.fitness, np.float64)
+        if obj.temperature_weight:
+            temperature = float(getattr(sampler, "temperature", 1.0))
+            loss = loss + obj.temperature_weight * np.abs(result.t_kin - temperature) / temperature
+        fitness.append(loss)
+        seconds += result.inner_seconds
+        if result.t_kin is not None:
+            t_kin.append(np.asarray(result.t_kin, np.float64))
+    mean = jnp.asarray(np.mean(fitness, axis=0), jnp.float32)
+    return PopulationFitness(mean, seconds, np.mean(t_kin, axis=0) if t_kin else None)
 
 
 class Estimator:
@@ -66,11 +91,7 @@ class Estimator:
             state = state.replace(opt_state=strategy.optimizer.init(state.mean))
         before = state
         population, state = strategy.ask(keys.perturb, state, params)
-        result = evaluate_population(spec, population, keys, config.sampler_config, config.schedule,
-                                     config.meta_loss_examples, progress=progress, execution=config.es.execution,
-                                     cache=cache, objective=config.objective.kind,
-                                     log_temperature=config.objective.log_temperature,
-                                     reference=config.objective.reference)
+        result = population_fitness(config, spec, population, keys, cache, progress)
         fitness = result.fitness
         shaped = strategy.fitness_shaping_fn(population, fitness, state, params)
         if np.isfinite(np.asarray(fitness)).any():

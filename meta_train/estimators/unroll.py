@@ -156,7 +156,7 @@ def loss_batch(cache: ProgramCache, spec, keys, config):
     """The meta-loss batch of an iteration with keys `keys`: meta_loss_examples outer-validation examples
     (x (B, ...), y (B,)), or for a reference objective the reference's test inputs and probabilities (all)."""
     if OBJECTIVES[config.objective.kind].reference:
-        return reference_batch(cache, spec, config.objective.reference)
+        return reference_batch(cache, spec, config.objective.reference, config.objective.dispersion_weight)
     xv, yv = cache.task(spec).splits.outer_valid
     idx = _loss_indices(keys, xv.shape[0], config.meta_loss_examples)
     return jnp.take(xv, idx, axis=0), jnp.take(yv, idx, axis=0)
