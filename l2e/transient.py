@@ -98,7 +98,9 @@ class TransientConfig:
     the minibatch gradient-noise variance in the adaptation window from two half-batches (an even batch; every
     minibatch leaf's leading axis) and correct the window for it (False: exact gradients, or no batch axis);
     subtract_noise: the Fisher diagonal from Var ∇Ũ less that noise (needs noise_halves); burn_in, constants: the
-    ablations of the module docstring ("learned": the sampler as meta-trained)."""
+    ablations of the module docstring ("learned": the sampler as meta-trained); window_fraction: the share of a
+    chain of G updates the evaluation samples from (its K states evenly over the last window_fraction·G; the freeze
+    at its start: freeze_step = G − K·⌊window_fraction·G/K⌋), a protocol choice the kernel does not read."""
 
     temperature: float = 1.0
     freeze_step: int = 1000
@@ -112,6 +114,7 @@ class TransientConfig:
     burn_in: str = "learned"
     constants: str = "learned"
     subtract_noise: bool = False
+    window_fraction: float = 0.5
 
     def __post_init__(self):
         check_choice("burn_in", self.burn_in, BURN_INS), check_choice("constants", self.constants, CONSTANTS)
@@ -120,6 +123,7 @@ class TransientConfig:
         if isinstance(self.freeze_step, bool) or not isinstance(self.freeze_step, int) or self.freeze_step < 1:
             raise ValueError(f"freeze_step must be an integer ≥ 1, got {self.freeze_step!r}")
         check_in_range("adapt_fraction", self.adapt_fraction, 0, 1, include_low=False)
+        check_in_range("window_fraction", self.window_fraction, 0, 1, include_low=False, include_high=False)
         check_in_range("rms_decay", self.rms_decay, 0.0, 1.0, include_high=False)
 
 
@@ -156,13 +160,7 @@ class TransientInfo(NamedTuple):
 
 
 def init(position: PyTree) -> TransientState:
-    """The state before the first update (zero momentum and statistics, M⁻¹ = 1).
-
-    Args:
-      position: θ₀, a pytree of float32 arrays.
-    Returns:
-      TransientState.
-    """
+    """The TransientState before the first update at θ₀ `position` (zero momentum and statistics, M⁻¹ = 1)."""
     zeros = jax.tree.map(jnp.zeros_like, position)
     ones = jax.tree.map(jnp.ones_like, position)
     z = jnp.zeros((), jnp.float32)

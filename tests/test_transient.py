@@ -261,3 +261,27 @@ def test_subtracting_the_minibatch_noise_recovers_the_fisher_diagonal():
         got[sub] = np.asarray(st.inv_mass)[0] / SD**2
     assert np.median(got[False]) < 0.8  # measured 0.66
     assert abs(np.median(got[True]) - 1) < 0.15 and np.median(np.abs(np.log(got[True]))) < 0.15  # 1.03, 0.04
+
+
+def test_window_fraction_sets_the_evaluated_window_and_the_freeze():
+    """window_fraction (a protocol choice the checkpoint carries) puts the K states over the chain's last
+    window_fraction·G and the freeze at its start, unless the evaluation fixes a thinning; the default 0.5 is the
+    protocol's last half."""
+    from evaluate.methods.l2e import window_thinning
+    from evaluate.run import evaluate
+    from conftest import iris_mlp, tiny_eval_config
+
+    cfg = tiny_eval_config(iris_mlp(4), ("l2e_transient",), None, thinning=None, num_steps=80, num_samples=4)
+    assert window_thinning(cfg, T.TransientConfig()) == cfg.sample_thinning == 10
+    assert window_thinning(cfg, T.TransientConfig(window_fraction=0.25)) == 5
+    assert window_thinning(dataclasses.replace(cfg, thinning=3), T.TransientConfig(window_fraction=0.25)) is None
+    with pytest.raises(ValueError, match="window_fraction"):
+        T.TransientConfig(window_fraction=1.0)
+    for fraction, thinning in ((0.75, 15),):
+        run = tiny_eval_config(iris_mlp(4), ("l2e_transient",), {"l2e_transient": dict(
+            lrs=(1.0,), sampler=(f"window_fraction={fraction}",))}, thinning=None, num_steps=80, num_samples=4,
+            tune=False)
+        (task,) = evaluate(run, None, progress=False)["tasks"].values()
+        hp = task["methods"]["l2e_transient"]["hyperparameters"]
+        assert hp["thinning"] == thinning and hp["sampler"]["freeze_step"] == 80 - 4 * thinning
+        assert hp["sampler"]["window_fraction"] == fraction

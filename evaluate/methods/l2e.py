@@ -38,7 +38,7 @@ from evaluate.methods.driver import lr_args, run_single_chain
 from l2e.io import ConfigError
 
 __all__ = ["L2ESettings", "METHOD", "METHOD_TABLE", "SHIPPED_LEARNED", "learned_method", "l2e_record", "lr_settings",
-           "override_sampler", "run_l2e"]
+           "override_sampler", "run_l2e", "window_thinning"]
 
 
 def sampler_module(sampler):
@@ -55,10 +55,21 @@ def _kernel(task, sampler, phase=None):
     return kernel
 
 
-def l2e_record(ctx, hp: dict, sampler: l2e.L2EConfig) -> dict:
-    """The hyperparameter record of an L2E run: lr, thinning, the sampler configuration, its temperature, the
-    checkpoint (hp["checkpoint"] when given) and, for noise "reference", the SGHMC-equivalent temperature."""
-    record = {"learning_rate": hp["learning_rate"], "thinning": ctx.cfg.sample_thinning,
+def window_thinning(cfg, sampler) -> int | None:
+    """The thinning of a sampler that declares its sampling window (a `window_fraction` field, e.g. Transient-L2E's
+    meta-selected one) when the evaluation fixes none (cfg.thinning unset): max(1, ⌊window_fraction·G⌋ // K), its K
+    states over the chain's last window_fraction; None (the protocol's default, the last half) otherwise."""
+    fraction = getattr(sampler, "window_fraction", None)
+    if fraction is None or cfg.thinning:
+        return None
+    return max(1, int(fraction * cfg.num_steps) // cfg.num_samples)
+
+
+def l2e_record(ctx, hp: dict, sampler: l2e.L2EConfig, thinning: int | None = None) -> dict:
+    """The hyperparameter record of an L2E run: lr, thinning (default the protocol's), the sampler configuration,
+    its temperature, the checkpoint (hp["checkpoint"] when given) and, for noise "reference", the SGHMC-equivalent
+    temperature."""
+    record = {"learning_rate": hp["learning_rate"], "thinning": thinning or ctx.cfg.sample_thinning,
               "sampler": {k: v for k, v in dataclasses.asdict(sampler).items() if k != "learning_rate"},
               "temperature": float(sampler.temperature)}
     if "checkpoint" in hp:
@@ -74,7 +85,7 @@ def l2e_record(ctx, hp: dict, sampler: l2e.L2EConfig) -> dict:
 def run_l2e(ctx, key, hp: dict):
     """One L2E chain; hp: learning_rate, "meta_params" and "sampler" (the checkpoint's L2EConfig)."""
     meta_params, sampler = hp["meta_params"], override_sampler(hp["sampler"], getattr(ctx.settings, "sampler", ()))
-    schedule = single_chain_schedule(ctx.cfg)
+    schedule = single_chain_schedule(ctx.cfg, window_thinning(ctx.cfg, sampler))
     # the kind's sampling-window rule (what freezes when) at the first update of the sampling window
     sampler = sampler_module(sampler).sampling_config(sampler, schedule.num_steps - schedule.num_samples
                                                       * schedule.thinning)
@@ -85,7 +96,7 @@ def run_l2e(ctx, key, hp: dict):
     args = {**lr_args(hp), "meta": meta_params}
     entry = sampler_module(sampler)
     phase_of = None if entry.phase_of is None else functools.partial(entry.phase_of, static)
-    return run_single_chain(ctx, key, l2e_record(ctx, hp, sampler), schedule, ("l2e", static),
+    return run_single_chain(ctx, key, l2e_record(ctx, hp, sampler, schedule.thinning), schedule, ("l2e", static),
                             functools.partial(_kernel, ctx.task, static), entry.init, args, phase_of=phase_of)
 
 
