@@ -157,3 +157,31 @@ def test_sghmc_heat_measures_the_per_example_gradient_variance():
                            sample_batch=lambda k, d, b: d[jax.random.choice(k, d.shape[0], (b,))])
     v = gradient_noise(task, jnp.zeros(3), jax.random.PRNGKey(1))
     assert abs(v / 4.0 - 1.0) < 0.2, v
+
+
+def test_select_window_scores_the_geometric_mean_with_misses_at_twice_the_largest_budget(tmp_path):
+    """bench.select_window: per (fraction, M) the geometric mean over meta-training references, seeds, TV and E² of
+    the gradients to floor, a miss counted as 2 × the largest budget; the smallest wins; a bad --run is refused."""
+    import json
+
+    from bench.select_window import main, scores
+
+    def curve(per_seed_m1, per_seed_m10):
+        rows = {}
+        for name, chains, per in (("l2e_transient", 1, per_seed_m1), ("l2e_transient@M=10", 10, per_seed_m10)):
+            to_floor = {m: {"per_seed": per} for m in ("tv", "energy")}
+            rows[name] = {"chains": chains, "choices": {"oracle": {"to_floor": to_floor}}}
+        return {"curve": {"budgets": [250, 8000]}, "tasks": {t: {"methods": rows} for t in ("digits/mlp-16",
+                                                                                            "wine/mlp-16")}}
+
+    runs = {0.25: curve([1000, None], [500, 500]), 0.5: curve([400, 400], [None, None])}
+    got = {(r["fraction"], r["chains"]): r for r in scores(runs, "l2e_transient")}
+    assert got[(0.25, 1)]["score"] == pytest.approx(math.sqrt(1000 * 16000))
+    assert got[(0.5, 10)]["score"] == pytest.approx(16000) and got[(0.5, 10)]["reached"]["tv"] == "0/4"
+    assert min(got.values(), key=lambda r: r["score"]) is got[(0.5, 1)]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "curve.json").write_text(json.dumps(runs[0.25]))
+    main(["--run", f"0.25={tmp_path / 'a'}", "--json", str(tmp_path / "out.json")])
+    assert json.loads((tmp_path / "out.json").read_text())["chosen"]["chains"] == 10
+    with pytest.raises(SystemExit, match="error: --run must be FRACTION=DIR"):
+        main(["--run", "1.5=x"])
