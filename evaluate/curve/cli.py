@@ -62,15 +62,19 @@ def build_curve_parser():
 
 
 def _warm_factory(cfg, cache):
-    """warm(task, task_key, M) -> warm(cfg): the deep-ensemble start of a warm-started method at cfg's budget (the
-    ensemble untuned: its first grid point, cfg.tune is False for the curves)."""
+    """warm(task, task_key, method, ensemble_hp) -> warm(cfg): the deep-ensemble start of a warm-started method at
+    cfg's budget, the ensemble run with ensemble_hp (its lr tuned by the curve, evaluate.curve.run._ensemble_start;
+    cfg.tune is False for the curves, so it is the one grid point run) and the method's own `chains` members."""
+    import dataclasses
+
     from evaluate.run import _warm_start
     from evaluate.tuning import Progress
 
-    def factory(task, task_key, chains):
+    def factory(task, task_key, method, ensemble_hp):
         def warm(run_cfg):
-            settings_chains = getattr(run_cfg.settings, "smile").chains
-            return _warm_start(task, task_key, run_cfg, settings_chains, {}, cache, Progress())
+            de = dataclasses.replace(run_cfg.settings.deep_ensemble, lrs=(float(ensemble_hp["learning_rate"]),))
+            at = dataclasses.replace(run_cfg, settings=dataclasses.replace(run_cfg.settings, deep_ensemble=de))
+            return _warm_start(task, task_key, at, getattr(run_cfg.settings, method).chains, {}, cache, Progress())
 
         return warm
 

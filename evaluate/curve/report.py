@@ -9,6 +9,7 @@ import numpy as np
 
 from evaluate.curve.fidelity import DISPERSION_BAND, FLOOR_FACTOR, dispersion_band
 from evaluate.methods import get_method
+from evaluate.tuning import hp_label
 
 __all__ = ["curve_markdown", "learned_vs_bar", "merge_results", "plot_curves", "strongest_hand_designed"]
 
@@ -139,6 +140,10 @@ def curve_markdown(results: dict) -> str:
              f"{DISPERSION_BAND[1]}] and the predictive-variance ratio in the band K exact draws span, below); "
              "mean ± s.e. over the seeds that reach it. Tuning-inclusive: + the grid's gradients (points × tuning "
              "budget).", ""]
+    if any("warm_start" in r["tuning"] for t in results["tasks"].values() for r in t["methods"].values()):
+        lines[0] += (" Warm-started rows start from the deep ensemble at the lr its own grid's tuning chose by the "
+                     "oracle, once per task at the tuning budget (shown in hp; both choices), and their "
+                     "tuning-inclusive addend includes that grid's gradients.")
     for name, task in results["tasks"].items():
         f = task["floors"]
         lines += [f"## {name}", "",
@@ -162,6 +167,8 @@ def curve_markdown(results: dict) -> str:
                 last = _last_point_stats(c)
                 r = " / ".join(_fmt(v, ".2f") for v in last["ratios"].values()) or "—"
                 hp = ", ".join(f"{k}={v:g}" for k, v in c["hp"].items() if isinstance(v, (int, float))) or "—"
+                if "warm_start" in row["tuning"]:  # a warm-started row: the lr of the ensemble it starts from
+                    hp += f" (from deep_ensemble {hp_label(row['tuning']['warm_start']['hp'])})"
                 lines.append(f"| {row_name} | {choice} | {hp} | {_to_floor(c['to_floor']['tv'])} | "
                              f"{_to_floor(c['to_floor']['tv'], grid)} | {_to_floor(c['to_floor']['energy'])} | "
                              f"{_to_floor(c['to_floor']['energy'], grid)} | {r} | {_fmt(last['t_kin'], '.2f')} | "

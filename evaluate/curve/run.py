@@ -14,6 +14,14 @@ chain allocation M (CurveConfig.chains; 1 only for a method without chain alloca
    every kept draw, on the test points it keeps them on: all, or `evaluate reference --keep-rows`), agreement, the dispersion ratios (evaluate.dispersion), T_kin, divergent chains, gradients
    (a warm-started method's deep-ensemble members counted) and seconds. The two choices share runs when they pick
    the same grid point.
+   A warm-started method (SMILE, pSMILE: Method.warm_start) starts every run from the deep ensemble at its best:
+   the ensemble's lr grid is tuned once per task at G = tune_budget by both rules (`_ensemble_start`, as in step 1;
+   the ensemble has no chain allocation, so one tuning serves every M), and each run's ensemble (at that run's
+   budget and keys) uses the oracle-chosen lr, for both choices of the row: the warm start is an input of the
+   rival, given at its best, and the row's two choices then differ only in the method's own hyperparameters (one
+   grid of them, scored from one start). So a warm-started row's validation choice is not reference-free; the
+   ensemble's validation-chosen lr is recorded beside it (tuning.warm_start). The ensemble grid's gradients are
+   added to the row's tuning-inclusive addend (each warm-started row pays them, as if run alone).
 3. Gradients to reach 1.1 × the K-draw floor on TV and on E² (evaluate.curve.fidelity), per seed, and their mean ±
    standard error over the seeds that reach it.
 """
@@ -37,9 +45,11 @@ from evaluate.tuning import hp_label, run_keys, search
 from l2e.io import ConfigError
 from tasks.likelihoods import categorical
 
-__all__ = ["CHOICES", "CurveConfig", "curve_task", "method_extra"]
+__all__ = ["CHOICES", "CurveConfig", "WARM_RULE", "curve_task", "method_extra"]
 
 CHOICES = ("validation", "oracle")
+WARM_RULE = "oracle"
+"""The rule whose deep-ensemble lr a warm-started method starts from on the curves (module docstring)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,6 +173,21 @@ def _tune(task, task_key, method: str, cfg, cache, extra: dict, ref: _Reference,
             "budget": cfg.num_steps}
 
 
+def _ensemble_start(task, tune_key, cfg, curve: CurveConfig, cache, ref: _Reference, store: dict, say) -> dict:
+    """The deep ensemble a warm-started method starts from, at its best: its lr grid run once at G = tune_budget
+    and scored by both rules (`_tune`, grid extension as cfg.extend_grid), the start at the WARM_RULE choice; kept in
+    `store` (one per task, shared by the warm-started rows). {"method", "rule", "hp", "tuning"}."""
+    if "start" not in store:
+        t0 = time.perf_counter()
+        tuning = _tune(task, tune_key, "deep_ensemble", dataclasses.replace(cfg, num_steps=curve.tune_budget), cache,
+                       {}, ref, None)
+        store["start"] = {"method": "deep_ensemble", "rule": WARM_RULE, "hp": tuning[WARM_RULE], "tuning": tuning}
+        say(f"{task.spec.name} deep_ensemble (warm start): tuned ({len(tuning['grid'])} points, "
+            f"{time.perf_counter() - t0:.0f} s): {WARM_RULE} {hp_label(tuning[WARM_RULE])}, validation "
+            f"{hp_label(tuning['validation'])}")
+    return store["start"]
+
+
 def curve_task(task, task_index: int, ref_entry: dict, draws: dict, cfg, curve: CurveConfig, methods, samplers: dict,
                cache, progress: Callable[[str], None] | None = None, warm_factory: Callable | None = None) -> dict:
     """The curves of one task (module docstring): {"floors", "methods": {row name: {...}}}.
@@ -172,33 +197,37 @@ def curve_task(task, task_index: int, ref_entry: dict, draws: dict, cfg, curve: 
       ref_entry: its evaluate.reference.load_references entry; draws: tasks.reference.load_draws of it;
       cfg: the EvalConfig (K = num_samples, batch size, settings, tune_examples); curve: CurveConfig;
       methods: method names; samplers: evaluate.run.load_l2e dicts of the learned methods;
-      cache: a CompileCache; progress: called with one line per run; warm_factory(task, task_key, M) -> warm(cfg)
-        for warm-started methods (the deep-ensemble start at that cfg's budget), None to skip them.
+      cache: a CompileCache; progress: called with one line per run; warm_factory(task, task_key, method,
+        ensemble_hp) -> warm(cfg) for warm-started methods (the start of `method` from the deep ensemble run with
+        ensemble_hp at that cfg's budget), None to skip them.
     Returns:
       {"floors", "methods": {name or name@M=m: {"method", "chains", "tuning", "choices": {choice: {"hp", "seeds":
-      {seed: [points]}, "to_floor": {"tv": summary, "energy": summary}}}}}}.
+      {seed: [points]}, "to_floor": {"tv": summary, "energy": summary}}}}}}; a warm-started row's tuning holds
+      "warm_start" (`_ensemble_start`) and its "gradients" include the ensemble grid's.
     """
-    k = cfg.num_samples
-    ref = _Reference(task, ref_entry, draws, k)
+    ref = _Reference(task, ref_entry, draws, cfg.num_samples)
     out = {"floors": ref.floors, "methods": {}}
     say = progress or (lambda line: None)
+    ensemble: dict = {}  # the warm start's tuned deep ensemble, once per task
     for method in methods:
         m = get_method(method)
-        if m.full_batch:
+        if m.full_batch or (m.warm_start and warm_factory is None):
             continue
         extra = method_extra(method, samplers)
         for chains in sorted({c if allocated_chains(method, dataclasses.replace(cfg, chains=c)) > 1 else 1
                               for c in curve.chains}):
-            if m.warm_start and warm_factory is None:
-                continue
             name = method if chains == 1 else f"{method}@M={chains}"
             base = dataclasses.replace(cfg, chains=chains, thinning=None, tune=False)
             tune_key = jax.random.fold_in(jax.random.PRNGKey(curve.tune_seed), task_index)
-            warm = warm_factory(task, tune_key, chains) if m.warm_start else None
+            start = _ensemble_start(task, tune_key, base, curve, cache, ref, ensemble, say) if m.warm_start else None
+            warm_of = None if start is None else (
+                lambda key, method=method, hp=start["hp"]: warm_factory(task, key, method, hp))
             t0 = time.perf_counter()
             tuning = _tune(task, tune_key, method, dataclasses.replace(base, num_steps=curve.tune_budget), cache,
-                           extra, ref, warm) if m.tuned else {"grid": [], "validation": {}, "oracle": {},
-                                                              "gradients": 0, "budget": None}
+                           extra, ref, None if start is None else warm_of(tune_key)) if m.tuned else {
+                "grid": [], "validation": {}, "oracle": {}, "gradients": 0, "budget": None}
+            if start is not None:  # the ensemble grid is part of what tuning this row cost
+                tuning.update(gradients=tuning["gradients"] + start["tuning"]["gradients"], warm_start=start)
             say(f"{task.spec.name} {name}: tuned ({len(tuning['grid'])} points, {time.perf_counter() - t0:.0f} s)")
             row = {"method": method, "chains": chains, "tuning": tuning, "choices": {}}
             done: dict = {}
@@ -206,19 +235,20 @@ def curve_task(task, task_index: int, ref_entry: dict, draws: dict, cfg, curve: 
                 hp = tuning[choice]
                 label = hp_label(hp)
                 if label not in done:
-                    done[label] = _curves(task, task_index, method, hp, base, curve, cache, extra, ref,
-                                          warm_factory if m.warm_start else None, chains, say, name)
+                    done[label] = _curves(task, task_index, method, hp, base, curve, cache, extra, ref, warm_of, say,
+                                          name)
                 row["choices"][choice] = {"hp": hp, **done[label]}
             out["methods"][name] = row
     return out
 
 
-def _curves(task, task_index, method, hp, base, curve: CurveConfig, cache, extra, ref: _Reference, warm_factory,
-            chains, say, name) -> dict:
+def _curves(task, task_index, method, hp, base, curve: CurveConfig, cache, extra, ref: _Reference, warm_of, say,
+            name) -> dict:
+    """Every seed's runs at every budget; warm_of(task_key) -> warm(cfg) for a warm-started method, else None."""
     seeds = {}
     for seed in curve.seeds:
         task_key = jax.random.fold_in(jax.random.PRNGKey(seed), task_index)
-        warm = warm_factory(task, task_key, chains) if warm_factory is not None else None
+        warm = warm_of(task_key) if warm_of is not None else None
         points = []
         for g in curve.budgets:
             t0 = time.perf_counter()
