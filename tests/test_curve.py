@@ -165,13 +165,17 @@ def test_curve_command_end_to_end(tmp_path):
     out = tmp_path / "curve"
     proc = run_cli("evaluate", "curve", "--reference", ROOT / "results" / "references", "--task", "digits/mlp-32",
                    "--output", out, "--set", "methods=sghmc,l2e_mass", "--set", "settings.sghmc.lrs=0.03,0.1",
-                   "--set", "settings.sghmc.frictions=10", "--budgets", "100,400", "--chains", "1,10",
+                   "--set", "settings.sghmc.frictions=10", "--set", "settings.l2e_mass.lrs=0.1", "--budgets", "100,400", "--chains", "1,10",
                    "--tune-budget", "200", "--seeds", "0", "--quiet")
     assert proc.returncode == 0, proc.stderr
     res = json.loads((out / "curve.json").read_text())
     task = res["tasks"]["digits/mlp-32"]
     assert set(task["methods"]) == {"sghmc", "sghmc@M=10", "l2e_mass", "l2e_mass@M=10"}
     assert task["floors"]["tv"]["median"] > 0 and task["floors"]["energy"]["median"] > 0
+    # a one-point grid (tuning-free here) is not run and costs nothing; a real grid costs its runs
+    one_point = task["methods"]["l2e_mass"]["tuning"]
+    assert one_point["gradients"] == 0 and one_point["grid"] == [] and one_point["runs"] == 0
+    assert task["methods"]["sghmc"]["tuning"]["gradients"] >= 2 * 200
     for row in task["methods"].values():
         for choice in row["choices"].values():
             pts = choice["seeds"]["0"]

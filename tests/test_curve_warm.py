@@ -35,8 +35,8 @@ def test_smile_curves_start_from_the_tuned_deep_ensemble(monkeypatch):
     from evaluate.methods import CompileCache
     from tasks import TaskCache, build
 
-    settings = {"deep_ensemble": {"lrs": (BAD, GOOD)}, "smile": {"chains": 2, "step_sizes": (1e-3,)},
-                "psmile": {"chains": 2, "step_sizes": (1e-3,)}}
+    settings = {"deep_ensemble": {"lrs": (BAD, GOOD)}, "smile": {"chains": 2, "step_sizes": (1e-3, 1e-2)},
+                "psmile": {"chains": 2, "step_sizes": (1e-3, 1e-2)}}
     cfg = tiny_eval_config(iris_mlp(8), ["smile", "psmile"], settings, thinning=None, tune=False)
     task = build(cfg.tasks[0], TaskCache())
     curve = curve_run.CurveConfig(budgets=(40, 80), chains=(1, 2), tune_budget=40, seeds=(0,)).check(4)
@@ -59,13 +59,13 @@ def test_smile_curves_start_from_the_tuned_deep_ensemble(monkeypatch):
         assert start["hp"] == start["tuning"]["oracle"] == {"learning_rate": GOOD}, grid
         assert start["tuning"]["validation"] == {"learning_rate": GOOD}, grid
         assert grid[f"lr={GOOD:g}"]["oracle"] < grid[f"lr={BAD:g}"]["oracle"]
-        # ensemble grid: 2 runs of G = 40; the method's grid: 1 run of 40 + its 2 starting members' 2 × 40/4
-        assert start["tuning"]["gradients"] == 80 and row["tuning"]["gradients"] == 80 + 60
+        # ensemble grid: 2 runs of G = 40; the method's grid: 2 runs of 40 + its 2 starting members' 2 × 40/4
+        assert start["tuning"]["gradients"] == 80 and row["tuning"]["gradients"] == 80 + 2 * 60
         points = row["choices"]["oracle"]["seeds"]["0"]
         assert [p["gradients"] for p in points] == [40 + 20, 80 + 40]
         assert all(p["tv"] is not None for p in points)
-    # every warm start (each method's tuning run and each curve point: 1 + 2 per method) is the tuned ensemble
-    assert len(starts) == 6 and {m for m, _ in starts} == {"smile", "psmile"}
+    # every warm start (each method's tuning runs and each curve point: 2 + 2 per method) is the tuned ensemble
+    assert len(starts) == 8 and {m for m, _ in starts} == {"smile", "psmile"}
     assert {w["warm_start"]["learning_rate"] for _, w in starts} == {GOOD}
     assert all(w["init_positions"] is not None and w["warm_start"]["members"] == [0, 1] for _, w in starts)
     text = curve_markdown({"k": 4, "curve": curve.__dict__, "methods": list(cfg.methods), "tasks": {"iris": out}})

@@ -142,8 +142,13 @@ def _run(task, task_key, method: str, hp: dict, cfg, cache, extra: dict, warm: C
 
 def _tune(task, task_key, method: str, cfg, cache, extra: dict, ref: _Reference, warm) -> dict:
     """The grid at cfg's budget (with cfg.extend_grid, the bounded edge extension of evaluate.tuning, for each
-    rule): each point's validation and oracle score; the point each rule picks; what the runs cost."""
+    rule): each point's validation and oracle score; the point each rule picks; what the runs cost. A one-point grid
+    (a tuning-free method, e.g. Transient-L2E's single multiplier 1) is not run: both rules take it, at no cost."""
     m = get_method(method)
+    points = m.points(getattr(cfg.settings, method))
+    if len(points) == 1:  # a one-point grid chooses nothing: tuning-free, no run, nothing to pay
+        return {"grid": [], "validation": points[0], "oracle": points[0], "extended": {}, "runs": 0, "gradients": 0,
+                "budget": None}
     x, y = split_data(task, "inner_valid")
     xv, yv = x[:cfg.tune_examples], np.asarray(y[:cfg.tune_examples])
     rows, spent = {}, [0]
@@ -166,7 +171,6 @@ def _tune(task, task_key, method: str, cfg, cache, extra: dict, ref: _Reference,
     def score(key):
         return lambda point: row(point)[key] if row(point)[key] is not None else math.inf
 
-    points = m.points(getattr(cfg.settings, method))
     chosen = {key: search(points, score(key), extend=cfg.extend_grid) for key in CHOICES}
     return {"grid": list(rows.values()), "validation": chosen["validation"].best, "oracle": chosen["oracle"].best,
             "extended": {key: t.extended for key, t in chosen.items()}, "runs": len(rows), "gradients": spent[0],
