@@ -97,7 +97,8 @@ class ObjectiveConfig:
     chains: for "stein_kl_cross", the number C ≥ 2 of parallel chains (Meta-SGMCMC uses 20).
     dispersion_weight: for "fidelity", w ≥ 0 of the penalty on the samples' predictive-variance ratio to the
     reference draws' outside [0.8, 1.25] (meta_train.objectives.fidelity; needs the references' draw_probs.npz).
-    temperature_weight: w_T ≥ 0: each member's meta-loss gains w_T·|T_kin − T|/T (needs log_temperature).
+    temperature_weight: w_T ≥ 0: each member's meta-loss gains w_T·log(1 + |T_kin − T|/T) (needs log_temperature;
+    ≈ linear near T, and logarithmic so that chains that blow up still rank below the divergence cap).
     budgets: inner chain lengths the meta-loss is averaged over (() : inner.num_steps alone): each outer iteration
     runs every member once per budget b — the same keys for all members — with burn_in scaled to
     round(burn_in·b / inner.num_steps), so the sampler is trained along the budget curve, not at one point
@@ -146,6 +147,7 @@ class _RunFields:
     checkpoint_every: int = 10
     hidden: tuple[int, ...] = (32, 32)
     meta_init: str = "sghmc"
+    init_from: str | None = None
     es: ESConfig = ESConfig()
     inner: ChainSchedule = ChainSchedule(num_steps=3000, num_samples=10, thinning=50, batch_size=128)
     tasks: TaskDistribution = TaskDistribution(datasets=("digits",))
@@ -257,6 +259,8 @@ MetaTrainConfig = dataclasses.make_dataclass(
     meta_init: the start φ₀ (l2e.types.META_STARTS): "sghmc" — the meta-parameters at which the step is its
     hand-designed counterpart (exactly SGHMC for the correct samplers; for "l2e" the MLP fitted to α ≈ 0, β ≈ the
     normalised momentum), or "random" (haiku-style init of every layer, as the paper).
+    init_from: a checkpoint (shipped name or directory, as l2e.load_sampler takes) of the same sampler kind and
+    hidden widths whose meta-parameters start the run instead (fine-tuning); None: meta_init.
     objective: the meta-objective and its sampling window (ObjectiveConfig)."""})
 
 

@@ -13,10 +13,12 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 from tqdm.auto import tqdm
 
 from cli import held_warnings
-from l2e.checkpoint import KEEP_CHECKPOINTS
+from l2e.checkpoint import KEEP_CHECKPOINTS, CheckpointError, load_meta_params
 from meta_train.config import ConfigError, MetaTrainConfig
 from meta_train.es import ProgramCache, reference_batch
 from meta_train.faults import fault_plan
@@ -45,9 +47,22 @@ def check_inputs(config: MetaTrainConfig, cache: ProgramCache) -> None:
 
 def initial_meta_params(config: MetaTrainConfig):
     """φ₀ from fold_in(seed, 2³¹ − 1): the registry entry's `init_meta_params` of the sampler being meta-trained with
-    config.hidden and config.meta_init ("sghmc": the step equals its hand-designed counterpart; "random")."""
+    config.hidden and config.meta_init ("sghmc": the step equals its hand-designed counterpart; "random"); or, with
+    config.init_from, that checkpoint's meta-parameters (fine-tuning): ConfigError when it is unreadable, of another
+    sampler kind or shaped unlike φ₀."""
     k_meta = jax.random.fold_in(jax.random.PRNGKey(config.seed), -1 % 2**31)
-    return config.learned_sampler.init_meta_params(k_meta, config.hidden, config.meta_init)
+    phi0 = config.learned_sampler.init_meta_params(k_meta, config.hidden, config.meta_init)
+    if config.init_from is None:
+        return phi0
+    try:
+        phi, sampler, _ = load_meta_params(config.init_from)
+    except CheckpointError as e:
+        raise ConfigError(f"init_from: {str(e).splitlines()[0]}") from None
+    shapes = lambda t: jax.tree.map(lambda a: tuple(np.shape(a)), t)  # noqa: E731
+    if type(sampler) is not type(getattr(config, config.learned_sampler.config_group)) or shapes(phi) != shapes(phi0):
+        raise ConfigError(f"init_from {config.init_from!r} is not a {config.sampler_kind} checkpoint with hidden "
+                          f"{config.hidden}")
+    return jax.tree.map(lambda a, b: jnp.asarray(a, jnp.asarray(b).dtype), phi, phi0)
 
 
 class _Loop:

@@ -11,7 +11,7 @@ meta_train.reference, meta_train.config.ObjectiveConfig, meta_train.estimators.a
   samples;
 - schedule_at scales the burn-in with the budget and the sampling window (freeze) follows it;
 - population_fitness averages evaluate_population over the budgets (equal to the mean of the separate calls to
-  float32 rounding) and adds temperature_weight·|T_kin − T|/T.
+  float32 rounding) and adds temperature_weight·log(1 + |T_kin − T|/T).
 """
 from __future__ import annotations
 
@@ -128,7 +128,27 @@ def test_population_fitness_averages_budgets_and_adds_the_temperature_penalty(tm
                                 execution="sequential", cache=cache, objective="fidelity", log_temperature=True,
                                 reference=str(root), dispersion_weight=0.2)
         parts.append((np.asarray(r.fitness, np.float64), r.t_kin))
-    want = np.mean([f + 0.5 * np.abs(t - 1.0) for f, t in parts], axis=0)
+    want = np.mean([f + 0.5 * np.log1p(np.abs(t - 1.0)) for f, t in parts], axis=0)
     np.testing.assert_allclose(np.asarray(got.fitness), want, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(got.t_kin, np.mean([t for _, t in parts], axis=0))
     assert np.all(np.isfinite(want)) and not np.allclose(parts[0][0], parts[1][0])
+
+
+def test_init_from_starts_at_a_checkpoint_and_refuses_a_mismatch():
+    """init_from: φ₀ is the checkpoint's meta-parameters (fine-tuning); another kind or width is one ConfigError."""
+    import dataclasses
+
+    from l2e.checkpoint import load_meta_params
+
+    base = dataclasses.replace(_config(kind="bma"), hidden=(16,))
+    phi = initial_meta_params(dataclasses.replace(base, init_from="transient"))
+    want = load_meta_params("transient")[0]
+    for a, b in zip(jax.tree.leaves(phi), jax.tree.leaves(want)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert any(np.any(np.asarray(a) != 0) for a in jax.tree.leaves(phi))
+    with pytest.raises(ConfigError, match="is not a transient checkpoint with hidden"):
+        initial_meta_params(dataclasses.replace(base, hidden=(8,), init_from="transient"))
+    with pytest.raises(ConfigError, match="is not a transient checkpoint"):
+        initial_meta_params(dataclasses.replace(base, init_from="default"))
+    with pytest.raises(ConfigError, match="init_from"):
+        initial_meta_params(dataclasses.replace(base, init_from="/nonexistent/run"))

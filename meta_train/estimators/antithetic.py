@@ -40,7 +40,7 @@ def make_strategy(es, meta_params) -> Open_ES:
 def population_fitness(config, spec, population, keys, cache: ProgramCache, progress=None) -> PopulationFitness:
     """Every member's meta-loss on one task (meta_train.es.evaluate_population), averaged over the chain lengths
     `config.schedules` (objective.budgets; the same keys at each), each plus objective.temperature_weight ·
-    |T_kin − T|/T when that weight is positive; t_kin is the members' mean over the budgets (None when not logged)."""
+    log(1 + |T_kin − T|/T) when that weight is positive; t_kin is the members' mean over the budgets (None when not logged)."""
     obj = config.objective
     fitness, seconds, t_kin = [], 0.0, []
     for schedule in config.schedules:
@@ -52,7 +52,7 @@ def population_fitness(config, spec, population, keys, cache: ProgramCache, prog
         loss = np.asarray(result.fitness, np.float64)
         if obj.temperature_weight:
             temperature = float(getattr(sampler, "temperature", 1.0))
-            loss = loss + obj.temperature_weight * np.abs(result.t_kin - temperature) / temperature
+            loss = loss + obj.temperature_weight * np.log1p(np.abs(result.t_kin - temperature) / temperature)
         fitness.append(loss)
         seconds += result.inner_seconds
         if result.t_kin is not None:
