@@ -14,6 +14,7 @@ initialisation) and a good second one (lr 0.3), against a synthetic reference co
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from conftest import iris_mlp, tiny_eval_config
 
@@ -70,3 +71,45 @@ def test_smile_curves_start_from_the_tuned_deep_ensemble(monkeypatch):
     assert all(w["init_positions"] is not None and w["warm_start"]["members"] == [0, 1] for _, w in starts)
     text = curve_markdown({"k": 4, "curve": curve.__dict__, "methods": list(cfg.methods), "tasks": {"iris": out}})
     assert f"(from deep_ensemble lr={GOOD:g})" in text and "Warm-started rows start from the deep ensemble" in text
+
+
+def test_mile_on_the_curves_gets_its_budget_in_full_batch_gradients():
+    """MILE (full batch) at a curve point of G minibatch gradients of B: ⌊G·B/(2·N·chains)⌋ steps per chain, K/chains
+    draws over the last half, warm-up split 80/10/10; a full-batch gradient counts N/B minibatch gradients."""
+    import types
+
+    from evaluate.curve.run import _spent
+    from evaluate.methods.mile import MILESettings, curve_settings
+
+    cfg = types.SimpleNamespace(num_steps=8000, batch_size=128, num_samples=10)
+    s = curve_settings(MILESettings(chains=2), cfg, data_size=1150)
+    assert sum(s.steps) + s.samples * s.thinning == 8000 * 128 // (2 * 1150 * 2) == 222
+    assert s.samples == 5 and s.thinning == 111 // 5 and s.steps[1] == s.steps[2] == (222 - 5 * 22) // 10
+    tiny = curve_settings(MILESettings(chains=2), types.SimpleNamespace(num_steps=40, batch_size=16, num_samples=4), 100)
+    assert tiny.steps[0] >= 1 and tiny.samples == 2 and tiny.thinning >= 1
+    task = types.SimpleNamespace(data_size=1150)
+    full = types.SimpleNamespace(grad_evals=444, gradient="full-batch")
+    mini = types.SimpleNamespace(grad_evals=8000, gradient="minibatch")
+    assert _spent(task, full, {"warm_start": {"grad_evals": 1600}}, 128) == round(444 * 1150 / 128) + 1600
+    assert _spent(task, mini, {}, 128) == 8000
+
+
+@pytest.mark.slow
+def test_mile_curve_end_to_end_on_a_tiny_task():
+    from evaluate.curve.cli import _warm_factory
+    from evaluate.curve.run import CurveConfig, curve_task
+    from evaluate.methods import CompileCache
+    from tasks import TaskCache, build
+
+    settings = {"deep_ensemble": {"lrs": (GOOD,)}, "mile": {"chains": 2}}
+    cfg = tiny_eval_config(iris_mlp(8), ["mile"], settings, thinning=None, tune=False)
+    task = build(cfg.tasks[0], TaskCache())
+    curve = CurveConfig(budgets=(400, 1600), chains=(1,), tune_budget=40, seeds=(0,)).check(4)
+    cache = CompileCache()
+    out = curve_task(task, 0, {}, _reference(task), cfg, curve, cfg.methods, {}, cache, None,
+                     lambda task, key, method, hp: _warm_factory(cfg, cache)(task, key, method, hp))
+    points = out["methods"]["mile"]["choices"]["oracle"]["seeds"]["0"]
+    assert [p["budget"] for p in points] == [400, 1600] and all(p["tv"] is not None for p in points)
+    # its own full-batch work is about G (MCLMC's tuning adds a little); the members add 2 × G/4
+    for p in points:
+        assert 0.5 * p["budget"] <= p["gradients"] - p["budget"] // 2 <= 2.0 * p["budget"], p

@@ -129,15 +129,31 @@ class _Reference:
                                                                                  1e-12)
 
 
+def _budgeted(task, method: str, cfg):
+    """cfg with a full-batch method's settings scaled to cfg's budget (Method.curve_budget); cfg itself otherwise."""
+    scale = get_method(method).curve_budget
+    if scale is None:
+        return cfg
+    settings = scale(getattr(cfg.settings, method), cfg, task.data_size)
+    return dataclasses.replace(cfg, settings=dataclasses.replace(cfg.settings, **{method: settings}))
+
+
+def _spent(task, res, added: dict, batch_size: int) -> int:
+    """The gradients a run counts, in minibatch gradients of B = batch_size examples: its own (a full-batch gradient
+    is N/B of them) plus its warm start's deep-ensemble members."""
+    own = res.grad_evals if res.gradient != "full-batch" else round(res.grad_evals * task.data_size / batch_size)
+    return int(own) + (added.get("warm_start", {}).get("grad_evals", 0) if added else 0)
+
+
 def _run(task, task_key, method: str, hp: dict, cfg, cache, extra: dict, warm: Callable | None) -> tuple:
     """(MethodResult on test, gradients counted): one final-keys run; a warm-started method gets its deep-ensemble
     start from `warm(cfg)` and its members' gradients are added."""
     added = {}
     if warm is not None:
         added = warm(cfg)
-    res = run_method(method, task, run_keys(task_key, 1), {**hp, **extra, **added}, cfg, "test", cache)
-    spent = res.grad_evals + (added.get("warm_start", {}).get("grad_evals", 0) if added else 0)
-    return res, spent
+    res = run_method(method, task, run_keys(task_key, 1), {**hp, **extra, **added}, _budgeted(task, method, cfg),
+                     "test", cache)
+    return res, _spent(task, res, added, cfg.batch_size)
 
 
 def _tune(task, task_key, method: str, cfg, cache, extra: dict, ref: _Reference, warm) -> dict:
@@ -157,8 +173,9 @@ def _tune(task, task_key, method: str, cfg, cache, extra: dict, ref: _Reference,
         label = hp_label(point) or "default"
         if label not in rows:
             added = warm(cfg) if warm is not None else {}
-            res = run_method(method, task, run_keys(task_key, 0), {**point, **extra, **added}, cfg, "test", cache)
-            spent[0] += res.grad_evals + (added.get("warm_start", {}).get("grad_evals", 0) if added else 0)
+            res = run_method(method, task, run_keys(task_key, 0), {**point, **extra, **added},
+                             _budgeted(task, method, cfg), "test", cache)
+            spent[0] += _spent(task, res, added, cfg.batch_size)
             bad = res.divergent_chains or res.num_finite == 0
             val = math.inf if bad else task.score(predict_outputs(task, res.samples, xv, cfg.eval_batch, cache), yv)
             fid = ref.point(task, res)
@@ -215,7 +232,7 @@ def curve_task(task, task_index: int, ref_entry: dict, draws: dict, cfg, curve: 
     ensemble: dict = {}  # the warm start's tuned deep ensemble, once per task
     for method in methods:
         m = get_method(method)
-        if m.full_batch or (m.warm_start and warm_factory is None):
+        if (m.full_batch and m.curve_budget is None) or (m.warm_start and warm_factory is None):
             continue
         extra = method_extra(method, samplers)
         for chains in sorted({c if allocated_chains(method, dataclasses.replace(cfg, chains=c)) > 1 else 1

@@ -46,6 +46,9 @@ class Method:
     schedule: (cfg, settings) -> ChainSchedule of one chain / ensemble member; None for full-batch methods.
     check: (cfg, settings) -> None, raising ConfigError for settings that do not fit cfg (beyond the schedule).
     full_batch: uses full-batch gradients and its own budget (else the shared G minibatch gradients).
+    curve_budget: (settings, cfg, data_size) -> settings: a full-batch method's settings for a budget-curve point of
+      G = cfg.num_steps minibatch gradients of B = cfg.batch_size examples — its own work ≈ G·B/N full-batch
+      gradients, K = cfg.num_samples draws; None: a full-batch method is not on the curves.
     needs_sampler: hp gets "meta_params", "sampler" and "checkpoint": True — of the evaluation's learned-sampler
       checkpoint (`--sampler`, default the shipped "default"); a string — of that shipped checkpoint
       (l2e.checkpoint.SHIPPED, e.g. "mass").
@@ -70,6 +73,7 @@ class Method:
     schedule: Callable | None = None
     check: Callable | None = None
     full_batch: bool = False
+    curve_budget: Callable | None = None
     needs_sampler: bool | str = False
     needs_released: bool = False
     warm_start: bool = False

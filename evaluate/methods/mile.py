@@ -87,5 +87,18 @@ def run_mile(ctx, key, hp: dict):
     return finalise(ctx, flat, chain_ids, grads, seconds, record, num_chains=chains, gradient="full-batch")
 
 
+def curve_settings(s: MILESettings, cfg, data_size: int) -> MILESettings:
+    """MILE's settings at a budget-curve point of G minibatch gradients (Method.curve_budget): its own work G·B/N
+    full-batch gradients, 2 per step, so S = ⌊G·B/(2·N·chains)⌋ steps per chain (at least 2); K/chains draws per
+    chain over the last half (thinning ⌊S/2⌋ / draws, at least 1); the warm-up before them split as MILE's own
+    (40000, 5000, 5000): 80 / 10 / 10 %."""
+    steps = max(2, int(cfg.num_steps * cfg.batch_size // (2 * data_size * s.chains)))
+    samples = max(1, cfg.num_samples // s.chains)
+    thinning = max(1, (steps // 2) // samples)
+    warm = max(1, steps - samples * thinning)
+    n23 = warm // 10
+    return dataclasses.replace(s, steps=(warm - 2 * n23, n23, n23), samples=samples, thinning=thinning)
+
+
 METHOD = Method("mile", MILESettings, run_mile, check=lambda cfg, s: check_chains(cfg, s, "settings.mile"),
-                full_batch=True, warm_start=True)
+                full_batch=True, warm_start=True, curve_budget=curve_settings)
