@@ -28,8 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from meta_train.config import apply_overrides
-from meta_train.es import ProgramCache, evaluate_population, outer_keys
+from meta_train.es import ProgramCache, outer_keys
 from meta_train.estimators import ESTIMATORS, make
+from meta_train.estimators.antithetic import population_fitness
 from meta_train.estimators.common import cap_fitness
 from meta_train.estimators.unroll import segments_per_unroll
 from meta_train.presets import PRESETS
@@ -54,10 +55,8 @@ def antithetic_estimate(config, cache, spec, phi, r: int, common: bool = True) -
     ks = jax.random.split(keys.perturb, len(leaves))
     z = jax.tree.unflatten(treedef, [jax.random.normal(k, (pairs,) + x.shape) for k, x in zip(ks, leaves)])
     pop = jax.tree.map(lambda m, e: jnp.concatenate([m[None] + es.sigma * e, m[None] - es.sigma * e]), phi, z)
-    def fitness(members, k):
-        return evaluate_population(spec, members, k, config.sampler_config, config.schedule,
-                                   config.meta_loss_examples, execution=es.execution, cache=cache,
-                                   objective=config.objective.kind, reference=config.objective.reference).fitness
+    def fitness(members, k):  # the antithetic estimator's own fitness (budgets and penalties of the objective)
+        return population_fitness(config, spec, members, k, cache).fitness
 
     if common:
         fit = fitness(pop, keys)
@@ -99,7 +98,7 @@ def measure(config, estimators, repeats: int) -> dict:
         cos = [float(x @ mean / (np.linalg.norm(x) * np.linalg.norm(mean) + 1e-30)) for x in g]
         chains = 1 if ESTIMATORS[base].PATHWISE else cfg.es.population
         out["estimators"][name] = {
-            "chain_steps_per_estimate": chains * cfg.inner.num_steps, "mean_norm": float(np.linalg.norm(mean)),
+            "chain_steps_per_estimate": chains * sum(sc.num_steps for sc in cfg.schedules), "mean_norm": float(np.linalg.norm(mean)),
             "var_per_coord": float(var / g.shape[1]), "relative_variance": float(var / (mean @ mean + 1e-30)),
             "mean_cosine_to_mean": float(np.mean(cos)), "seconds": round(time.perf_counter() - t0, 2)}
         print(name, out["estimators"][name], flush=True)

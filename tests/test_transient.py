@@ -265,8 +265,8 @@ def test_subtracting_the_minibatch_noise_recovers_the_fisher_diagonal():
 
 def test_window_fraction_sets_the_evaluated_window_and_the_freeze():
     """window_fraction (a protocol choice the checkpoint carries) puts the K states over the chain's last
-    window_fraction·G and the freeze at its start, unless the evaluation fixes a thinning; the default 0.5 is the
-    protocol's last half."""
+    window_fraction·G and the freeze at its start, unless the evaluation fixes a thinning; the config's default 0.5
+    is the protocol's last half, the shipped checkpoint carries the selected 0.75."""
     from evaluate.methods.l2e import window_thinning
     from evaluate.run import evaluate
     from conftest import iris_mlp, tiny_eval_config
@@ -277,10 +277,12 @@ def test_window_fraction_sets_the_evaluated_window_and_the_freeze():
     assert window_thinning(dataclasses.replace(cfg, thinning=3), T.TransientConfig(window_fraction=0.25)) is None
     with pytest.raises(ValueError, match="window_fraction"):
         T.TransientConfig(window_fraction=1.0)
-    for fraction, thinning in ((0.75, 15),):
-        run = tiny_eval_config(iris_mlp(4), ("l2e_transient",), {"l2e_transient": dict(
-            lrs=(1.0,), sampler=(f"window_fraction={fraction}",))}, thinning=None, num_steps=80, num_samples=4,
-            tune=False)
+    from l2e.checkpoint import load_meta_params
+
+    assert load_meta_params("transient")[1].window_fraction == 0.75  # shipped: selected on the meta-training refs
+    for override, fraction, thinning in (((), 0.75, 15), (("window_fraction=0.25",), 0.25, 5)):
+        run = tiny_eval_config(iris_mlp(4), ("l2e_transient",), {"l2e_transient": dict(lrs=(1.0,), sampler=override)},
+                               thinning=None, num_steps=80, num_samples=4, tune=False)
         (task,) = evaluate(run, None, progress=False)["tasks"].values()
         hp = task["methods"]["l2e_transient"]["hyperparameters"]
         assert hp["thinning"] == thinning and hp["sampler"]["freeze_step"] == 80 - 4 * thinning
