@@ -265,8 +265,8 @@ def test_subtracting_the_minibatch_noise_recovers_the_fisher_diagonal():
 
 def test_window_fraction_sets_the_evaluated_window_and_the_freeze():
     """window_fraction (a protocol choice the checkpoint carries) puts the K states over the chain's last
-    window_fraction·G and the freeze at its start, unless the evaluation fixes a thinning; the config's default 0.5
-    is the protocol's last half, the shipped checkpoint carries the selected 0.75."""
+    window_fraction·G and the freeze at its start, unless the evaluation fixes a thinning; the default 0.5 (and the
+    shipped checkpoint's) is the protocol's last half."""
     from evaluate.methods.l2e import window_thinning
     from evaluate.run import evaluate
     from conftest import iris_mlp, tiny_eval_config
@@ -279,8 +279,8 @@ def test_window_fraction_sets_the_evaluated_window_and_the_freeze():
         T.TransientConfig(window_fraction=1.0)
     from l2e.checkpoint import load_meta_params
 
-    assert load_meta_params("transient")[1].window_fraction == 0.75  # shipped: selected on the meta-training refs
-    for override, fraction, thinning in (((), 0.75, 15), (("window_fraction=0.25",), 0.25, 5)):
+    assert load_meta_params("transient")[1].window_fraction == 0.5  # shipped: the protocol's last half
+    for override, fraction, thinning in (((), 0.5, 10), (("window_fraction=0.75",), 0.75, 15)):
         run = tiny_eval_config(iris_mlp(4), ("l2e_transient",), {"l2e_transient": dict(lrs=(1.0,), sampler=override)},
                                thinning=None, num_steps=80, num_samples=4, tune=False)
         (task,) = evaluate(run, None, progress=False)["tasks"].values()
