@@ -58,7 +58,8 @@ from l2e.io import ConfigError
 from cli import discard_staging, held_warnings, staging_dir
 from tasks import TaskCache, build
 
-__all__ = ["DIVERGENCE_NOTE", "evaluate", "load_l2e", "run_task_method", "save_samples"]
+__all__ = ["DIVERGENCE_NOTE", "evaluate", "load_l2e", "method_extra", "require_released", "run_task_method",
+           "save_samples"]
 
 DIVERGENCE_NOTE = (DIVERGENCE_RULE + "; a chain (ensemble member) with a divergent sample is counted per method "
                    "(divergent_chains; scale_divergent_chains: those judged by scale alone); its divergent samples "
@@ -104,6 +105,26 @@ def _sampler_hp(sampler: dict) -> dict:
     return {"meta_params": sampler["meta_params"], "sampler": sampler["sampler"], "checkpoint": sampler["path"]}
 
 
+def method_extra(method: str, samplers: dict) -> dict:
+    """The hp a method needs besides its grid point: the released sampler (samplers["released"]) for a method that
+    needs it, else a learned method's checkpoint (samplers[its shipped name], or samplers["l2e"] for the --sampler
+    method); {} for every other method."""
+    m = get_method(method)
+    if m.needs_released:
+        return _sampler_hp(samplers["released"])
+    if m.needs_sampler:
+        return _sampler_hp(samplers[m.needs_sampler if isinstance(m.needs_sampler, str) else "l2e"])
+    return {}
+
+
+def require_released(path=None) -> dict:
+    """load_released_sampler(path); a missing file is a ConfigError that says where it was looked for."""
+    try:
+        return load_released_sampler(path)
+    except FileNotFoundError as e:
+        raise ConfigError(f"{e} (pass --released PATH or set $L2E_DATA_DIR)") from None
+
+
 def run_task_method(task, task_key, method: str, cfg: EvalConfig, samplers: dict, runs: dict, cache,
                     progress) -> tuple:
     """Tune (optionally) and run one method on one task: (final MethodResult, evaluate.tuning.Tuning, time-budget
@@ -113,11 +134,7 @@ def run_task_method(task, task_key, method: str, cfg: EvalConfig, samplers: dict
     {method: that tuple} shared by the methods of one task (the deep-ensemble run there is the warm start of
     the full-batch methods); cache: the evaluation's CompileCache."""
     m = get_method(method)
-    extra = {}
-    if m.needs_sampler:
-        extra = _sampler_hp(samplers[m.needs_sampler if isinstance(m.needs_sampler, str) else "l2e"])
-    if m.needs_released:
-        extra = _sampler_hp(samplers["released"])
+    extra = method_extra(method, samplers)
     if m.warm_start:
         extra = _warm_start(task, task_key, cfg, getattr(cfg.settings, method).chains, runs, cache, progress)
     if method not in runs:  # the deep ensemble may already have run as a warm start (same keys, same result)
@@ -234,11 +251,11 @@ def _released_input(cfg: EvalConfig, released_path, released: dict | None) -> tu
     names = [m for m in cfg.methods if get_method(m).needs_released]
     if not names or released is not None:
         return cfg, {}, released
+    if released_path is not None or any(m not in cfg.optional_methods for m in names):
+        return cfg, {}, require_released(released_path)
     try:
         return cfg, {}, load_released_sampler(released_path)
     except FileNotFoundError as e:
-        if released_path is not None or any(m not in cfg.optional_methods for m in names):
-            raise ConfigError(f"{e} (pass --released PATH or set $L2E_DATA_DIR)") from None
         kept = tuple(m for m in cfg.methods if m not in names)
         if not kept:
             raise ConfigError(f"{e}: no method left to evaluate") from None

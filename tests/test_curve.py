@@ -234,3 +234,45 @@ def test_merge_with_reference_rereads_a_run_against_the_recomputed_floors(tmp_pa
             for c in row["choices"].values():
                 assert c["to_floor"] == to_floor(c["seeds"], f)
     assert "Predictive-variance ratio of K exact draws" in (out / "curve.md").read_text()
+
+
+def test_method_extra_gives_each_method_what_it_reads():
+    from evaluate.run import method_extra
+
+    def sampler(tag):
+        return {"meta_params": tag, "sampler": tag, "path": tag}
+
+    samplers = {"released": sampler("authors"), "transient": sampler("shipped"), "l2e": sampler("mine")}
+    assert method_extra("l2e_released", samplers)["meta_params"] == "authors"
+    assert method_extra("l2e_transient", samplers)["checkpoint"] == "shipped"
+    assert method_extra("l2e", samplers)["sampler"] == "mine"
+    assert method_extra("sghmc", samplers) == {}
+
+
+def test_curve_refuses_a_missing_released_file_before_anything_runs(tmp_path):
+    from conftest import ROOT, run_cli
+
+    out = tmp_path / "curve"
+    proc = run_cli("evaluate", "curve", "--reference", ROOT / "results" / "references", "--task", "digits/mlp-32",
+                   "--set", "methods=sghmc,l2e_released", "--released", tmp_path / "missing", "--output", out)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("error: released meta-parameters not found") and "--released" in proc.stderr
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_curve_runs_the_released_sampler(tmp_path):
+    from conftest import DATA_DIR, ROOT, run_cli
+
+    released = DATA_DIR / "l2e_released"
+    if not (released / "meta_params.pickle").is_file():
+        pytest.skip(f"released meta-parameters not found at {released}")
+    out = tmp_path / "curve"
+    proc = run_cli("evaluate", "curve", "--reference", ROOT / "results" / "references", "--task", "breast_cancer/mlp-16",
+                   "--set", "methods=l2e_released", "--set", "settings.l2e_released.lrs=0.5", "--released", released,
+                   "--budgets", "100", "--chains", "1", "--tune-budget", "100", "--seeds", "0", "--output", out,
+                   "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads((out / "curve.json").read_text())["tasks"]["breast_cancer/mlp-16"]["methods"]["l2e_released"]
+    point = row["choices"]["oracle"]["seeds"]["0"][0]
+    assert point["gradients"] == 100 and 0 <= point["tv"] <= 1

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from l2e.io import ConfigError
 
-__all__ = ["build_curve_parser", "curve_main", "run_curves"]
+__all__ = ["build_curve_parser", "curve_main", "curve_samplers", "run_curves"]
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:
@@ -56,6 +56,9 @@ def build_curve_parser():
     p.add_argument("--seeds", default=",".join(map(str, d.seeds)), help="curve seeds (default: %(default)s)")
     p.add_argument("--sampler", default=None, help="the learned checkpoint of the `l2e` method (default: shipped "
                    "paper-form)")
+    p.add_argument("--released", default=None, help="the L2E authors' released meta-parameters for method "
+                   "l2e_released (a meta_params.pickle or its folder; default: l2e_released/ of $L2E_DATA_DIR, "
+                   "else of ~/.cache/l2e)")
     p.add_argument("--overwrite", action="store_true", help="replace a curve report in --output")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
@@ -81,12 +84,31 @@ def _warm_factory(cfg, cache):
     return factory
 
 
-def run_curves(cfg, curve, reference_dir, names, sampler_path=None, progress=None) -> dict:
-    """The curve results of the selected tasks (evaluate.curve.run.curve_task per task)."""
+def curve_samplers(cfg, sampler_path=None, released_path=None) -> dict:
+    """What cfg's methods read besides their grid points (evaluate.run.method_extra), loaded before anything runs
+    or is written: {"l2e" (the --sampler checkpoint) or a shipped name: evaluate.run.load_l2e(...), "released":
+    the authors' released sampler}; a missing released file is a ConfigError."""
+    from evaluate.methods import get_method
+    from evaluate.run import load_l2e, require_released
+
+    samplers = {}
+    for m in cfg.methods:
+        method = get_method(m)
+        if method.needs_released and "released" not in samplers:
+            samplers["released"] = require_released(released_path)
+        need = method.needs_sampler
+        if need:
+            key = need if isinstance(need, str) else "l2e"
+            samplers[key] = load_l2e(need if isinstance(need, str) else sampler_path)
+    return samplers
+
+
+def run_curves(cfg, curve, reference_dir, names, sampler_path=None, progress=None, samplers=None) -> dict:
+    """The curve results of the selected tasks (evaluate.curve.run.curve_task per task); samplers: curve_samplers'
+    (loaded here when None)."""
     from evaluate.curve.run import curve_task
-    from evaluate.methods import CompileCache, get_method
+    from evaluate.methods import CompileCache
     from evaluate.reference import load_references
-    from evaluate.run import load_l2e
     from tasks import TaskCache, build
     from tasks.reference import load_draws
 
@@ -98,12 +120,7 @@ def run_curves(cfg, curve, reference_dir, names, sampler_path=None, progress=Non
     if missing:
         raise ConfigError(f"the reference of {', '.join(missing)} keeps no per-draw predictives (draw_probs.npz); "
                           "recompute it with `python -m evaluate reference`")
-    samplers = {}
-    for m in cfg.methods:
-        need = get_method(m).needs_sampler
-        if need:
-            key = need if isinstance(need, str) else "l2e"
-            samplers[key] = load_l2e(need if isinstance(need, str) else sampler_path)
+    samplers = curve_samplers(cfg, sampler_path) if samplers is None else samplers
     cache = CompileCache()
     out = {"k": cfg.num_samples, "curve": curve.__dict__, "methods": list(cfg.methods), "tasks": {}}
     for n in names:
@@ -247,12 +264,13 @@ def curve_main(argv) -> int:
         if unknown or not names:
             raise ConfigError(f"no task to run: {', '.join(unknown) or 'the reference holds none of'} "
                               f"(the preset's tasks: {', '.join(cfg.task_names())})")
+        samplers = curve_samplers(cfg, args.sampler, args.released)
         check_output_dir(out, "curve", "curve.json", args.overwrite, ConfigError)
         probe_writable(out, ConfigError)
         lock = OutputLock(out, ConfigError)  # a second run on this --output is refused (cli.outputs)
         progress = None if args.quiet else (lambda line: print(f"curve: {line}", flush=True))
         t0 = time.perf_counter()
-        results = run_curves(cfg, curve, args.reference, names, args.sampler, progress)
+        results = run_curves(cfg, curve, args.reference, names, args.sampler, progress, samplers)
         results["seconds"] = time.perf_counter() - t0
         stage = staging_dir(out)
         atomic_write_text(stage / "curve.json", json.dumps(results, indent=1, default=float))

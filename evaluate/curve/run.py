@@ -41,11 +41,12 @@ from evaluate.methods import get_method, run_method, split_data
 from evaluate.methods.outputs import predict_outputs
 from evaluate.methods.registry import allocated_chains
 from evaluate.metrics import agreement
+from evaluate.run import method_extra
 from evaluate.tuning import hp_label, run_keys, search
 from l2e.io import ConfigError
 from tasks.likelihoods import categorical
 
-__all__ = ["CHOICES", "CurveConfig", "WARM_RULE", "curve_task", "method_extra"]
+__all__ = ["CHOICES", "CurveConfig", "WARM_RULE", "curve_task"]
 
 CHOICES = ("validation", "oracle")
 WARM_RULE = "oracle"
@@ -77,16 +78,6 @@ class CurveConfig:
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ConfigError(f"seeds must be distinct, got {self.seeds}")
         return self
-
-
-def method_extra(method: str, samplers: dict) -> dict:
-    """The hp a method needs besides its grid point: a learned method's checkpoint (evaluate.run.load_l2e dicts in
-    `samplers`, by shipped name, "l2e" for the --sampler method)."""
-    m = get_method(method)
-    if not m.needs_sampler:
-        return {}
-    s = samplers[m.needs_sampler if isinstance(m.needs_sampler, str) else "l2e"]
-    return {"meta_params": s["meta_params"], "sampler": s["sampler"], "checkpoint": s["path"]}
 
 
 class _Reference:
@@ -217,7 +208,7 @@ def curve_task(task, task_index: int, ref_entry: dict, draws: dict, cfg, curve: 
       task: the built task; task_index: its index t in the evaluation config (task keys fold_in(PRNGKey(seed), t));
       ref_entry: its evaluate.reference.load_references entry; draws: tasks.reference.load_draws of it;
       cfg: the EvalConfig (K = num_samples, batch size, settings, tune_examples); curve: CurveConfig;
-      methods: method names; samplers: evaluate.run.load_l2e dicts of the learned methods;
+      methods: method names; samplers: what evaluate.run.method_extra reads (evaluate.curve.cli.curve_samplers);
       cache: a CompileCache; progress: called with one line per run; warm_factory(task, task_key, method,
         ensemble_hp) -> warm(cfg) for warm-started methods (the start of `method` from the deep ensemble run with
         ensemble_hp at that cfg's budget), None to skip them.
