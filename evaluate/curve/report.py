@@ -192,19 +192,22 @@ def plot_curves(results: dict, out_dir: Path) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    palette, markers = plt.get_cmap("tab20").colors, "os^vDPX*"
     names = []
     for name, task in results["tasks"].items():
-        fig, axes = plt.subplots(1, 4, figsize=(22, 5))
-        for row_name, row in task["methods"].items():
+        fig, axes = plt.subplots(1, 4, figsize=(24, 5))
+        for i, (row_name, row) in enumerate(task["methods"].items()):
             c = row["choices"]["oracle"]
-            style = "-" if learned(row_name) else "--"
+            # one colour and marker per row (20 colours × 8 markers), solid for the learned samplers
+            kw = dict(ls="-" if learned(row_name) else "--", color=palette[i % 20], marker=markers[i // 20 % 8], ms=3,
+                      label=row_name)
             for ax, key in zip(axes[:2], ("tv", "energy")):
-                ax.plot(*_mean_curve(c, key), style, marker="o", ms=3, label=row_name)
+                ax.plot(*_mean_curve(c, key), **kw)
             xs = _mean_curve(c, "tv")[0]
             pv = [np.nanmean([np.nan if not p["ratios"] else p["ratios"].get("predictive_variance", np.nan)
                               for p in pts]) for pts in zip(*c["seeds"].values())]
-            axes[2].plot(xs, pv, style, marker="o", ms=3, label=row_name)
-            axes[3].plot(*_mean_curve(c, "tv", "seconds"), style, marker="o", ms=3, label=row_name)
+            axes[2].plot(xs, pv, **kw)
+            axes[3].plot(*_mean_curve(c, "tv", "seconds"), **kw)
         for ax, key, label in ((axes[0], "tv", "TV to the reference"), (axes[1], "energy", "energy distance E²"),
                                (axes[3], "tv", "TV to the reference")):
             f = task["floors"][key]
@@ -216,10 +219,11 @@ def plot_curves(results: dict, out_dir: Path) -> list[str]:
         div, lo, hi = dispersion_band(task["floors"]).get("predictive_variance", (1.0, *DISPERSION_BAND))
         axes[2].axhspan(div * lo, div * hi, color="grey", alpha=0.25)
         axes[2].set_ylabel("predictive-variance ratio (grey: in band)")
+        axes[2].set_yscale("log")  # hot chains read 10²–10⁵ on regression
         for ax, xl in zip(axes, ("gradients", "gradients", "gradients", "seconds")):
             ax.set_xscale("log")
             ax.set_xlabel(xl)
-        axes[0].legend(fontsize=6, ncol=2)
+        axes[3].legend(fontsize=6, ncol=1 + len(task["methods"]) // 24, loc="upper left", bbox_to_anchor=(1.02, 1.0))
         fig.suptitle(f"{name}: fidelity per gradient (oracle-tuned; grey: K-draw floor 10–90 %, line: median, "
                      f"dotted: {FLOOR_FACTOR} × median)")
         fig.tight_layout()
