@@ -164,7 +164,7 @@ def test_curve_command_end_to_end(tmp_path):
 
     out = tmp_path / "curve"
     proc = run_cli("evaluate", "curve", "--reference", ROOT / "results" / "references", "--task", "digits/mlp-32",
-                   "--output", out, "--set", "methods=sghmc,l2e_mass", "--set", "settings.sghmc.lrs=0.03,0.1",
+                   "--output", out, "--set", "methods=sghmc,l2e_mass,nuts_bde", "--set", "settings.sghmc.lrs=0.03,0.1",
                    "--set", "settings.sghmc.frictions=10", "--set", "settings.l2e_mass.lrs=0.1", "--budgets", "100,400", "--chains", "1,10",
                    "--tune-budget", "200", "--seeds", "0", "--quiet")
     assert proc.returncode == 0, proc.stderr
@@ -182,6 +182,9 @@ def test_curve_command_end_to_end(tmp_path):
             assert [p["budget"] for p in pts] == [100, 400] and [p["gradients"] for p in pts] == [100, 400]
             assert all(p["tv"] is not None and 0 <= p["tv"] <= 1 for p in pts)
     assert (out / "curve.md").is_file() and (out / "curve_digits_mlp-32.png").is_file()
+    # a full-batch method with no curve budget is named as left out, in the output and the report, not dropped silently
+    assert list(res["off_curve"]) == ["nuts_bde"] and "nuts_bde left out" in proc.stdout
+    assert "Not on the curves: nuts_bde" in (out / "curve.md").read_text()
 
 
 def _part(methods: dict, floors=None, budgets=(100, 200)) -> dict:
@@ -276,3 +279,16 @@ def test_curve_runs_the_released_sampler(tmp_path):
     row = json.loads((out / "curve.json").read_text())["tasks"]["breast_cancer/mlp-16"]["methods"]["l2e_released"]
     point = row["choices"]["oracle"]["seeds"]["0"][0]
     assert point["gradients"] == 100 and 0 <= point["tv"] <= 1
+
+
+def test_a_curve_of_only_off_curve_methods_is_refused(tmp_path):
+    from conftest import ROOT, run_cli
+    from evaluate.curve.run import off_curve
+
+    assert list(off_curve(["sghmc", "nuts_bde", "mile", "l2e_transient"])) == ["nuts_bde"]
+    out = tmp_path / "curve"
+    proc = run_cli("evaluate", "curve", "--reference", ROOT / "results" / "references", "--task", "digits/mlp-32",
+                   "--set", "methods=nuts_bde", "--output", out)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.startswith("error: no method with a budget curve: nuts_bde is full-batch")
+    assert not out.exists()

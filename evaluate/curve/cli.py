@@ -106,7 +106,7 @@ def curve_samplers(cfg, sampler_path=None, released_path=None) -> dict:
 def run_curves(cfg, curve, reference_dir, names, sampler_path=None, progress=None, samplers=None) -> dict:
     """The curve results of the selected tasks (evaluate.curve.run.curve_task per task); samplers: curve_samplers'
     (loaded here when None)."""
-    from evaluate.curve.run import curve_task
+    from evaluate.curve.run import curve_task, off_curve
     from evaluate.methods import CompileCache
     from evaluate.reference import load_references
     from tasks import TaskCache, build
@@ -123,6 +123,9 @@ def run_curves(cfg, curve, reference_dir, names, sampler_path=None, progress=Non
     samplers = curve_samplers(cfg, sampler_path) if samplers is None else samplers
     cache = CompileCache()
     out = {"k": cfg.num_samples, "curve": curve.__dict__, "methods": list(cfg.methods), "tasks": {}}
+    skipped = off_curve(cfg.methods)
+    if skipped:
+        out["off_curve"] = skipped
     for n in names:
         t0 = time.perf_counter()
         out["tasks"][n] = curve_task(tasks[n], all_names.index(n), refs[n], draws[n], cfg, curve, cfg.methods,
@@ -264,6 +267,13 @@ def curve_main(argv) -> int:
         if unknown or not names:
             raise ConfigError(f"no task to run: {', '.join(unknown) or 'the reference holds none of'} "
                               f"(the preset's tasks: {', '.join(cfg.task_names())})")
+        from evaluate.curve.run import off_curve
+
+        skipped = off_curve(cfg.methods)
+        if len(skipped) == len(cfg.methods):
+            raise ConfigError(f"no method with a budget curve: {', '.join(f'{m} is {why}' for m, why in skipped.items())}")
+        for m, why in skipped.items():
+            print(f"curve: {m} left out: {why}", flush=True)
         samplers = curve_samplers(cfg, args.sampler, args.released)
         check_output_dir(out, "curve", "curve.json", args.overwrite, ConfigError)
         probe_writable(out, ConfigError)

@@ -144,6 +144,9 @@ def curve_markdown(results: dict) -> str:
         lines[0] += (" Warm-started rows start from the deep ensemble at the lr its own grid's tuning chose by the "
                      "oracle, once per task at the tuning budget (shown in hp; both choices), and their "
                      "tuning-inclusive addend includes that grid's gradients.")
+    if results.get("off_curve"):
+        lines += ["Not on the curves: " + "; ".join(f"{m}, {why}" for m, why in results["off_curve"].items()) + ".",
+                  ""]
     for name, task in results["tasks"].items():
         f = task["floors"]
         lines += [f"## {name}", "",

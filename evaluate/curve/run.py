@@ -46,7 +46,7 @@ from evaluate.tuning import hp_label, run_keys, search
 from l2e.io import ConfigError
 from tasks.likelihoods import categorical
 
-__all__ = ["CHOICES", "CurveConfig", "WARM_RULE", "curve_task"]
+__all__ = ["CHOICES", "CurveConfig", "WARM_RULE", "curve_task", "off_curve"]
 
 CHOICES = ("validation", "oracle")
 WARM_RULE = "oracle"
@@ -78,6 +78,13 @@ class CurveConfig:
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ConfigError(f"seeds must be distinct, got {self.seeds}")
         return self
+
+
+def off_curve(methods) -> dict[str, str]:
+    """{method: why it has no budget curve} for the methods `curve_task` leaves out: a full-batch method that
+    declares no Method.curve_budget (NUTS-BDE: its cost per draw is set by the trees NUTS builds, not by a budget)."""
+    return {m: "full-batch with no curve budget (its cost per draw is its own, not a budget's)" for m in methods
+            if get_method(m).full_batch and get_method(m).curve_budget is None}
 
 
 class _Reference:
