@@ -58,7 +58,7 @@ from l2e.io import ConfigError
 from cli import discard_staging, held_warnings, staging_dir
 from tasks import TaskCache, build
 
-__all__ = ["DIVERGENCE_NOTE", "evaluate", "load_l2e", "method_extra", "require_released", "run_task_method",
+__all__ = ["DIVERGENCE_NOTE", "evaluate", "load_l2e", "load_samplers", "method_extra", "run_task_method",
            "save_samples"]
 
 DIVERGENCE_NOTE = (DIVERGENCE_RULE + "; a chain (ensemble member) with a divergent sample is counted per method "
@@ -115,14 +115,6 @@ def method_extra(method: str, samplers: dict) -> dict:
     if m.needs_sampler:
         return _sampler_hp(samplers[m.needs_sampler if isinstance(m.needs_sampler, str) else "l2e"])
     return {}
-
-
-def require_released(path=None) -> dict:
-    """load_released_sampler(path); a missing file is a ConfigError that says where it was looked for."""
-    try:
-        return load_released_sampler(path)
-    except FileNotFoundError as e:
-        raise ConfigError(f"{e} (pass --released PATH or set $L2E_DATA_DIR)") from None
 
 
 def run_task_method(task, task_key, method: str, cfg: EvalConfig, samplers: dict, runs: dict, cache,
@@ -251,15 +243,30 @@ def _released_input(cfg: EvalConfig, released_path, released: dict | None) -> tu
     names = [m for m in cfg.methods if get_method(m).needs_released]
     if not names or released is not None:
         return cfg, {}, released
-    if released_path is not None or any(m not in cfg.optional_methods for m in names):
-        return cfg, {}, require_released(released_path)
     try:
         return cfg, {}, load_released_sampler(released_path)
     except FileNotFoundError as e:
+        if released_path is not None or any(m not in cfg.optional_methods for m in names):
+            raise ConfigError(f"{e} (pass --released PATH or set $L2E_DATA_DIR)") from None
         kept = tuple(m for m in cfg.methods if m not in names)
         if not kept:
             raise ConfigError(f"{e}: no method left to evaluate") from None
         return dataclasses.replace(cfg, methods=kept), {m: f"skipped: {e}" for m in names}, None
+
+
+def load_samplers(cfg: EvalConfig, sampler_path=None, released_path=None, sampler: dict | None = None,
+                  released: dict | None = None, shipped: dict | None = None) -> tuple:
+    """(cfg, {skipped method: why}, samplers): every checkpoint cfg's methods read (what `method_extra` looks up),
+    each loaded once, before anything runs — "l2e" (`sampler`, else load_l2e(sampler_path)), each shipped name a
+    method names (`shipped`'s entry, else load_l2e(name)), "released" (`_released_input`: a missing file drops the
+    optional methods that need it, with the reason in skipped, and is a ConfigError otherwise)."""
+    cfg, skipped, released = _released_input(cfg, released_path, released)
+    samplers = {} if released is None else {"released": released}
+    if any(get_method(m).needs_sampler is True for m in cfg.methods):
+        samplers["l2e"] = sampler if sampler is not None else load_l2e(sampler_path)  # fail fast
+    for name in {get_method(m).needs_sampler for m in cfg.methods} - {True, False}:  # shipped checkpoints by name
+        samplers[name] = (shipped or {}).get(name) or load_l2e(name)
+    return cfg, skipped, samplers
 
 
 def evaluate(cfg: EvalConfig, out_dir=None, sampler_path=None, progress: bool = True, sampler: dict | None = None,
@@ -277,12 +284,7 @@ def evaluate(cfg: EvalConfig, out_dir=None, sampler_path=None, progress: bool = 
     evaluate.report)."""
     with held_warnings():  # a refused input prints its one error line alone (cli.guard)
         cfg.check_budget()
-        cfg, skipped, released = _released_input(cfg, released_path, released)
-        samplers = {} if released is None else {"released": released}
-        if any(get_method(m).needs_sampler is True for m in cfg.methods):
-            samplers["l2e"] = sampler if sampler is not None else load_l2e(sampler_path)  # fail fast
-        for name in {get_method(m).needs_sampler for m in cfg.methods} - {True, False}:  # shipped checkpoints by name
-            samplers[name] = (shipped or {}).get(name) or load_l2e(name)
+        cfg, skipped, samplers = load_samplers(cfg, sampler_path, released_path, sampler, released, shipped)
         task_cache = TaskCache()
         tasks = [build(spec, task_cache) for spec in cfg.tasks]  # dataset errors surface here
         budget.check_sample_memory(cfg, tasks)

@@ -292,3 +292,22 @@ def test_a_curve_of_only_off_curve_methods_is_refused(tmp_path):
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert proc.stderr.startswith("error: no method with a budget curve: nuts_bde is full-batch")
     assert not out.exists()
+
+
+def test_load_samplers_leaves_out_an_optional_method_whose_file_is_missing(tmp_path, monkeypatch):
+    import dataclasses
+
+    from evaluate.config import get_preset
+    from evaluate.run import load_samplers
+    from l2e.io import ConfigError
+
+    monkeypatch.setenv("L2E_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    cfg = dataclasses.replace(get_preset("references"), methods=("sghmc", "l2e_released", "l2e_transient"))
+    assert "l2e_released" in cfg.optional_methods
+    kept, skipped, samplers = load_samplers(cfg)
+    assert kept.methods == ("sghmc", "l2e_transient") and list(skipped) == ["l2e_released"]
+    assert "released meta-parameters not found" in skipped["l2e_released"]
+    assert set(samplers) == {"transient"}  # the shipped checkpoint its method names, loaded once
+    with pytest.raises(ConfigError, match="pass --released PATH"):
+        load_samplers(cfg, released_path=tmp_path / "missing")

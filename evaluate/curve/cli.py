@@ -8,7 +8,7 @@ from pathlib import Path
 
 from l2e.io import ConfigError
 
-__all__ = ["build_curve_parser", "curve_main", "curve_samplers", "run_curves"]
+__all__ = ["build_curve_parser", "curve_main", "run_curves"]
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:
@@ -84,29 +84,10 @@ def _warm_factory(cfg, cache):
     return factory
 
 
-def curve_samplers(cfg, sampler_path=None, released_path=None) -> dict:
-    """What cfg's methods read besides their grid points (evaluate.run.method_extra), loaded before anything runs
-    or is written: {"l2e" (the --sampler checkpoint) or a shipped name: evaluate.run.load_l2e(...), "released":
-    the authors' released sampler}; a missing released file is a ConfigError."""
-    from evaluate.methods import get_method
-    from evaluate.run import load_l2e, require_released
-
-    samplers = {}
-    for m in cfg.methods:
-        method = get_method(m)
-        if method.needs_released and "released" not in samplers:
-            samplers["released"] = require_released(released_path)
-        need = method.needs_sampler
-        if need:
-            key = need if isinstance(need, str) else "l2e"
-            samplers[key] = load_l2e(need if isinstance(need, str) else sampler_path)
-    return samplers
-
-
-def run_curves(cfg, curve, reference_dir, names, sampler_path=None, progress=None, samplers=None) -> dict:
-    """The curve results of the selected tasks (evaluate.curve.run.curve_task per task); samplers: curve_samplers'
-    (loaded here when None)."""
-    from evaluate.curve.run import curve_task, off_curve
+def run_curves(cfg, curve, reference_dir, names, samplers: dict, progress=None, left_out: dict | None = None) -> dict:
+    """The curve results of the selected tasks (evaluate.curve.run.curve_task per task); samplers: the checkpoints
+    the methods read (evaluate.run.load_samplers); left_out: {method: why} recorded as the result's "off_curve"."""
+    from evaluate.curve.run import curve_task
     from evaluate.methods import CompileCache
     from evaluate.reference import load_references
     from tasks import TaskCache, build
@@ -120,12 +101,10 @@ def run_curves(cfg, curve, reference_dir, names, sampler_path=None, progress=Non
     if missing:
         raise ConfigError(f"the reference of {', '.join(missing)} keeps no per-draw predictives (draw_probs.npz); "
                           "recompute it with `python -m evaluate reference`")
-    samplers = curve_samplers(cfg, sampler_path) if samplers is None else samplers
     cache = CompileCache()
     out = {"k": cfg.num_samples, "curve": curve.__dict__, "methods": list(cfg.methods), "tasks": {}}
-    skipped = off_curve(cfg.methods)
-    if skipped:
-        out["off_curve"] = skipped
+    if left_out:
+        out["off_curve"] = dict(left_out)
     for n in names:
         t0 = time.perf_counter()
         out["tasks"][n] = curve_task(tasks[n], all_names.index(n), refs[n], draws[n], cfg, curve, cfg.methods,
@@ -233,6 +212,23 @@ def _merge_main(args, out: Path) -> int:
     return 0
 
 
+def _curve_methods(cfg, args) -> tuple:
+    """(cfg, {method left out: why}, samplers) before anything runs: every checkpoint the methods read, loaded once
+    (evaluate.run.load_samplers: an optional method whose file is missing is left out, as in the evaluation), and
+    the methods without a budget curve (evaluate.curve.run.off_curve), each named on stdout; none left: ConfigError."""
+    from evaluate.curve.run import off_curve
+    from evaluate.run import load_samplers
+
+    cfg, left_out, samplers = load_samplers(cfg, args.sampler, args.released)
+    off = off_curve(cfg.methods)
+    if len(off) == len(cfg.methods):
+        raise ConfigError(f"no method with a budget curve: {', '.join(f'{m} is {why}' for m, why in off.items())}")
+    left_out.update(off)
+    for m, why in left_out.items():
+        print(f"curve: {m} left out: {why}", flush=True)
+    return cfg, left_out, samplers
+
+
 def curve_main(argv) -> int:
     """`python -m evaluate curve ...`: every input checked before anything runs; one-line errors."""
     import dataclasses
@@ -267,20 +263,13 @@ def curve_main(argv) -> int:
         if unknown or not names:
             raise ConfigError(f"no task to run: {', '.join(unknown) or 'the reference holds none of'} "
                               f"(the preset's tasks: {', '.join(cfg.task_names())})")
-        from evaluate.curve.run import off_curve
-
-        skipped = off_curve(cfg.methods)
-        if len(skipped) == len(cfg.methods):
-            raise ConfigError(f"no method with a budget curve: {', '.join(f'{m} is {why}' for m, why in skipped.items())}")
-        for m, why in skipped.items():
-            print(f"curve: {m} left out: {why}", flush=True)
-        samplers = curve_samplers(cfg, args.sampler, args.released)
+        cfg, left_out, samplers = _curve_methods(cfg, args)
         check_output_dir(out, "curve", "curve.json", args.overwrite, ConfigError)
         probe_writable(out, ConfigError)
         lock = OutputLock(out, ConfigError)  # a second run on this --output is refused (cli.outputs)
         progress = None if args.quiet else (lambda line: print(f"curve: {line}", flush=True))
         t0 = time.perf_counter()
-        results = run_curves(cfg, curve, args.reference, names, args.sampler, progress, samplers)
+        results = run_curves(cfg, curve, args.reference, names, samplers, progress, left_out)
         results["seconds"] = time.perf_counter() - t0
         stage = staging_dir(out)
         atomic_write_text(stage / "curve.json", json.dumps(results, indent=1, default=float))

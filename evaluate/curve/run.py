@@ -46,7 +46,7 @@ from evaluate.tuning import hp_label, run_keys, search
 from l2e.io import ConfigError
 from tasks.likelihoods import categorical
 
-__all__ = ["CHOICES", "CurveConfig", "WARM_RULE", "curve_task", "off_curve"]
+__all__ = ["CHOICES", "CurveConfig", "WARM_RULE", "curve_task", "has_curve", "off_curve"]
 
 CHOICES = ("validation", "oracle")
 WARM_RULE = "oracle"
@@ -80,11 +80,17 @@ class CurveConfig:
         return self
 
 
+def has_curve(method: str) -> bool:
+    """Whether `curve_task` runs `method`: every minibatch method, and a full-batch one that declares
+    Method.curve_budget (not NUTS-BDE: its cost per draw is set by the trees NUTS builds, not by a budget)."""
+    m = get_method(method)
+    return not m.full_batch or m.curve_budget is not None
+
+
 def off_curve(methods) -> dict[str, str]:
-    """{method: why it has no budget curve} for the methods `curve_task` leaves out: a full-batch method that
-    declares no Method.curve_budget (NUTS-BDE: its cost per draw is set by the trees NUTS builds, not by a budget)."""
+    """{method: why it has no budget curve} for the methods of `methods` that `has_curve` refuses."""
     return {m: "full-batch with no curve budget (its cost per draw is its own, not a budget's)" for m in methods
-            if get_method(m).full_batch and get_method(m).curve_budget is None}
+            if not has_curve(m)}
 
 
 class _Reference:
@@ -215,7 +221,7 @@ def curve_task(task, task_index: int, ref_entry: dict, draws: dict, cfg, curve: 
       task: the built task; task_index: its index t in the evaluation config (task keys fold_in(PRNGKey(seed), t));
       ref_entry: its evaluate.reference.load_references entry; draws: tasks.reference.load_draws of it;
       cfg: the EvalConfig (K = num_samples, batch size, settings, tune_examples); curve: CurveConfig;
-      methods: method names; samplers: what evaluate.run.method_extra reads (evaluate.curve.cli.curve_samplers);
+      methods: method names; samplers: what evaluate.run.method_extra reads (evaluate.run.load_samplers);
       cache: a CompileCache; progress: called with one line per run; warm_factory(task, task_key, method,
         ensemble_hp) -> warm(cfg) for warm-started methods (the start of `method` from the deep ensemble run with
         ensemble_hp at that cfg's budget), None to skip them.
@@ -230,7 +236,7 @@ def curve_task(task, task_index: int, ref_entry: dict, draws: dict, cfg, curve: 
     ensemble: dict = {}  # the warm start's tuned deep ensemble, once per task
     for method in methods:
         m = get_method(method)
-        if (m.full_batch and m.curve_budget is None) or (m.warm_start and warm_factory is None):
+        if not has_curve(method) or (m.warm_start and warm_factory is None):
             continue
         extra = method_extra(method, samplers)
         for chains in sorted({c if allocated_chains(method, dataclasses.replace(cfg, chains=c)) > 1 else 1
