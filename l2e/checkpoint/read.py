@@ -259,7 +259,7 @@ def load_meta_params(name_or_path: str | Path | None = None) -> tuple[PyTree, An
     try:
         with warnings.catch_warnings(), _quiet_native_stderr():  # orbax warns about sharding (we convert to numpy)
             warnings.simplefilter("ignore", UserWarning)
-            raw = ocp.PyTreeCheckpointer().restore((step_dir / "meta_params").resolve())
+            raw = _restore_numpy(ocp, (step_dir / "meta_params").resolve())
     except Exception as e:  # orbax raises many types for damaged files
         raise CheckpointError(f"corrupt checkpoint {step_dir}: {type(e).__name__}: {str(e).splitlines()[0]}") from None
     params = check_kind_params(kind, raw, str(step_dir))
@@ -273,6 +273,19 @@ def load_meta_params(name_or_path: str | Path | None = None) -> tuple[PyTree, An
     except ConfigError as e:
         raise CheckpointError(f"{where}: {e}") from None
     return params, config, meta
+
+
+def _restore_numpy(ocp, path: Path):
+    """The pytree saved at `path`, every leaf restored as a host numpy array: a checkpoint written on one backend
+    (e.g. with a CPU sharding file) restores on any other (a GPU / TPU host), since no device sharding is rebuilt."""
+    import jax
+    import numpy as np
+
+    checkpointer = ocp.PyTreeCheckpointer()
+    metadata = checkpointer.metadata(path)
+    tree = getattr(getattr(metadata, "item_metadata", metadata), "tree", getattr(metadata, "item_metadata", metadata))
+    restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+    return checkpointer.restore(path, restore_args=restore_args)
 
 
 def load_sampler(name_or_path: str | Path | None = None, *, posterior: Posterior, **overrides) -> SamplingAlgorithm:
