@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 import l2e
 from evaluate.card import CardConfig, card_markdown, hand_designed, learned_builder, sampler_card
-from l2e.io import atomic_write_text
+from base.io import atomic_write_text
 from cli import apply_overrides
 from l2e.kinetic import KineticConfig, kinetic
 from l2e.meta_model import init_mu_params

@@ -4,7 +4,7 @@ the exit, the top-level guard (every escaping exception one `error:` line, after
 that makes an output directory "ours", the exclusive lock of an output directory, publishing a directory of outputs
 atomically as a set (stale staging directories removed) and the resource limits of the command lines.
 
-Layer: above the sampler library and the task layer (it imports only `l2e.io`), below meta_train, evaluate and bench;
+Layer: above the sampler library and the task layer (it imports only `base.io`), below meta_train, evaluate and bench;
 the sampler library has no command line.
 """
 from cli.guard import guarded, held_warnings

@@ -21,7 +21,7 @@ import warnings
 from typing import Callable, Iterator
 
 from cli.process import DEBUG_ENV, ParserExit, Terminated
-from l2e.io import one_line
+from base.io import one_line
 
 __all__ = ["DEBUG_ENV", "ParserExit", "debug_requested", "guarded", "held_warnings", "on_failure",
            "run_failure_cleanups", "settled"]

@@ -1,11 +1,11 @@
 """Resource limits of the command lines, checked before anything is allocated or computed, so that no input can hang
-a run or exhaust its memory (the task layer bounds models and data: tasks.limits; l2e.io bounds the JSON files read).
+a run or exhaust its memory (the task layer bounds models and data: tasks.limits; base.io bounds the JSON files read).
 `HELP` states them for every CLI's --help."""
 from __future__ import annotations
 
 from typing import Any
 
-from l2e.io import MAX_FILE_BYTES, MAX_JSON_DEPTH, ConfigError
+from base.io import MAX_FILE_BYTES, MAX_JSON_DEPTH, ConfigError
 
 __all__ = ["HELP", "MAX_BATCH", "MAX_CHAINS", "MAX_EXAMPLES", "MAX_GRID", "MAX_OUTER", "MAX_POPULATION",
            "MAX_META_LAYERS", "MAX_META_WIDTH", "MAX_SAMPLES", "MAX_SAMPLE_BYTES", "MAX_SECONDS", "MAX_STEPS", "at_most"]

@@ -9,7 +9,7 @@ import json
 import os
 from pathlib import Path
 
-from l2e.io import atomic_write_text, parse_json, read_bounded
+from base.io import atomic_write_text, parse_json, read_bounded
 
 __all__ = ["KINDS", "MARKER", "OutputLock", "check_output_dir", "read_marker", "require_ours", "write_marker"]
 

@@ -7,7 +7,7 @@ import types
 import typing
 from typing import Any
 
-from l2e.io import ConfigError, one_line
+from base.io import ConfigError, one_line
 
 
 def _shown(value: str) -> str:

@@ -13,7 +13,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-from l2e.io import fsync_dir
+from base.io import fsync_dir
 
 __all__ = ["discard_staging", "publish_dir", "resolve_output", "staging_dir", "stale_staging"]
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from evaluate.cli_common import (TASK_EPILOG, OutputLock, failed_run, interrupted, parse_references,
                                  with_task_strings)
 from evaluate.report import probe_writable
-from l2e.io import ConfigError, one_line
+from base.io import ConfigError, one_line
 from cli import OneLineErrorParser, Terminated, apply_overrides, handle_sigterm, held_warnings, write_marker
 from tasks.spec_parse import TaskStringError
 

@@ -48,7 +48,7 @@ def check_sample_memory(cfg, tasks) -> None:
     import jax
 
     from cli.limits import MAX_SAMPLE_BYTES
-    from l2e.io import ConfigError
+    from base.io import ConfigError
 
     for name, task in zip(cfg.task_names(), tasks):
         shapes = jax.eval_shape(task.init_params, jax.random.PRNGKey(0))

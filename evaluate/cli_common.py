@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from l2e.io import ConfigError, one_line
+from base.io import ConfigError, one_line
 from cli import OutputLock, Terminated
 from cli.limits import HELP as LIMITS
 from tasks.limits import HELP as TASK_LIMITS

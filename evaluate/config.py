@@ -1,4 +1,4 @@
-"""Evaluation configuration: the frozen `EvalConfig`, presets, and `key=value` overrides (l2e.io).
+"""Evaluation configuration: the frozen `EvalConfig`, presets, and `key=value` overrides (base.io).
 
 Per-method settings (tuning grids, fixed hyperparameters, full-batch budgets) live in the group
 `settings.<method>` (`evaluate.methods.registry.MethodSettings`), e.g. `--set settings.sghmc.lrs=0.01,0.1`.
@@ -12,7 +12,7 @@ from evaluate.budget import BUDGET_MODES
 from evaluate.reference import REFERENCE_TASKS
 from evaluate.methods.registry import METHODS, MethodSettings, get_method, method_settings
 from l2e.chains import ChainSchedule
-from l2e.io import ConfigError
+from base.io import ConfigError
 from cli import apply_overrides, check_seed, limits
 from tasks.models import ModelSpec
 from tasks.reference import task_name

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from l2e.io import atomic_write_bytes
+from base.io import atomic_write_bytes
 from tasks.likelihoods import likelihood_of
 
 __all__ = ["band_tasks", "has_entry", "plot_band", "plot_barriers", "plot_curves", "plot_ess"]

@@ -36,7 +36,7 @@ from evaluate.tables import (
     BUDGET_COLUMNS, REFERENCE_METHOD, TEMPERATURE_COLUMNS, beats, bold_cells, columns, cost_section,
     diagnostics_section, dispersion_section, fmt, metric_table, multi_seed, number,
 )
-from l2e.io import atomic_write_bytes
+from base.io import atomic_write_bytes
 from cli import publish_dir
 from tasks.likelihoods import likelihood_of
 

@@ -54,7 +54,7 @@ from evaluate.reference import load_references
 from evaluate.report import publish_report, write_report
 from evaluate.seeds import SE_NOTE, aggregate_task
 from evaluate.tuning import GRID_EXTENSIONS, Progress, tune_and_run
-from l2e.io import ConfigError
+from base.io import ConfigError
 from cli import discard_staging, held_warnings, staging_dir
 from tasks import TaskCache, build
 

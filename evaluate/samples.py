@@ -10,7 +10,7 @@ import arviz as az
 import jax
 import numpy as np
 
-from l2e.io import atomic_write_bytes
+from base.io import atomic_write_bytes
 
 __all__ = ["leaf_names", "write_inference_data"]
 

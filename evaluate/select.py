@@ -71,7 +71,7 @@ STEP_ITEMS = ("meta_params", "meta")
 
 
 def _error(message: str):
-    from l2e.io import ConfigError
+    from base.io import ConfigError
 
     return ConfigError(message)
 
@@ -383,7 +383,7 @@ def selection_markdown(sel: dict) -> str:
 def write_selection(sel: dict, out: Path) -> dict:
     """Write selection.json and selection.md into `out` (atomically, file by file); returns their paths."""
     from evaluate.report import _json_default
-    from l2e.io import atomic_write_text
+    from base.io import atomic_write_text
 
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "selection.json", "markdown": out / "selection.md"}

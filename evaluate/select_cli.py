@@ -17,7 +17,7 @@ def check_selection_output(out: Path, overwrite: bool, run_dir) -> None:
     import os
 
     from evaluate.report import probe_writable
-    from l2e.io import ConfigError
+    from base.io import ConfigError
 
     if out.is_symlink() and not out.exists():
         raise _error(f"--output {out} is a dangling symbolic link (to {os.readlink(out)})")
@@ -92,7 +92,7 @@ def select_main(argv) -> int:
     import l2e
     from evaluate.cli_common import OutputLock, parse_references, failed_run, with_task_strings
     from evaluate.config import get_preset
-    from l2e.io import ConfigError
+    from base.io import ConfigError
     from cli import apply_overrides, handle_sigterm, write_marker
     from tasks.datasets import DatasetError
 

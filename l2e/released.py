@@ -26,7 +26,7 @@ try:  # numpy ≥ 2 renamed numpy.core to numpy._core
 except ImportError:  # pragma: no cover
     from numpy.core.multiarray import _reconstruct as _np_reconstruct
 
-from l2e.io import one_line, read_bounded
+from base.io import one_line, read_bounded
 from l2e.l2e import L2EConfig
 from l2e.types import PyTree
 

@@ -55,7 +55,7 @@ def build_parser(presets) -> argparse.ArgumentParser:
 
 def config_from_args(args, presets):
     """The MetaTrainConfig the command line names: preset, then --seed, --num-outer and --set overrides."""
-    from l2e.io import ConfigError
+    from base.io import ConfigError
     from cli import apply_overrides
 
     if args.preset not in presets:
@@ -86,7 +86,7 @@ def _main(argv: list[str]) -> int:
     args = build_parser(PRESETS).parse_args(argv)
 
     from l2e.checkpoint import CheckpointError
-    from l2e.io import ConfigError, one_line
+    from base.io import ConfigError, one_line
     from cli import Terminated, handle_sigterm
     from meta_train.run_dir import RunDirError
     from meta_train.train import meta_train

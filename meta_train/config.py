@@ -1,5 +1,5 @@
 """Meta-training configuration: frozen dataclasses (the named presets are in meta_train.presets, which imports this
-module; `key=value` overrides and ConfigError come from l2e.io and are re-exported here). The valid estimators and
+module; `key=value` overrides and ConfigError come from base.io and are re-exported here). The valid estimators and
 objectives, and what each allows, are read from their tables (meta_train.estimators.ESTIMATORS,
 meta_train.objectives.OBJECTIVES)."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 
 from l2e.chains import ChainSchedule
 from l2e import learned
-from l2e.io import ConfigError, dataclass_from_dict
+from base.io import ConfigError, dataclass_from_dict
 from cli import apply_overrides, check_seed, limits
 from l2e.types import META_STARTS
 from meta_train import estimators, objectives

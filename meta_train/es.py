@@ -31,7 +31,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from l2e.chains import ChainSchedule, make_chunk, run_chain
-from l2e.io import ConfigError
+from base.io import ConfigError
 from l2e.devices import DeviceDataCache, member_device, per_member, population_mesh, replicate, shard_population
 from l2e.learned import kind_of_config
 from l2e.types import tree_size

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from l2e.io import ConfigError
+from base.io import ConfigError
 from tasks.reference import ReferenceDataError, find_reference_dir, load_draws, load_task_dir, task_name
 
 __all__ = ["ReferenceError", "TaskReference", "find_reference_dir", "load_task_reference", "task_name"]

@@ -25,7 +25,7 @@ import jax
 import numpy as np
 
 from l2e.checkpoint import KEEP_CHECKPOINTS, CheckpointError, clean_staging, restore_checkpoint, save_checkpoint
-from l2e.io import atomic_write_bytes, atomic_write_text, one_line, parse_json, read_bounded
+from base.io import atomic_write_bytes, atomic_write_text, one_line, parse_json, read_bounded
 from cli import MARKER, DirectoryLock, LockHeldError, read_marker, require_ours, write_marker
 from meta_train.config import ConfigError, MetaTrainConfig, from_dict
 from meta_train.faults import NoFault
@@ -54,7 +54,7 @@ MAX_LOG_BYTES = 2**30
 
 
 def _read_config(cfg_file: Path) -> dict:
-    """The JSON object in a run's config.json (bounded in size and nesting: l2e.io); RunDirError naming the file if
+    """The JSON object in a run's config.json (bounded in size and nesting: base.io); RunDirError naming the file if
     it is unreadable or not one."""
     try:
         old = parse_json(read_bounded(cfg_file))

@@ -137,7 +137,7 @@ def weighted_specs(texts: tuple[str, ...]) -> tuple[tuple, tuple[float, ...]]:
 def parse_task_list(value: str) -> tuple[str, ...]:
     """The task strings of `--set tasks=...`: comma-separated, or "@FILE" (one per line, # comments)."""
     if value.startswith("@"):
-        from l2e.io import read_bounded
+        from base.io import read_bounded
         from tasks.limits import MAX_TASK_LIST_BYTES
 
         path = value[1:]

@@ -15,7 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from l2e.io import one_line
+from base.io import one_line
 from tasks.likelihoods.gaussian import loc_scale
 from tasks.limits import check_parameter_count
 

@@ -164,7 +164,7 @@ _FRESH_PROCESS_FILTERS = (("ignore", DeprecationWarning), ("ignore", PendingDepr
 def run_cli(tool: str, *argv, cwd: str | Path | None = None) -> CliResult:
     """`python -m <tool> argv` run in this process: `<tool>.__main__.main(argv)` with stdout and stderr captured,
     SystemExit (argparse) turned into its exit status, the Python warnings a fresh process would print appended to
-    stderr, and the SIGTERM / SIGINT handlers the CLI installs (l2e.io.handle_sigterm) put back afterwards.
+    stderr, and the SIGTERM / SIGINT handlers the CLI installs (base.io.handle_sigterm) put back afterwards.
 
     Use it where the process is not what the test is about; keep a subprocess for signals, SIGKILL, the exit status
     that `os._exit` gives, output that other threads print at interpreter exit, and fresh-interpreter imports."""

@@ -232,7 +232,7 @@ def _a_file(t: Path) -> Path:
 
 
 # a corrupt orbax checkpoint is read by orbax's background threads, which print after the error line unless the CLI
-# leaves through os._exit (l2e.io.exit_cli): those cases run as a real process; the others in this one
+# leaves through os._exit (base.io.exit_cli): those cases run as a real process; the others in this one
 # (conftest.run_cli: the same main(argv), stdout / stderr captured)
 REAL_PROCESS = {"mt-resume-corrupt-checkpoint", "ev-checkpoint-corrupt"}
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import iris_mlp
-from l2e.io import ConfigError
+from base.io import ConfigError
 from meta_train import PRESETS, apply_overrides, meta_train
 from meta_train.objectives import OBJECTIVES
 from tasks import TaskCache, build

@@ -12,7 +12,7 @@ import pytest
 
 from evaluate.card.analytic import (TARGETS, AnalyticConfig, analytic_markdown, plot_analytic, run_analytic,
                                     smile_builders)
-from l2e.io import ConfigError
+from base.io import ConfigError
 from l2e.types import SamplingAlgorithm
 
 from conftest import ROOT, run_cli

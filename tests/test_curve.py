@@ -299,7 +299,7 @@ def test_load_samplers_leaves_out_an_optional_method_whose_file_is_missing(tmp_p
 
     from evaluate.config import get_preset
     from evaluate.run import load_samplers
-    from l2e.io import ConfigError
+    from base.io import ConfigError
 
     monkeypatch.setenv("L2E_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))

@@ -33,7 +33,7 @@ run), about 30 s (before csv_data: 360 / 296, about 25 s); csv_data alone with s
 1 and 2, 300 each: 600 / 272 — no failure.
 Failures found while writing it, and fixed: one class — a run's config.json whose list field holds an item of
 another type (a number among tasks.datasets) escaped `meta_train --resume` as an AttributeError (status 1) instead
-of a ConfigError line; l2e.io.dataclass_from_dict now checks every list item against its field's type.
+of a ConfigError line; base.io.dataclass_from_dict now checks every list item against its field's type.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The package's layers (docs/decisions.md): l2e ← tasks ← cli ← meta_train / evaluate ← bench, no import cycles, size limits.
+"""The package's layers (docs/decisions.md): base ← l2e ← tasks ← cli ← meta_train / evaluate ← bench, no import cycles, size limits.
 
 Imports are read from the source (every `import` / `from … import`, including those inside functions), so a
 lazy import across or up the layers fails here too.
@@ -14,8 +14,9 @@ import pytest
 
 from conftest import ROOT
 
-PACKAGES = ("l2e", "tasks", "cli", "meta_train", "evaluate", "bench")
+PACKAGES = ("base", "l2e", "tasks", "cli", "meta_train", "evaluate", "bench")
 FORBIDDEN = {  # package -> packages of ours it must never import
+    "base": {"l2e", "tasks", "cli", "meta_train", "evaluate", "bench"},
     "l2e": {"tasks", "cli", "meta_train", "evaluate", "bench"},
     "tasks": {"cli", "meta_train", "evaluate", "bench"},
     "cli": {"tasks", "meta_train", "evaluate", "bench"},

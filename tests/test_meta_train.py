@@ -169,7 +169,7 @@ def test_run_directory_is_locked_while_in_use(tmp_path):
 def test_override_parsing_lives_in_cli():
     import cli
     import meta_train.config
-    from l2e import io
+    from base import io
 
     assert meta_train.config.apply_overrides is cli.apply_overrides and meta_train.config.ConfigError is io.ConfigError
     cfg = cli.apply_overrides(SMOKE, ["sigma=0.5", "execution=vmap"], prefix="es.")

@@ -275,8 +275,8 @@ def test_evaluation_report_says_divergent_chains_are_excluded(tmp_path):
 
 
 def test_atomic_write_replaces_whole_files_and_leaves_no_temporaries(tmp_path, monkeypatch):
-    from l2e import io
-    from l2e.io import atomic_write_bytes, atomic_write_json
+    from base import io
+    from base.io import atomic_write_bytes, atomic_write_json
 
     target = tmp_path / "sub" / "report.json"
     atomic_write_json(target, {"b": 1, "a": [1, 2]})

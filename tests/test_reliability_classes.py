@@ -212,7 +212,7 @@ def _schema_cases():
 
 
 def _wrong_value(kinds: str):
-    """A JSON value of none of `kinds` (l2e.io's schema kinds)."""
+    """A JSON value of none of `kinds` (base.io's schema kinds)."""
     allowed = set(kinds.split("|"))
     for value, fits in (("abc", {"str"}), ([1], {"list"}), ({"a": 1}, {"object"}), (None, {"null"}),
                         (-1, {"int", "number"}), (True, {"bool"})):
@@ -241,9 +241,9 @@ def test_reference_metadata_schema_names_each_field(path, key):
 @pytest.mark.parametrize("key,value", [("hidden", [8, "8"]), ("hidden", [[8]]), ("tasks.datasets", ["digits", 3]),
                                        ("tasks.datasets", [None]), ("hidden", "8"), ("seed", [0])])
 def test_run_config_list_items_are_typed(key, value):
-    """A run's config.json read back (l2e.io.dataclass_from_dict): every item of a list is of its field's type, else
+    """A run's config.json read back (base.io.dataclass_from_dict): every item of a list is of its field's type, else
     one ConfigError naming the field (a number among dataset names was an AttributeError; found by the fuzz)."""
-    from l2e.io import ConfigError
+    from base.io import ConfigError
     from meta_train.config import from_dict
 
     config = smoke_run_config()

@@ -16,7 +16,7 @@ from evaluate.config import apply_overrides, get_preset
 from evaluate.run import evaluate
 from evaluate.select import (KIND_METHODS, learned_method_for, metric_value, select_checkpoints,
                              selection_markdown, write_selection)
-from l2e.io import ConfigError
+from base.io import ConfigError
 from meta_train import PRESETS, meta_train
 
 from conftest import ROOT as REPO

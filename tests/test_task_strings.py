@@ -254,7 +254,7 @@ def test_meta_training_task_lists(tmp_path, monkeypatch):
     from meta_train.config import from_dict
     from meta_train.presets import PRESETS
     from meta_train.train import meta_train
-    from l2e.io import ConfigError
+    from base.io import ConfigError
     from cli import apply_overrides
 
     reg = _npz(tmp_path / "r.npz")

@@ -240,7 +240,7 @@ def test_evaluation_settings_select_an_ablation_and_refuse_bad_ones():
     from cli import apply_overrides
     from evaluate.config import get_preset
     from evaluate.methods.l2e import override_sampler
-    from l2e.io import ConfigError
+    from base.io import ConfigError
 
     cfg = apply_overrides(get_preset("references"), ["settings.l2e_transient.sampler=burn_in=warm,constants=fisher"])
     got = override_sampler(T.TransientConfig(freeze_step=7), cfg.settings.l2e_transient.sampler)

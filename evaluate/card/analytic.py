@@ -42,7 +42,7 @@ import l2e
 import l2e.smile
 from evaluate.card.run import always
 from l2e.diagnostics import virial
-from l2e.io import ConfigError
+from base.io import ConfigError
 from l2e.types import Posterior
 
 __all__ = ["AnalyticConfig", "LARGE", "NOISES", "STEP_RANGES", "TARGETS", "analytic_markdown", 

@@ -11,7 +11,7 @@ from evaluate.card.report import card_markdown, plot_card
 from evaluate.card.run import hand_designed, learned_builder, sampler_card
 from evaluate.card.targets import CardConfig
 from evaluate.methods.l2e_released import default_released_path
-from l2e.io import ConfigError, atomic_write_text
+from base.io import ConfigError, atomic_write_text
 from cli import apply_overrides
 
 

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from l2e.io import ConfigError
+from base.io import ConfigError
 from l2e.types import Posterior
 
 __all__ = ["CardConfig", "Target", "banana_target", "card_posterior", "default_targets", "gaussian_target",

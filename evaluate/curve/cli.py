@@ -6,7 +6,7 @@ import json
 import time
 from pathlib import Path
 
-from l2e.io import ConfigError
+from base.io import ConfigError
 
 __all__ = ["build_curve_parser", "curve_main", "run_curves"]
 
@@ -159,7 +159,7 @@ def _merge_main(args, out: Path) -> int:
     """--merge: read every DIR/curve.json, pool them (evaluate.curve.report.merge_results), write --output."""
     from cli import publish_dir, staging_dir
     from evaluate.curve.report import curve_markdown, merge_results, plot_curves
-    from l2e.io import atomic_write_text, one_line, read_json
+    from base.io import atomic_write_text, one_line, read_json
 
     from cli import OutputLock
     from cli.outputs import check_output_dir
@@ -240,7 +240,7 @@ def curve_main(argv) -> int:
     from evaluate.config import get_preset
     from evaluate.curve.report import curve_markdown, plot_curves
     from evaluate.curve.run import CurveConfig
-    from l2e.io import atomic_write_text
+    from base.io import atomic_write_text
     from tasks.datasets import DatasetError
 
     args = build_curve_parser().parse_args(argv)

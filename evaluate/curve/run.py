@@ -43,7 +43,7 @@ from evaluate.methods.registry import allocated_chains
 from evaluate.metrics import agreement
 from evaluate.run import method_extra
 from evaluate.tuning import hp_label, run_keys, search
-from l2e.io import ConfigError
+from base.io import ConfigError
 from tasks.likelihoods import categorical
 
 __all__ = ["CHOICES", "CurveConfig", "WARM_RULE", "curve_task", "has_curve", "off_curve"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, NamedTuple
 
-from l2e.io import ConfigError
+from base.io import ConfigError
 
 __all__ = ["Method", "Run", "check_grid", "check_in", "check_positive", "lr_grid"]
 

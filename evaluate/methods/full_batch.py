@@ -4,7 +4,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from l2e.io import ConfigError
+from base.io import ConfigError
 
 __all__ = ["check_chains", "num_chains", "record_without_inits", "round_robin"]
 

@@ -35,7 +35,7 @@ from l2e import learned
 from evaluate.budget import single_chain_schedule
 from evaluate.methods.base import Method, check_grid, lr_grid
 from evaluate.methods.driver import lr_args, run_single_chain
-from l2e.io import ConfigError
+from base.io import ConfigError
 
 __all__ = ["L2ESettings", "METHOD", "METHOD_TABLE", "SHIPPED_LEARNED", "learned_method", "l2e_record", "lr_settings",
            "override_sampler", "run_l2e", "window_thinning"]

@@ -11,7 +11,7 @@ from evaluate.methods.base import Method
 from evaluate.methods.driver import chain_keys
 from evaluate.methods.full_batch import check_chains, num_chains, record_without_inits, round_robin
 from evaluate.methods.outputs import finalise
-from l2e.io import ConfigError
+from base.io import ConfigError
 
 __all__ = ["METHOD", "NUTSBDESettings", "run_nuts_bde"]
 

@@ -17,7 +17,7 @@ from evaluate.budget import single_chain_schedule
 from evaluate.methods.base import Method, check_grid, check_in
 from evaluate.methods.driver import lr_args, run_single_chain
 from l2e.chains import adaptation_start, freeze_phase
-from l2e.io import ConfigError
+from base.io import ConfigError
 
 __all__ = ["METHOD_TABLE", "PrecondFisherSettings", "PrecondRMSpropSettings", "run_precond"]
 

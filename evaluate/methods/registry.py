@@ -17,7 +17,7 @@ from evaluate.methods.base import Method, Run
 from evaluate.methods.cache import CompileCache
 from evaluate.methods.driver import chain_keys
 from evaluate.methods.outputs import merge_chains
-from l2e.io import ConfigError
+from base.io import ConfigError
 
 __all__ = ["METHODS", "METHOD_MODULES", "MethodSettings", "REGISTRY", "get_method", "method_settings", "run_method"]
 

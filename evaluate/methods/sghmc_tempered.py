@@ -12,7 +12,7 @@ import l2e
 from evaluate.budget import single_chain_schedule
 from evaluate.methods.base import Method, check_grid
 from evaluate.methods.driver import lr_args, run_single_chain
-from l2e.io import ConfigError
+from base.io import ConfigError
 
 __all__ = ["METHOD", "SGHMCTemperedSettings", "run_sghmc_tempered"]
 

@@ -40,7 +40,7 @@ from evaluate.methods.full_batch import check_chains, num_chains, record_without
 from evaluate.methods.outputs import finalise
 from l2e.chains import ChainSchedule
 from l2e.devices import member_device
-from l2e.io import ConfigError
+from base.io import ConfigError
 from l2e.smile import SHIPPED, SMILEState, build_kernel, init
 
 __all__ = ["METHOD", "SMILESettings", "handover", "make_method", "run_smile", "smile_schedule", "warmup_steps"]

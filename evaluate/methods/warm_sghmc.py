@@ -11,7 +11,7 @@ import l2e.warm_sghmc
 from evaluate.budget import single_chain_schedule
 from evaluate.methods.base import Method, check_grid, check_positive
 from evaluate.methods.driver import lr_args, run_single_chain
-from l2e.io import ConfigError
+from base.io import ConfigError
 
 __all__ = ["METHOD", "WarmSGHMCSettings", "run_warm_sghmc"]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from l2e import learned
-from l2e.io import ConfigError, check_json_object, dataclass_from_dict, one_line, parse_json, read_bounded
+from base.io import ConfigError, check_json_object, dataclass_from_dict, one_line, parse_json, read_bounded
 from l2e.meta_model import NUM_FEATURES
 from l2e.types import LearnedSampler, Posterior, PyTree, SamplingAlgorithm
 
@@ -176,8 +176,8 @@ def read_meta(step_dir: Path) -> dict:
     Returns:
       the metadata dict.
     Raises:
-      CheckpointError: missing, unreadable, larger than l2e.io.MAX_FILE_BYTES, nested deeper than
-        l2e.io.MAX_JSON_DEPTH, not a JSON object, or a field of META_SCHEMA of another type.
+      CheckpointError: missing, unreadable, larger than base.io.MAX_FILE_BYTES, nested deeper than
+        base.io.MAX_JSON_DEPTH, not a JSON object, or a field of META_SCHEMA of another type.
     """
     f = step_dir / "meta" / "metadata"
     if not f.exists():
@@ -194,7 +194,7 @@ def read_meta(step_dir: Path) -> dict:
 
 
 META_SCHEMA = {"iteration": "count", "sampler_kind": "str", "sampler": "object", "config": "object"}
-"""The kinds of the checkpoint metadata fields that are read (l2e.io.check_json_object)."""
+"""The kinds of the checkpoint metadata fields that are read (base.io.check_json_object)."""
 
 
 @contextlib.contextmanager

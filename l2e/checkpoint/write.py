@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from l2e.checkpoint.read import ITEMS, KEEP_CHECKPOINTS, CheckpointError, check_complete
-from l2e.io import atomic_write_json, fsync_dir, one_line
+from base.io import atomic_write_json, fsync_dir, one_line
 from l2e.types import PyTree
 
 def _tree_checkpointer():

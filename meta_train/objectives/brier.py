@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from l2e.io import ConfigError
+from base.io import ConfigError
 
 
 def brier_fn(task):

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from l2e.io import ConfigError
+from base.io import ConfigError
 
 BAND = 1.25
 """The dispersion band [1/BAND, BAND] of the predictive-variance ratio, penalty-free."""

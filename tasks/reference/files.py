@@ -12,7 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from l2e.io import atomic_write_bytes, atomic_write_text, read_json
+from base.io import atomic_write_bytes, atomic_write_text, read_json
 
 __all__ = ["DRAWS", "FORMATS", "INDEX", "METADATA", "ROW_SUM_ATOL", "ReferenceDataError", "check_alignment",
            "data_fingerprint", "labels_sha256", "load_draws", "load_reference_probs", "read_index", "read_reference_json",

@@ -2,7 +2,7 @@
 are read, before anything is computed or written: one ReferenceDataError line names the file and the field."""
 from __future__ import annotations
 
-from l2e.io import check_json_object, json_type
+from base.io import check_json_object, json_type
 
 __all__ = ["check_index", "check_metadata"]
 

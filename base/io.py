@@ -1,10 +1,9 @@
-"""What the sampler library's checkpoints need of files and configurations, and what every layer above re-uses:
-ConfigError and its one-line message, JSON reading with one-line errors, rebuilding a frozen dataclass from its JSON
-dict (checkpoint metadata and run configurations), and atomic file writes.
+"""Project-wide plumbing below the sampler library, used by every layer: ConfigError and its one-line message,
+JSON reading with one-line errors and bounds, rebuilding a frozen dataclass from its JSON dict (checkpoint metadata
+and run configurations), and atomic file writes.
 
 Command-line plumbing (`--set` overrides, the one-line-error parser, signals, the directory lock, publishing an
-output directory as a set) lives in the `cli` package, above tasks and below meta_train / evaluate: the sampler
-library has no command line."""
+output directory as a set) lives in the `cli` package, above tasks and below meta_train / evaluate."""
 from __future__ import annotations
 
 import dataclasses
