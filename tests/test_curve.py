@@ -220,7 +220,7 @@ def test_merge_with_reference_rereads_a_run_against_the_recomputed_floors(tmp_pa
     from conftest import ROOT, run_cli
     from evaluate.curve.fidelity import to_floor
 
-    run = ROOT / "results" / "curve_power_plant_long_transient"
+    run = ROOT / "results" / "curve_power_plant_long_merged"
     proc = run_cli("evaluate", "curve", "--merge", run, "--output", tmp_path / "x")
     assert proc.returncode == 2 and proc.stderr.startswith("error: --merge needs at least two")
     out = tmp_path / "reread"
