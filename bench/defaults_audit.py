@@ -32,9 +32,15 @@ import numpy as np
 TASKS = ("digits/mlp-32", "breast_cancer/mlp-16", "digits/mlp-16", "wine/mlp-16",
          "uci:power-plant/mlp-linear", "mnist/mlp-linear:max=10000", "npz:{mine}/mlp-32x32")
 """The committed converged references (results/references) and README's own-data example."""
-METHODS = ("l2e", "l2e_mass", "sghmc", "csghmc", "deep_ensemble", "psgld", "baoab", "precond_rmsprop",
-           "precond_fisher", "adaptive_sghmc", "warm_sghmc", "l2e_transient")
-"""The default preset's methods and the budget-curve rivals."""
+def _audited() -> tuple[str, ...]:
+    from evaluate.methods.registry import REGISTRY
+
+    return tuple(name for name, m in REGISTRY.items() if m.audit)
+
+
+METHODS = _audited()
+"""The methods whose Method.audit is set (the default preset's methods and the budget-curve rivals), in registry
+order."""
 TOLERANCE = 0.25
 """|T_kin − T| ≤ TOLERANCE · T."""
 

@@ -47,13 +47,31 @@ from l2e.checkpoint import SHIPPED, load_meta_params, resolve_step_dir, sampler_
 from l2e.learned import REGISTRY
 from l2e.types import SamplingAlgorithm
 
-BASELINES = ("sghmc", "sgld", "csghmc", "psgld", "sgnht", "fsghmc", "smile", "psmile", "baoab", "precond_fisher",
-             "precond_fisher (adapt)", "precond_fisher (window)", "precond_rmsprop", "adaptive_sghmc",
-             "adaptive_sghmc (window)",
-             "warm_sghmc (Adam)", "warm_sghmc (window)")
-"""The hand-designed steps timed; "(window)" rows time a sampler that adapts in burn-in after its freeze (the
-timed calls start at update 0, so the plain row is the burn-in step); preconditioned SGHMC with its phase kernels
-(burn-in, adaptation window, window), as the evaluation runs it."""
+def _step_cost_rows() -> dict[str, str]:
+    """{row label: method name} of every registered method's step-cost probe (Method.step_cost), SGHMC first."""
+    from evaluate.methods.registry import REGISTRY
+
+    post = l2e.Posterior(lambda p, b: jnp.sum(p["w"] ** 2), lambda p: -jnp.sum(p["w"] ** 2), 10)
+    fpost = _probe_fpost(post)
+    rows = {}
+    for name, m in REGISTRY.items():
+        if m.step_cost is not None:
+            rows.update({label: name for label in m.step_cost(post, fpost)})
+    return {"sghmc": rows.pop("sghmc"), **rows}
+
+
+def _probe_fpost(post):
+    """A functional posterior for listing rows only (nothing is run on it)."""
+    logits = lambda p, xs: xs @ p["w"]  # noqa: E731
+    return l2e.fsghmc.functional_posterior(logits, post.nll, lambda key, b: b[0], l2e.fsghmc.rbf_kernel(1.0), 10)
+
+
+_ROWS = _step_cost_rows()
+BASELINES = tuple(_ROWS)
+"""The hand-designed steps timed: the rows of every registered method's Method.step_cost (SGHMC first); "(window)"
+rows time a sampler that adapts in burn-in after its freeze (the timed calls start at update 0, so the plain row is
+the burn-in step); preconditioned SGHMC with its phase kernels (burn-in, adaptation window, window), as the
+evaluation runs it."""
 
 
 class DenseHeadCNN(nn.Module):
@@ -130,36 +148,11 @@ def make_problem(fam: Family, seed: int = 0):
 
 
 def baseline(name: str, post, fpost):
-    """The SamplingAlgorithm of baseline `name` (hyperparameters do not change the step's cost)."""
-    return {
-        "sghmc": lambda: l2e.sghmc(post, 0.05, 15.0),
-        "sgld": lambda: l2e.sgld(post, 1e-3),
-        "csghmc": lambda: l2e.cyclical_sghmc(post, 0.05, num_steps=1000),
-        "psgld": lambda: l2e.psgld(post, 1e-3),
-        "sgnht": lambda: l2e.sgnht(post, 0.05),
-        "fsghmc": lambda: l2e.fsghmc(fpost, 0.05, 15.0),
-        "smile": lambda: _smile(post, False),
-        "psmile": lambda: _smile(post, True),
-        "baoab": lambda: l2e.baoab(post, 0.05, 15.0),
-        "precond_fisher": lambda: l2e.precond_sghmc(post, 0.05, 15.0, preconditioner="fisher", freeze_step=10**9,
-                                                    phase="burn_in"),
-        "precond_fisher (adapt)": lambda: l2e.precond_sghmc(post, 0.05, 15.0, preconditioner="fisher",
-                                                            freeze_step=10**9, phase="adapt"),
-        "precond_fisher (window)": lambda: l2e.precond_sghmc(post, 0.05, 15.0, preconditioner="fisher",
-                                                             freeze_step=1, phase="window"),
-        "precond_rmsprop": lambda: l2e.precond_sghmc(post, 0.05, 15.0, preconditioner="rmsprop", freeze_step=10**9,
-                                                     phase="burn_in"),
-        "adaptive_sghmc": lambda: l2e.adaptive_sghmc(post, burn_in=10**9),
-        "adaptive_sghmc (window)": lambda: l2e.adaptive_sghmc(post, burn_in=1),
-        "warm_sghmc (Adam)": lambda: l2e.warm_sghmc(post, 0.05, 15.0, warm_steps=10**9),
-        "warm_sghmc (window)": lambda: l2e.warm_sghmc(post, 0.05, 15.0, warm_steps=0),
-    }[name]()
+    """The SamplingAlgorithm of baseline row `name` (its method's Method.step_cost; hyperparameters do not change
+    the step's cost)."""
+    from evaluate.methods.registry import REGISTRY
 
-
-def _smile(post, preconditioned: bool):
-    from l2e.smile import smile
-
-    return smile(post, 1e-3, preconditioned=preconditioned)
+    return REGISTRY[_ROWS[name]].step_cost(post, fpost)[name]
 
 
 def _step(entry, post, params, config, phase: str):

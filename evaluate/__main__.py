@@ -272,6 +272,13 @@ def main(argv=None) -> int:
 
 
 def _main(argv: list[str]) -> int:
+    from evaluate.methods.registry import check_extra_methods
+
+    try:
+        check_extra_methods()  # a method from $L2E_METHODS that could not be registered: one error line
+    except ConfigError as e:
+        print(f"error: {one_line(e)}", file=sys.stderr, flush=True)
+        return 2
     if argv and argv[0] == "reference":
         return reference_main(argv[1:])
     if argv and argv[0] == "card":

@@ -10,7 +10,7 @@ import json
 
 from evaluate.budget import BUDGET_MODES
 from evaluate.reference import REFERENCE_TASKS
-from evaluate.methods.registry import METHODS, MethodSettings, get_method, method_settings
+from evaluate.methods.registry import METHODS, MethodSettings, get_method, method_settings, preset_grids
 from l2e.chains import ChainSchedule
 from base.io import ConfigError
 from cli import apply_overrides, check_seed, limits
@@ -218,26 +218,13 @@ class EvalConfig:
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
 
-_EVERY_METHOD_GRID = dict(
-    sghmc=dict(lrs=(0.003, 0.01, 0.03, 0.1), frictions=(10.0,)), csghmc=dict(lrs=(0.01, 0.03, 0.1, 0.3)),
-    l2e=dict(lrs=(0.25, 0.5, 1.0)), deep_ensemble=dict(lrs=(0.003, 0.01, 0.03, 0.1)),
-    psgld=dict(lrs=(0.0003, 0.001, 0.003)), fsghmc=dict(lrs=(0.003, 0.01, 0.03, 0.1)),
-    noisy_de=dict(lrs=(0.003, 0.01, 0.03, 0.1)), sghmc_tempered=dict(lrs=(0.01, 0.03), temperatures=(1.0, 0.1)),
-    l2e_released=dict(lrs=(0.25, 0.5, 1.0)), l2e_mass=dict(lrs=(0.003, 0.01, 0.03, 0.1)),
-    l2e_kinetic=dict(lrs=(0.003, 0.01, 0.03, 0.1)), meta_sgmcmc=dict(lrs=(0.003, 0.01, 0.03, 0.1)),
-    precond_l2e=dict(lrs=(0.003, 0.01, 0.03, 0.1)), small_l2e=dict(lrs=(0.25, 0.5, 1.0)))
-"""Tuning grids of the `regression_1d` preset (the other registered methods: their defaults)."""
+_EVERY_METHOD_GRID = preset_grids("every")
+"""Tuning grids of the `regression_1d` preset: each method's Method.grids["every"] (the others: their defaults)."""
 
 FULL_GRID_POINTS = 4
-_FULL_GRID = dict(
-    _EVERY_METHOD_GRID, l2e=dict(lrs=(0.125, 0.25, 0.5, 1.0)), l2e_released=dict(lrs=(0.125, 0.25, 0.5, 1.0)),
-    psgld=dict(lrs=(0.0003, 0.001, 0.003, 0.01)), sgnht=dict(lrs=(0.003, 0.01, 0.03, 0.1)),
-    small_l2e=dict(lrs=(0.125, 0.25, 0.5, 1.0)), baoab=dict(lrs=(0.003, 0.01, 0.03, 0.1), frictions=(10.0,)),
-    precond_rmsprop=dict(lrs=(0.03, 0.1, 0.3, 1.0), frictions=(10.0,)),
-    precond_fisher=dict(lrs=(0.03, 0.1, 0.3, 1.0), frictions=(10.0,)),
-    warm_sghmc=dict(lrs=(0.01, 0.03), frictions=(10.0,), warm_fractions=(0.25, 0.5)))
-"""Tuning grids of the `full` preset: FULL_GRID_POINTS points for every tuned method but the tuning-free learned
-ones (their one point, the multiplier 1) (sghmc, baoab, the
+_FULL_GRID = preset_grids("full")
+"""Tuning grids of the `full` preset: each method's Method.grids["full"] (else "every"): FULL_GRID_POINTS points for
+every tuned method but the tuning-free learned ones (their one point, the multiplier 1) (sghmc, baoab, the
 preconditioned SGHMCs: 4 lrs × 1 friction; warm_sghmc: 2 lrs × 2 Adam fractions; sghmc_tempered: 2 lrs ×
 T ∈ {1, 0.1}), extended at an edge of the lr grid (extend_grid)."""
 

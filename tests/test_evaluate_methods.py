@@ -11,6 +11,7 @@ import pytest
 from evaluate.config import METHODS, ConfigError, EvalConfig, apply_overrides, get_preset
 from evaluate.entries import band, hmc_entry, mixture_interval
 from evaluate.methods import REGISTRY
+from evaluate.methods.registry import preset_grids
 from evaluate.run import evaluate, load_l2e
 from tasks import build
 from tasks.regression import RegressionSpec
@@ -18,17 +19,9 @@ from tasks.regression import RegressionSpec
 from conftest import TINY_EVAL, iris_mlp, tiny_eval_config
 
 G, K, B = TINY_EVAL["num_steps"], TINY_EVAL["num_samples"], TINY_EVAL["batch_size"]  # 40, 4, 16
-MILE_STEPS, MILE_SAMPLES, MILE_THIN = (30, 5, 5), 4, 2
-SETTINGS = dict(sghmc=dict(lrs=(0.03,), frictions=(10.0,)), csghmc=dict(lrs=(0.1,)), l2e=dict(lrs=(0.5,)),
-                deep_ensemble=dict(lrs=(0.1,)), psgld=dict(lrs=(0.003,)), noisy_de=dict(lrs=(0.1,)),
-                fsghmc=dict(lrs=(0.03,), measurement_points=8),
-                sghmc_tempered=dict(lrs=(0.03,), frictions=(10.0,), temperatures=(1.0,)), l2e_released=dict(lrs=(0.5,)),
-                mile=dict(chains=2, steps=MILE_STEPS, samples=MILE_SAMPLES, thinning=MILE_THIN),
-                nuts_bde=dict(chains=2, warmup=10, samples=4, max_doublings=5), l2e_mass=dict(lrs=(0.03,)),
-                l2e_kinetic=dict(lrs=(0.03,)), meta_sgmcmc=dict(lrs=(0.03,)), precond_l2e=dict(lrs=(0.03,)),
-                small_l2e=dict(lrs=(0.5,)), baoab=dict(lrs=(0.03,), frictions=(10.0,)),
-                precond_rmsprop=dict(lrs=(0.03,), frictions=(10.0,)), precond_fisher=dict(lrs=(0.03,), frictions=(10.0,)),
-                warm_sghmc=dict(lrs=(0.03,), frictions=(10.0,), warm_fractions=(0.5,)), l2e_transient=dict(lrs=(1.0,)))
+SETTINGS = preset_grids("smoke")
+"""Every method's smoke settings (Method.grids["smoke"]: one grid point, tiny full-batch budgets)."""
+MILE_STEPS, MILE_SAMPLES, MILE_THIN = (SETTINGS["mile"][k] for k in ("steps", "samples", "thinning"))
 FULL_BATCH_METHODS = tuple(m for m in METHODS if REGISTRY[m].full_batch)
 ENSEMBLES = ("deep_ensemble", "noisy_de")
 MOMENTUM_METHODS = ("l2e", "l2e_released", "l2e_mass", "l2e_kinetic", "meta_sgmcmc", "precond_l2e", "small_l2e", "sghmc",

@@ -255,24 +255,28 @@ def test_kernels_take_traced_hyperparameters():
     assert float(info.learning_rate) == pytest.approx(0.5)
 
 
-MINIBATCH_SAMPLERS = ("sgld", "sghmc", "sgnht", "psgld", "cyclical_sghmc", "fsgld", "fsghmc", "smile", "psmile", "l2e",
-                      "kinetic", "mass", "meta_sgmcmc")
-FULL_BATCH_SAMPLERS = ("mclmc", "mile", "nuts")
-
-
 def test_sampler_api_exposes_module():
-    """l2e.<sampler>(...) is the factory; l2e.<sampler>.init / .build_kernel are its module's (pSMILE's kernel is
-    build_psmile_kernel, MILE's are MCLMC's) and every other module name is reachable through it."""
+    """l2e.<sampler>(...) is the factory; l2e.<sampler>.init / .build_kernel are its module's (the module, factory
+    and kernel builder of its row in l2e.hand_designed, or its learned-sampler registry entry's) and every other
+    module name is reachable through it — for every exported sampler (l2e.HAND_DESIGNED, LEARNED, FULL_BATCH)."""
     import importlib
 
-    for name in MINIBATCH_SAMPLERS + FULL_BATCH_SAMPLERS:
+    rows = {r.name: r for r in l2e.hand_designed.MINIBATCH + l2e.hand_designed.FULL_BATCH}
+    assert set(rows) == set(l2e.HAND_DESIGNED + l2e.FULL_BATCH)
+    for name in l2e.HAND_DESIGNED + l2e.LEARNED + l2e.FULL_BATCH:
         api = getattr(l2e, name)
         assert isinstance(api, l2e.SamplerAPI) and name in l2e.__all__, name
-        module = importlib.import_module({"cyclical_sghmc": "l2e.cyclical", "psmile": "l2e.smile",
-                                          "mile": "l2e.mclmc"}.get(name, f"l2e.{name}"))
+        if name in rows:
+            module = importlib.import_module(f"l2e.{rows[name].module}")
+            assert api.factory is getattr(module, rows[name].factory), name
+            assert api.build_kernel is getattr(module, rows[name].kernel), name
+        else:
+            entry = l2e.learned.REGISTRY[name]
+            module = importlib.import_module(entry.factory.__module__)
+            assert api.factory is entry.factory and api.build_kernel is entry.build_kernel, name
         assert api.module is module and api.init is module.init, name
-        kernel = {"psmile": "build_psmile_kernel"}.get(name, "build_kernel")
-        assert api.build_kernel is getattr(module, kernel), name
+    assert {"sgld", "sghmc", "baoab", "precond_sghmc", "adaptive_sghmc", "warm_sghmc"} <= set(l2e.HAND_DESIGNED)
+    assert {"mass", "transient", "step_scale", "l2e"} <= set(l2e.LEARNED)
     assert l2e.sghmc.SGHMCState is importlib.import_module("l2e.sghmc").SGHMCState
     assert l2e.nuts.nuts_chains is importlib.import_module("l2e.nuts").nuts_chains
     assert isinstance(l2e.sgnht(gaussian_posterior(), 0.1), l2e.SamplingAlgorithm)

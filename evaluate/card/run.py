@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import l2e
+from evaluate.methods.base import always
 from evaluate.card.targets import CardConfig, Target, card_posterior, default_targets
 from l2e.diagnostics import virial
 
@@ -20,59 +21,18 @@ __all__ = ["SamplerBuilder", "always", "hand_designed", "learned_builder", "run_
 SamplerBuilder = Callable[..., tuple[l2e.SamplingAlgorithm, Callable]]
 
 
-def always(state) -> jax.Array:
-    """The weight of a state that always counts: 1."""
-    return jnp.ones(())
-
-
 def hand_designed() -> dict[str, SamplerBuilder]:
-    """The card builders of the hand-designed samplers, by name: sgld, psgld, sghmc, csghmc, baoab, precond_rmsprop,
-    precond_fisher (mass adapted over the first fifth, then frozen), adaptive_sghmc (its published constants),
-    warm_sghmc (Adam for the first tenth), sgnht (step rules in the module doc of evaluate.card).
+    """The card builders of the hand-designed samplers, by method name: every registered method with a card builder
+    (Method.card: e.g. sgld, sghmc, csghmc, psgld, sgnht, baoab, precond_rmsprop / precond_fisher with the mass
+    adapted over the first fifth, adaptive_sghmc with its published constants, warm_sghmc with Adam for the first
+    tenth; step rules in the module doc of evaluate.card), in registry order.
 
     Returns:
       {name: builder(post, eps, c, smin, steps) -> (SamplingAlgorithm, weight(state) -> () 0/1)}.
     """
-    def sgld(post, eps, c, smin, steps):
-        return l2e.sgld(post, eps * smin * post.data_size), always
+    from evaluate.methods.registry import REGISTRY
 
-    def psgld(post, eps, c, smin, steps):  # lr such that G·lr/N ≈ h where the gradient is of scale 1/σ_min
-        return l2e.psgld(post, eps), always
-
-    def sghmc(post, eps, c, smin, steps):
-        return l2e.sghmc(post, eps**2 * post.data_size, c), always
-
-    def csghmc(post, eps, c, smin, steps):
-        cycles, ratio = 4, 0.5
-        alg = l2e.cyclical_sghmc(post, eps**2 * post.data_size, steps, cycles, ratio, momentum_decay=c * eps)
-        weight = lambda s: jnp.asarray(  # noqa: E731  (statistics over sampling phases only)
-            l2e.cyclical_sghmc.cyclical_schedule(s.step - 1, 1.0, steps, cycles, ratio)[1], jnp.float32)
-        return alg, weight
-
-    def baoab(post, eps, c, smin, steps):
-        return l2e.baoab(post, eps**2 * post.data_size, c), always
-
-    def precond(kind):  # the card's gradient noise has no batch to split: the noise-variance estimate is off
-        def build(post, eps, c, smin, steps):
-            return l2e.precond_sghmc(post, eps**2 * post.data_size, c, preconditioner=kind, freeze_step=steps // 5,
-                                     noise_halves=False), always
-        return build
-
-    def adaptive_sghmc(post, eps, c, smin, steps):  # its published constants (no ε, C of the card), burn-in steps/5
-        return l2e.adaptive_sghmc(post, burn_in=steps // 5), always
-
-    def warm_sghmc(post, eps, c, smin, steps):  # Adam for the first tenth, then SGHMC at the card's ε, C
-        return l2e.warm_sghmc(post, eps**2 * post.data_size, c, warm_steps=steps // 10), always
-
-    out = {"sgld": sgld, "psgld": psgld, "sghmc": sghmc, "csghmc": csghmc, "baoab": baoab,
-           "precond_rmsprop": precond("rmsprop"), "precond_fisher": precond("fisher"),
-           "adaptive_sghmc": adaptive_sghmc, "warm_sghmc": warm_sghmc}
-    if hasattr(l2e, "sgnht"):
-        def sgnht(post, eps, c, smin, steps):
-            return l2e.sgnht(post, eps**2 * post.data_size, c), always
-
-        out["sgnht"] = sgnht
-    return out
+    return {name: m.card for name, m in REGISTRY.items() if m.card is not None}
 
 
 def learned_builder(meta_params, config, factory: Callable = l2e.l2e) -> SamplerBuilder:

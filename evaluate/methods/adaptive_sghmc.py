@@ -7,7 +7,7 @@ import dataclasses
 
 import l2e.adaptive_sghmc
 from evaluate.budget import single_chain_schedule
-from evaluate.methods.base import Method, check_positive
+from evaluate.methods.base import Method, always, check_positive
 from evaluate.methods.driver import run_single_chain
 
 __all__ = ["AdaptiveSGHMCSettings", "METHOD", "run_adaptive_sghmc"]
@@ -48,4 +48,9 @@ def run_adaptive_sghmc(ctx, key, hp: dict):
 
 
 METHOD = Method("adaptive_sghmc", AdaptiveSGHMCSettings, run_adaptive_sghmc,
-                schedule=lambda cfg, s: single_chain_schedule(cfg))
+                schedule=lambda cfg, s: single_chain_schedule(cfg), audit=True,
+                # the card: its published constants (no ε, C of the card), burn-in the first fifth
+                card=lambda post, eps, c, smin, steps: (l2e.adaptive_sghmc(post, burn_in=steps // 5), always),
+                # the timed calls start at update 0: the plain row is the burn-in step, "(window)" the frozen one
+                step_cost=lambda post, fpost: {"adaptive_sghmc": l2e.adaptive_sghmc(post, burn_in=10**9),
+                                               "adaptive_sghmc (window)": l2e.adaptive_sghmc(post, burn_in=1)})

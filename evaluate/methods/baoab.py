@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax.numpy as jnp
-
 import l2e.baoab
-from evaluate.budget import single_chain_schedule
-from evaluate.methods.base import Method, check_grid
-from evaluate.methods.driver import lr_args, run_single_chain
+from evaluate.methods.base import always, check_grid
+from evaluate.methods.factory import single_chain_method
 
 __all__ = ["BAOABSettings", "METHOD", "run_baoab"]
 
@@ -29,23 +26,9 @@ def _grid(s: BAOABSettings) -> list[dict]:
     return [{"learning_rate": lr, "friction": c} for lr in s.lrs for c in s.frictions]
 
 
-def _kernel(task):
-    step = l2e.baoab.build_kernel(task.posterior)
-
-    def kernel(key, state, batch, args):
-        return step(key, state, batch, args["lr"], args["friction"])
-
-    return kernel
-
-
-def run_baoab(ctx, key, hp: dict):
-    """One BAOAB chain; hp: learning_rate, friction (default: the first of the grid)."""
-    friction = float(hp.get("friction", ctx.settings.frictions[0]))
-    hp = {**hp, "friction": friction, "thinning": ctx.cfg.sample_thinning, "temperature": 1.0}
-    args = {**lr_args(hp), "friction": jnp.asarray(friction, jnp.float32)}
-    return run_single_chain(ctx, key, hp, single_chain_schedule(ctx.cfg), ("baoab",), lambda: _kernel(ctx.task),
-                            l2e.baoab.init, args)
-
-
-METHOD = Method("baoab", BAOABSettings, run_baoab, grid=_grid, schedule=lambda cfg, s: single_chain_schedule(cfg),
-                kinetic_check=True)
+METHOD = single_chain_method(
+    "baoab", l2e.baoab, BAOABSettings, _grid, hyper=("learning_rate", "friction"), kinetic_check=True, audit=True,
+    grids=dict(full=dict(lrs=(0.003, 0.01, 0.03, 0.1), frictions=(10.0,)), smoke=dict(lrs=(0.03,), frictions=(10.0,))),
+    card=lambda post, eps, c, smin, steps: (l2e.baoab(post, eps**2 * post.data_size, c), always),
+    step_cost=lambda post, fpost: {"baoab": l2e.baoab(post, 0.05, 15.0)})
+run_baoab = METHOD.run

@@ -7,11 +7,15 @@ A method module (evaluate/methods/<name>.py) defines a frozen settings dataclass
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 from base.io import ConfigError
 
-__all__ = ["Method", "Run", "check_grid", "check_in", "check_positive", "lr_grid"]
+__all__ = ["GRID_NAMES", "Method", "Run", "always", "check_grid", "check_in", "check_positive", "lr_grid"]
+
+
+GRID_NAMES = ("every", "full", "smoke")
+"""The preset grids a method declares (Method.grids)."""
 
 
 class Run(NamedTuple):
@@ -64,6 +68,17 @@ class Method:
     chain_allocation: the evaluation's chain allocation (EvalConfig.chains = M: M chains of G/M updates with K/M
       draws each, pooled) applies — every single-chain minibatch method; False for methods that split the budget
       themselves (ensembles) and for full-batch or warm-started methods with chains of their own.
+
+    What the presets, the card, the benchmarks and the tests read of a method (its one home; nothing else lists it):
+    grids: settings fields per preset grid — "every" (the `regression_1d` preset, and the `full` / `references`
+      presets where "full" is absent), "full" (the `full` / `references` presets), "smoke" (the smallest settings
+      an end-to-end test runs: one grid point); a missing key: the settings' defaults.
+    card: the sampler card's builder (evaluate.card): (posterior, eps, friction, sigma_min, num_steps) ->
+      (SamplingAlgorithm, weight(state) -> 0/1); None: not on the card (learned samplers join it from their
+      checkpoints).
+    step_cost: bench.step_cost's probe: (posterior, functional posterior) -> {row label: SamplingAlgorithm}, the
+      steps (and phase kernels) the benchmark times against SGHMC's; None: not timed there.
+    audit: bench.defaults_audit runs the method at its default settings.
     """
 
     name: str
@@ -80,6 +95,18 @@ class Method:
     temperature: float | str = 1.0
     chain_allocation: bool = True
     kinetic_check: bool = False
+    grids: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    card: Callable | None = None
+    step_cost: Callable | None = None
+    audit: bool = False
+
+    def preset_grid(self, grid: str) -> dict:
+        """The settings fields of preset grid `grid` ("every", "full", "smoke"; Method.grids), {} for the defaults;
+        "full" falls back to "every"."""
+        if grid not in GRID_NAMES:
+            raise ValueError(f"unknown preset grid {grid!r} (known: {', '.join(GRID_NAMES)})")
+        fields = self.grids.get(grid, self.grids.get("every") if grid == "full" else None)
+        return dict(fields or {})
 
     @property
     def tuned(self) -> bool:
@@ -98,6 +125,13 @@ class Method:
                 self.check(cfg, settings)
         except ValueError as e:
             raise ConfigError(str(e).splitlines()[0]) from None
+
+
+def always(state):
+    """The sampler card's weight of a state that always counts (Method.card): 1."""
+    import jax.numpy as jnp
+
+    return jnp.ones(())
 
 
 def lr_grid(settings) -> list[dict]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax.numpy as jnp
+
 import l2e
 from evaluate.budget import single_chain_schedule
 from evaluate.methods.base import Method, check_grid, check_in, check_positive, lr_grid
@@ -66,4 +68,15 @@ def run_csghmc(ctx, key, hp: dict):
                             l2e.cyclical_sghmc.init, lr_args(hp))
 
 
-METHOD = Method("csghmc", CSGHMCSettings, run_csghmc, grid=lr_grid, schedule=_schedule)
+def _card(post, eps, c, smin, steps):
+    """The card's cSGHMC: 4 cycles, exploration ratio 0.5, momentum decay C·ε; statistics over sampling phases only."""
+    cycles, ratio = 4, 0.5
+    alg = l2e.cyclical_sghmc(post, eps**2 * post.data_size, steps, cycles, ratio, momentum_decay=c * eps)
+    weight = lambda s: jnp.asarray(  # noqa: E731
+        l2e.cyclical_sghmc.cyclical_schedule(s.step - 1, 1.0, steps, cycles, ratio)[1], jnp.float32)
+    return alg, weight
+
+
+METHOD = Method("csghmc", CSGHMCSettings, run_csghmc, grid=lr_grid, schedule=_schedule, audit=True,
+                grids=dict(every=dict(lrs=(0.01, 0.03, 0.1, 0.3)), smoke=dict(lrs=(0.1,))), card=_card,
+                step_cost=lambda post, fpost: {"csghmc": l2e.cyclical_sghmc(post, 0.05, num_steps=1000)})

@@ -78,4 +78,5 @@ def run_deep_ensemble(ctx, key, hp: dict):
 
 
 METHOD = Method("deep_ensemble", DeepEnsembleSettings, run_deep_ensemble, grid=lr_grid, chain_allocation=False,
-                schedule=lambda cfg, s: member_schedule(cfg))
+                schedule=lambda cfg, s: member_schedule(cfg), audit=True,
+                grids=dict(every=dict(lrs=(0.003, 0.01, 0.03, 0.1)), smoke=dict(lrs=(0.1,))))

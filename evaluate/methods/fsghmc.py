@@ -294,4 +294,6 @@ def run_fsghmc(ctx, key, hp: dict):
 
 
 METHOD = Method("fsghmc", FSGHMCSettings, run_fsghmc, grid=lr_grid,
-                schedule=lambda cfg, s: single_chain_schedule(cfg))
+                schedule=lambda cfg, s: single_chain_schedule(cfg),
+                grids=dict(every=dict(lrs=(0.003, 0.01, 0.03, 0.1)), smoke=dict(lrs=(0.03,), measurement_points=8)),
+                step_cost=lambda post, fpost: {"fsghmc": l2e.fsghmc(fpost, 0.05, 15.0)})

@@ -139,6 +139,21 @@ def _schedule(cfg, settings):
     return single_chain_schedule(cfg)
 
 
+_E4 = (0.003, 0.01, 0.03, 0.1)
+GRIDS = {  # Method.grids of the learned methods, by method name (a method not listed: its defaults everywhere)
+    "l2e": dict(every=dict(lrs=(0.25, 0.5, 1.0)), full=dict(lrs=(0.125, 0.25, 0.5, 1.0)), smoke=dict(lrs=(0.5,))),
+    "l2e_mass": dict(every=dict(lrs=_E4), smoke=dict(lrs=(0.03,))),
+    "l2e_kinetic": dict(every=dict(lrs=_E4), smoke=dict(lrs=(0.03,))),
+    "meta_sgmcmc": dict(every=dict(lrs=_E4), smoke=dict(lrs=(0.03,))),
+    "precond_l2e": dict(every=dict(lrs=_E4), smoke=dict(lrs=(0.03,))),
+    "small_l2e": dict(every=dict(lrs=(0.25, 0.5, 1.0)), full=dict(lrs=(0.125, 0.25, 0.5, 1.0)),
+                      smoke=dict(lrs=(0.5,))),
+    "l2e_transient": dict(smoke=dict(lrs=(1.0,))),
+}
+AUDITED = ("l2e", "l2e_mass", "l2e_transient")
+"""The learned methods bench.defaults_audit runs (Method.audit): the default preset's and the tuning-free one."""
+
+
 def learned_method(name: str, settings_class: str, sampler: bool | str, lrs: tuple[float, ...],
                    kinetic_check: bool = False, config: type | None = None) -> Method:
     """Method `name` running `run_l2e` on the learned sampler `sampler` (Method.needs_sampler: True, the
@@ -146,7 +161,8 @@ def learned_method(name: str, settings_class: str, sampler: bool | str, lrs: tup
     default lr grid `lrs`; kinetic_check: Method.kinetic_check (a correct sampler: every kind but the paper form);
     config: the sampler kind's configuration class, when known (settings.sampler is checked against it)."""
     return Method(name, lr_settings(name, settings_class, lrs, config), run_l2e, grid=lr_grid, schedule=_schedule,
-                  needs_sampler=sampler, kinetic_check=kinetic_check)
+                  needs_sampler=sampler, kinetic_check=kinetic_check, grids=GRIDS.get(name, {}),
+                  audit=name in AUDITED)
 
 
 METHOD = learned_method("l2e", "L2ESettings", True, (0.25, 0.5, 1.0))

@@ -101,4 +101,5 @@ def curve_settings(s: MILESettings, cfg, data_size: int) -> MILESettings:
 
 
 METHOD = Method("mile", MILESettings, run_mile, check=lambda cfg, s: check_chains(cfg, s, "settings.mile"),
-                full_batch=True, warm_start=True, curve_budget=curve_settings)
+                full_batch=True, warm_start=True, curve_budget=curve_settings,
+                grids=dict(smoke=dict(chains=2, steps=(30, 5, 5), samples=4, thinning=2)))

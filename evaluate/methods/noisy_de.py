@@ -85,4 +85,4 @@ def run_noisy_de(ctx, key, hp: dict):
 
 
 METHOD = Method("noisy_de", NoisyDESettings, run_noisy_de, grid=lr_grid, schedule=lambda cfg, s: member_schedule(cfg),
-                chain_allocation=False)
+                chain_allocation=False, grids=dict(every=dict(lrs=(0.003, 0.01, 0.03, 0.1)), smoke=dict(lrs=(0.1,))))

@@ -58,4 +58,5 @@ def run_nuts_bde(ctx, key, hp: dict):
 
 
 METHOD = Method("nuts_bde", NUTSBDESettings, run_nuts_bde,
-                check=lambda cfg, s: check_chains(cfg, s, "settings.nuts_bde"), full_batch=True, warm_start=True)
+                check=lambda cfg, s: check_chains(cfg, s, "settings.nuts_bde"), full_batch=True, warm_start=True,
+                grids=dict(smoke=dict(chains=2, warmup=10, samples=4, max_doublings=5)))

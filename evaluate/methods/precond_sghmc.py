@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 import l2e.precond_sghmc
 from evaluate.budget import single_chain_schedule
-from evaluate.methods.base import Method, check_grid, check_in
+from evaluate.methods.base import Method, always, check_grid, check_in
 from evaluate.methods.driver import lr_args, run_single_chain
 from l2e.chains import adaptation_start, freeze_phase
 from base.io import ConfigError
@@ -88,9 +88,40 @@ def run_precond(ctx, key, hp: dict, rule: str = "fisher"):
     return _runner(rule)(ctx, key, hp)
 
 
+def _card(kind: str):
+    """The card's builder: the mass adapted over the first fifth, then frozen (the card's gradient noise has no batch
+    to split: the noise-variance estimate is off)."""
+    def build(post, eps, c, smin, steps):
+        return l2e.precond_sghmc(post, eps**2 * post.data_size, c, preconditioner=kind, freeze_step=steps // 5,
+                                 noise_halves=False), always
+    return build
+
+
+def _step_cost(kind: str, phases: tuple[str, ...]):
+    """bench.step_cost's rows: the burn-in kernel, then the adaptation window's and the window's ("(adapt)",
+    "(window)") where asked, as the evaluation runs them."""
+    def rows(post, fpost):
+        name = f"precond_{kind}"
+        out = {name: l2e.precond_sghmc(post, 0.05, 15.0, preconditioner=kind, freeze_step=10**9, phase="burn_in")}
+        if "adapt" in phases:
+            out[f"{name} (adapt)"] = l2e.precond_sghmc(post, 0.05, 15.0, preconditioner=kind, freeze_step=10**9,
+                                                       phase="adapt")
+        if "window" in phases:
+            out[f"{name} (window)"] = l2e.precond_sghmc(post, 0.05, 15.0, preconditioner=kind, freeze_step=1,
+                                                        phase="window")
+        return out
+    return rows
+
+
+_FULL = dict(lrs=(0.03, 0.1, 0.3, 1.0), frictions=(10.0,))
+_SMOKE = dict(lrs=(0.03,), frictions=(10.0,))
 METHOD_TABLE = {
     "precond_rmsprop": Method("precond_rmsprop", PrecondRMSpropSettings, _runner("rmsprop"), grid=_grid,
-                              schedule=lambda cfg, s: single_chain_schedule(cfg), kinetic_check=True),
+                              schedule=lambda cfg, s: single_chain_schedule(cfg), kinetic_check=True, audit=True,
+                              grids=dict(full=_FULL, smoke=_SMOKE), card=_card("rmsprop"),
+                              step_cost=_step_cost("rmsprop", ())),
     "precond_fisher": Method("precond_fisher", PrecondFisherSettings, _runner("fisher"), grid=_grid,
-                             schedule=lambda cfg, s: single_chain_schedule(cfg), check=_check, kinetic_check=True),
+                             schedule=lambda cfg, s: single_chain_schedule(cfg), check=_check, kinetic_check=True,
+                             audit=True, grids=dict(full=_FULL, smoke=_SMOKE), card=_card("fisher"),
+                             step_cost=_step_cost("fisher", ("adapt", "window"))),
 }

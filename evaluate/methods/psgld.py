@@ -6,7 +6,7 @@ import dataclasses
 
 import l2e
 from evaluate.budget import single_chain_schedule
-from evaluate.methods.base import Method, check_grid, check_in, check_positive, lr_grid
+from evaluate.methods.base import Method, always, check_grid, check_in, check_positive, lr_grid
 from evaluate.methods.driver import lr_args, run_single_chain
 
 __all__ = ["METHOD", "PSGLDSettings", "run_psgld"]
@@ -43,4 +43,9 @@ def run_psgld(ctx, key, hp: dict):
                             lambda: _kernel(ctx.task, rho, lam), l2e.psgld.init, lr_args(hp))
 
 
-METHOD = Method("psgld", PSGLDSettings, run_psgld, grid=lr_grid, schedule=lambda cfg, s: single_chain_schedule(cfg))
+METHOD = Method("psgld", PSGLDSettings, run_psgld, grid=lr_grid, schedule=lambda cfg, s: single_chain_schedule(cfg),
+                audit=True, grids=dict(every=dict(lrs=(0.0003, 0.001, 0.003)), full=dict(lrs=(0.0003, 0.001, 0.003, 0.01)),
+                                       smoke=dict(lrs=(0.003,))),
+                # the card's lr: G·lr/N ≈ h where the gradient is of scale 1/σ_min
+                card=lambda post, eps, c, smin, steps: (l2e.psgld(post, eps), always),
+                step_cost=lambda post, fpost: {"psgld": l2e.psgld(post, 1e-3)})

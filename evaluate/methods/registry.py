@@ -1,7 +1,13 @@
 """The method registry: name → `Method` (settings dataclass, tuning grid, chain schedule, runner).
 
-Adding a baseline: write evaluate/methods/<name>.py defining `METHOD = Method("<name>", ...)` and add its
-module name to METHOD_MODULES below.  It is then a valid `methods=` entry, its settings are the group
+Adding a baseline: write evaluate/methods/<name>.py defining `METHOD = Method("<name>", ...)` (for a single-chain
+minibatch sampler, `evaluate.methods.factory.single_chain_method`) and add its module name to METHOD_MODULES below.
+Everything else — the presets' grids, the sampler card, bench.step_cost, bench.defaults_audit and the tests' smoke
+settings — reads the Method's fields (Method.grids, card, step_cost, audit).
+
+A method from outside the repository: the environment variable L2E_METHODS holds comma-separated entries
+"pkg.module" (its METHOD) or "pkg.module:NAME" (its METHOD_TABLE[NAME], or "*" for all), importable from the Python
+path; they are registered after METHOD_MODULES, in that order, exactly like ours.  It is then a valid `methods=` entry, its settings are the group
 `settings.<name>` of EvalConfig (`--set settings.<name>.<field>=…`), and the `full` preset runs it.  A module
 that builds several methods from one table (evaluate.methods.l2e: the shipped learned samplers) exposes them as
 `METHOD_TABLE` (name → Method); the METHOD_MODULES entry "<module>:<name>" registers one of them, "<module>:*" all.
@@ -10,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 
 import jax
 
@@ -17,14 +24,16 @@ from evaluate.methods.base import Method, Run
 from evaluate.methods.cache import CompileCache
 from evaluate.methods.driver import chain_keys
 from evaluate.methods.outputs import merge_chains
-from base.io import ConfigError
+from base.io import ConfigError, one_line
 
-__all__ = ["METHODS", "METHOD_MODULES", "MethodSettings", "REGISTRY", "get_method", "method_settings", "run_method"]
+__all__ = ["ENV", "LOAD_ERRORS", "METHODS", "METHOD_MODULES", "MethodSettings", "REGISTRY", "check_extra_methods",
+           "extra_modules", "get_method", "method_settings", "preset_grids", "run_method"]
 
 METHOD_MODULES = (  # one line per method, in the order methods run and are reported
     "l2e",
     "l2e_released",
     "l2e:*",  # every shipped learned sampler with a method of its own (l2e.learned's shipped rows)
+    "sgld",
     "sghmc",
     "sghmc_tempered",
     "csghmc",
@@ -48,13 +57,26 @@ _TEMPERATURE = {"deep_ensemble": "n/a (optimiser)"}
 """Temperatures of methods whose module does not declare one (Method.temperature); to move into their METHOD."""
 
 
-def _load(modules) -> dict[str, Method]:
-    methods = {}
+ENV = "L2E_METHODS"
+"""The environment variable naming methods from other packages (module doc)."""
+
+
+def extra_modules() -> tuple[str, ...]:
+    """The entries of $L2E_METHODS (fully qualified "pkg.module[:NAME]")."""
+    return tuple(e.strip() for e in os.environ.get(ENV, "").split(",") if e.strip())
+
+
+def _load(modules, methods: dict | None = None) -> dict[str, Method]:
+    methods = {} if methods is None else methods
     for entry in modules:
         module, _, name = entry.partition(":")  # "<module>": its METHOD; "<module>:<name>": METHOD_TABLE[name]
-        loaded = importlib.import_module(f"evaluate.methods.{module}")
+        loaded = importlib.import_module(module if "." in module else f"evaluate.methods.{module}")
         table = getattr(loaded, "METHOD_TABLE", {})
+        if name and name != "*" and name not in table:
+            raise ValueError(f"{module} has no METHOD_TABLE entry {name!r}")
         for method in (list(table.values()) if name == "*" else [table[name]] if name else [loaded.METHOD]):
+            if not isinstance(method, Method):
+                raise TypeError(f"{module}: {type(method).__name__} is not an evaluate.methods.Method")
             if method.name in methods:
                 raise ValueError(f"method {method.name!r} registered twice")
             if method.name in _TEMPERATURE and method.temperature == 1.0:
@@ -63,7 +85,28 @@ def _load(modules) -> dict[str, Method]:
     return methods
 
 
-REGISTRY: dict[str, Method] = _load(METHOD_MODULES)
+LOAD_ERRORS: list[str] = []
+"""Why an $L2E_METHODS entry could not be registered (check_extra_methods raises the first)."""
+
+
+def _load_all() -> dict[str, Method]:
+    methods = _load(METHOD_MODULES)
+    for entry in extra_modules():
+        try:
+            _load([entry], dict(methods))
+            _load([entry], methods)
+        except Exception as e:  # a user's module: reported by check_extra_methods as one line, not at import
+            LOAD_ERRORS.append(f"{ENV} entry {entry!r}: {type(e).__name__}: {one_line(e)}")
+    return methods
+
+
+def check_extra_methods() -> None:
+    """ConfigError (one line) if an $L2E_METHODS entry failed to import or is not a Method (the CLIs call it first)."""
+    if LOAD_ERRORS:
+        raise ConfigError(LOAD_ERRORS[0])
+
+
+REGISTRY: dict[str, Method] = _load_all()
 METHODS: tuple[str, ...] = tuple(REGISTRY)
 """Every registered method, in run / report order."""
 
@@ -73,6 +116,12 @@ MethodSettings = dataclasses.make_dataclass(
     frozen=True)
 MethodSettings.__module__ = __name__
 MethodSettings.__doc__ = "The settings of every registered method: field <name> holds REGISTRY[<name>].settings."
+
+
+def preset_grids(grid: str) -> dict[str, dict]:
+    """{method: settings fields} of preset grid `grid` ("every", "full", "smoke": Method.preset_grid) for every
+    registered method that declares one."""
+    return {name: m.preset_grid(grid) for name, m in REGISTRY.items() if m.preset_grid(grid)}
 
 
 def get_method(name: str) -> Method:

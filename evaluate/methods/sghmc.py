@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax.numpy as jnp
-
 import l2e
-from evaluate.budget import single_chain_schedule
-from evaluate.methods.base import Method, check_grid
-from evaluate.methods.driver import lr_args, run_single_chain
+from evaluate.methods.base import always, check_grid
+from evaluate.methods.factory import single_chain_method
 
 __all__ = ["METHOD", "SGHMCSettings", "run_sghmc"]
 
@@ -30,23 +27,9 @@ def _grid(s: SGHMCSettings) -> list[dict]:
     return [{"learning_rate": lr, "friction": c} for lr in s.lrs for c in s.frictions]
 
 
-def _kernel(task):
-    step = l2e.sghmc.build_kernel(task.posterior)
-
-    def kernel(key, state, batch, args):
-        return step(key, state, batch, args["lr"], args["friction"])
-
-    return kernel
-
-
-def run_sghmc(ctx, key, hp: dict):
-    """One SGHMC chain; hp: learning_rate, friction (default: the first of the grid)."""
-    friction = float(hp.get("friction", ctx.settings.frictions[0]))
-    hp = {**hp, "friction": friction, "thinning": ctx.cfg.sample_thinning, "temperature": 1.0}
-    args = {**lr_args(hp), "friction": jnp.asarray(friction, jnp.float32)}
-    return run_single_chain(ctx, key, hp, single_chain_schedule(ctx.cfg), ("sghmc",), lambda: _kernel(ctx.task),
-                            l2e.sghmc.init, args)
-
-
-METHOD = Method("sghmc", SGHMCSettings, run_sghmc, grid=_grid, schedule=lambda cfg, s: single_chain_schedule(cfg),
-                kinetic_check=True)
+METHOD = single_chain_method(
+    "sghmc", l2e.sghmc, SGHMCSettings, _grid, hyper=("learning_rate", "friction"), kinetic_check=True, audit=True,
+    grids=dict(every=dict(lrs=(0.003, 0.01, 0.03, 0.1), frictions=(10.0,)), smoke=dict(lrs=(0.03,), frictions=(10.0,))),
+    card=lambda post, eps, c, smin, steps: (l2e.sghmc(post, eps**2 * post.data_size, c), always),
+    step_cost=lambda post, fpost: {"sghmc": l2e.sghmc(post, 0.05, 15.0)})
+run_sghmc = METHOD.run

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 import l2e
 from evaluate.budget import single_chain_schedule
-from evaluate.methods.base import Method, check_grid, check_positive, lr_grid
+from evaluate.methods.base import Method, always, check_grid, check_positive, lr_grid
 from evaluate.methods.driver import lr_args, run_single_chain
 
 __all__ = ["METHOD", "SGNHTSettings", "run_sgnht"]
@@ -48,4 +48,7 @@ def run_sgnht(ctx, key, hp: dict):
                             final_info=lambda st: {"final_thermostat": float(st.thermostat)})
 
 
-METHOD = Method("sgnht", SGNHTSettings, run_sgnht, grid=lr_grid, schedule=lambda cfg, s: single_chain_schedule(cfg))
+METHOD = Method("sgnht", SGNHTSettings, run_sgnht, grid=lr_grid, schedule=lambda cfg, s: single_chain_schedule(cfg),
+                grids=dict(full=dict(lrs=(0.003, 0.01, 0.03, 0.1))),
+                card=lambda post, eps, c, smin, steps: (l2e.sgnht(post, eps**2 * post.data_size, c), always),
+                step_cost=lambda post, fpost: {"sgnht": l2e.sgnht(post, 0.05)})

@@ -220,7 +220,13 @@ def make_method(name: str, settings: type, preconditioned: bool) -> Method:
     def run(ctx, key, hp):
         return run_smile(ctx, key, hp, preconditioned)
 
-    return Method(name, settings, run, grid=_grid, schedule=smile_schedule, check=_check, warm_start=True)
+    def step_cost(post, fpost):  # the SMILE step at a fixed step size (its cost does not depend on it)
+        import l2e.smile
+
+        return {name: l2e.smile.smile(post, 1e-3, preconditioned=preconditioned)}
+
+    return Method(name, settings, run, grid=_grid, schedule=smile_schedule, check=_check, warm_start=True,
+                  step_cost=step_cost)
 
 
 METHOD = make_method("smile", SMILESettings, preconditioned=False)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 import l2e.warm_sghmc
 from evaluate.budget import single_chain_schedule
-from evaluate.methods.base import Method, check_grid, check_positive
+from evaluate.methods.base import Method, always, check_grid, check_positive
 from evaluate.methods.driver import lr_args, run_single_chain
 from base.io import ConfigError
 
@@ -63,4 +63,12 @@ def run_warm_sghmc(ctx, key, hp: dict):
 
 
 METHOD = Method("warm_sghmc", WarmSGHMCSettings, run_warm_sghmc, grid=_grid,
-                schedule=lambda cfg, s: single_chain_schedule(cfg), kinetic_check=True)
+                schedule=lambda cfg, s: single_chain_schedule(cfg), kinetic_check=True, audit=True,
+                grids=dict(full=dict(lrs=(0.01, 0.03), frictions=(10.0,), warm_fractions=(0.25, 0.5)),
+                           smoke=dict(lrs=(0.03,), frictions=(10.0,), warm_fractions=(0.5,))),
+                # the card: Adam for the first tenth, then SGHMC at the card's ε, C
+                card=lambda post, eps, c, smin, steps: (
+                    l2e.warm_sghmc(post, eps**2 * post.data_size, c, warm_steps=steps // 10), always),
+                step_cost=lambda post, fpost: {
+                    "warm_sghmc (Adam)": l2e.warm_sghmc(post, 0.05, 15.0, warm_steps=10**9),
+                    "warm_sghmc (window)": l2e.warm_sghmc(post, 0.05, 15.0, warm_steps=0)})

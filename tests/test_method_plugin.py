@@ -1,0 +1,115 @@
+"""One source of truth per method: a rival is its `l2e` sampler + its method module + one registry line.
+
+A throw-away method written in a temporary package outside the repository (a `single_chain_method` over `l2e.sgld`
+with its own grids, card builder, step-cost probe and audit flag) and registered by its one line — the
+`L2E_METHODS` entry, the registry's line for a module outside evaluate/methods — appears in every table that lists
+methods: the presets (`full`, `references`, `regression_1d` with its grids), the settings groups (`--set
+settings.<name>.…`), the tests' smoke settings, the sampler card's builders, bench.step_cost's rows and
+bench.defaults_audit's methods; and it runs end to end through `python -m evaluate`. A bad entry is one `error:`
+line and a non-zero exit before anything is written.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import ROOT
+
+MODULE = '''
+"""A throw-away rival: SGLD under another name."""
+import dataclasses
+
+import l2e
+from evaluate.methods.base import always, check_grid, lr_grid
+from evaluate.methods.factory import single_chain_method
+
+
+@dataclasses.dataclass(frozen=True)
+class ThrowawaySettings:
+    lrs: tuple[float, ...] = (0.002, 0.004)
+
+    def __post_init__(self):
+        check_grid(self, "settings.throwaway", "lrs")
+
+
+METHOD = single_chain_method(
+    "throwaway", l2e.sgld, ThrowawaySettings, lr_grid, audit=True,
+    grids=dict(every=dict(lrs=(0.001, 0.002)), full=dict(lrs=(0.001, 0.002, 0.004, 0.008)), smoke=dict(lrs=(0.003,))),
+    card=lambda post, eps, c, smin, steps: (l2e.sgld(post, eps * smin * post.data_size), always),
+    step_cost=lambda post, fpost: {"throwaway": l2e.sgld(post, 1e-3)})
+'''
+
+PROBE = '''
+import json
+from evaluate.config import PRESETS, apply_overrides
+from evaluate.methods.registry import preset_grids
+from evaluate.card.run import hand_designed
+import bench.step_cost, bench.defaults_audit
+cfg = apply_overrides(PRESETS["full"], ["settings.throwaway.lrs=0.5,0.25"])
+print(json.dumps(dict(
+    full=list(PRESETS["full"].methods), references=list(PRESETS["references"].methods),
+    regression_1d=list(PRESETS["regression_1d"].methods),
+    full_lrs=list(PRESETS["full"].settings.throwaway.lrs), every_lrs=list(PRESETS["regression_1d"].settings.throwaway.lrs),
+    default_lrs=list(PRESETS["default"].settings.throwaway.lrs), override=list(cfg.settings.throwaway.lrs),
+    smoke=preset_grids("smoke").get("throwaway"), card=list(hand_designed()),
+    step_cost=list(bench.step_cost.BASELINES), audit=list(bench.defaults_audit.METHODS))))
+'''
+
+
+def _env(tmp_path, entry: str) -> dict:
+    pkg = tmp_path / "theirs"
+    pkg.mkdir(exist_ok=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "rival.py").write_text(textwrap.dedent(MODULE))
+    env = dict(os.environ, L2E_METHODS=entry)
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT), env.get("PYTHONPATH", "")])
+    return env
+
+
+def test_a_method_outside_the_repository_is_in_every_table(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", PROBE], cwd=tmp_path, env=_env(tmp_path, "theirs.rival"),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    for preset in ("full", "references", "regression_1d"):
+        assert got[preset][-1] == "throwaway", preset  # registered after METHOD_MODULES
+    assert got["full_lrs"] == [0.001, 0.002, 0.004, 0.008] and got["every_lrs"] == [0.001, 0.002]
+    assert got["default_lrs"] == [0.002, 0.004]  # the settings' defaults where no grid is declared
+    assert got["override"] == [0.5, 0.25]
+    assert got["smoke"] == {"lrs": [0.003]}
+    assert got["card"][-1] == "throwaway" and "sgld" in got["card"]
+    assert "throwaway" in got["step_cost"] and got["step_cost"][0] == "sghmc"
+    assert got["audit"][-1] == "throwaway"
+
+
+def test_a_method_outside_the_repository_runs_through_the_evaluation(tmp_path):
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "evaluate", "--preset", "smoke", "--output", str(out), "--set", "methods=throwaway",
+           "--set", "settings.throwaway.lrs=0.003", "--quiet"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(tmp_path, "theirs.rival"), capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    (task,) = report["tasks"].values()
+    row = task["methods"]["throwaway"]
+    assert row["hyperparameters"]["learning_rate"] == 0.003 and row["divergent_chains"] == 0
+    assert row["num_samples"] == report["config"]["num_samples"]
+
+
+@pytest.mark.parametrize("entry, says", [
+    ("theirs.missing", "No module named 'theirs.missing'"),
+    ("theirs.rival:NOPE", "no METHOD_TABLE entry 'NOPE'"),
+    ("os.path", "has no attribute 'METHOD'"),
+])
+def test_a_bad_method_entry_is_one_error_line_before_anything_is_written(tmp_path, entry, says):
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "evaluate", "--preset", "smoke", "--output", str(out)], cwd=ROOT,
+                          env=_env(tmp_path, entry), capture_output=True, text=True, timeout=600)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1 and lines[0].startswith("error: L2E_METHODS"), proc.stderr
+    assert says in lines[0] and not out.exists()
