@@ -148,8 +148,8 @@ def _task_section(name: str, task: dict) -> list[str]:
 
 
 def _preamble(results: dict) -> list[str]:
-    """The sentences under the configuration: bolding, formats; seeds, temperatures and skipped methods when the
-    results have them."""
+    """The sentences above the tables: bolding, formats; seeds, temperatures and skipped methods when the results
+    have them."""
     lines = ["", "Best value per metric and task in **bold** (accuracy, LPPD, agreement: max; NLL, RMSE, total "
              "variation, calibration error: min; the `hmc` reference row is never bolded); metrics to 4 "
              "significant digits, seconds to 0.1 s. grad_evals counts the method's gradient evaluations of the "
@@ -170,20 +170,47 @@ def _preamble(results: dict) -> list[str]:
     return lines
 
 
-def render_markdown(results: dict) -> str:
-    """Render the results as Markdown: title, config summary, one table per task."""
+def _summary(results: dict) -> list[str]:
+    """One line under the title saying what ran: methods, tasks, budget, samples, seeds."""
+    config = results.get("config") or {}
+    tasks = sorted(_tasks(results))
+    methods = list(config.get("methods") or dict.fromkeys(
+        m for t in _tasks(results).values() for m in (t.get("methods") or {})))
+
+    def n(count, word):
+        return f"{count} {word}{'' if count == 1 else 's'}"
+
+    parts = [(f"{n(len(methods), 'method')} ({', '.join(map(str, methods))})" if methods else "no methods")
+             + f" on {n(len(tasks), 'task')}" + (f" ({', '.join(tasks)})" if tasks else "")]
+    if config.get("num_steps") is not None:
+        parts.append(f"budget {config['num_steps']} ({config.get('budget') or 'steps'}) per run")
+    if config.get("num_samples") is not None:
+        parts.append(f"{config['num_samples']} samples per method")
+    seeds = config.get("seeds") if config.get("seeds") is not None else config.get("seed")
+    if seeds is not None:
+        parts.append(f"seeds {seeds}" if isinstance(seeds, (list, tuple)) else f"seed {seeds}")
+    return ["What ran: " + "; ".join(parts) + ". The results come first, one table per task, then the plots; "
+            "the full configuration is the last section ([Configuration](#configuration))."]
+
+
+def render_markdown(results: dict, plots: tuple[str, ...] | list[str] = ()) -> str:
+    """Render the results as Markdown, findings first: the title and a line saying what ran, how to read the
+    tables, one table per task, the plots (``plots``: file names beside report.md), and the full configuration
+    last under "## Configuration"."""
     title = (results.get("config") or {}).get("title", "Benchmark report")
-    lines = [f"# {title}", "", "## Configuration", ""]
-    lines += _config_lines(results.get("config") or {})
+    lines = [f"# {title}", ""] + _summary(results)
     lines += _preamble(results)
     for name in sorted(_tasks(results)):
         lines += _task_section(name, _tasks(results)[name])
+    if plots:
+        lines += ["## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
+    lines += ["## Configuration", ""] + _config_lines(results.get("config") or {})
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write_markdown(results: dict, path) -> Path:
-    """Write ``render_markdown(results)`` to ``path`` atomically. Returns the path."""
-    return atomic_write_bytes(path, render_markdown(results).encode("utf-8"))
+def write_markdown(results: dict, path, plots: tuple[str, ...] | list[str] = ()) -> Path:
+    """Write ``render_markdown(results, plots)`` to ``path`` atomically. Returns the path."""
+    return atomic_write_bytes(path, render_markdown(results, plots).encode("utf-8"))
 
 
 # --------------------------------------------------------------------------- all
@@ -195,17 +222,19 @@ def write_report(results: dict, out_dir) -> dict[str, Path]:
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    figures = {"curves": ("bma_curves.png", plots.plot_curves)}
+    if plots.has_entry(results, "ess"):
+        figures["ess"] = ("ess.png", plots.plot_ess)
+    if plots.has_entry(results, "barrier"):
+        figures["barriers"] = ("barriers.png", plots.plot_barriers)
+    if plots.band_tasks(results):
+        figures["band"] = ("regression_band.png", plots.plot_band)
     paths = {
         "json": write_json(results, out / "report.json"),
-        "markdown": write_markdown(results, out / "report.md"),
-        "curves": plots.plot_curves(results, out / "bma_curves.png"),
+        "markdown": write_markdown(results, out / "report.md", [name for name, _ in figures.values()]),
     }
-    if plots.has_entry(results, "ess"):
-        paths["ess"] = plots.plot_ess(results, out / "ess.png")
-    if plots.has_entry(results, "barrier"):
-        paths["barriers"] = plots.plot_barriers(results, out / "barriers.png")
-    if plots.band_tasks(results):
-        paths["band"] = plots.plot_band(results, out / "regression_band.png")
+    for key, (name, plot) in figures.items():
+        paths[key] = plot(results, out / name)
     return paths
 
 

@@ -184,7 +184,11 @@ def test_curve_command_end_to_end(tmp_path):
     assert (out / "curve.md").is_file() and (out / "curve_digits_mlp-32.png").is_file()
     # a full-batch method with no curve budget is named as left out, in the output and the report, not dropped silently
     assert list(res["off_curve"]) == ["nuts_bde"] and "nuts_bde left out" in proc.stdout
-    assert "Not on the curves: nuts_bde" in (out / "curve.md").read_text()
+    md = (out / "curve.md").read_text()
+    assert "Not on the curves: nuts_bde" in md
+    # findings first: the task's table and its plot come before the protocol, which is the last section
+    assert md.index("| method | choice |") < md.index("![curve_digits_mlp-32.png]") < md.index("\n## Configuration\n")
+    assert "Budgets G = 100, 400" in md.split("\n## Configuration\n")[1]
 
 
 def _part(methods: dict, floors=None, budgets=(100, 200)) -> dict:

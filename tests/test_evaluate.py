@@ -207,3 +207,21 @@ def test_cli_protocol_flags(tmp_path):
                                 str(tmp_path / "missing"), "--output", out))
     assert "released meta-parameters not found" in line
     assert not (tmp_path / "o").exists()
+
+
+def test_the_report_leads_with_the_results_and_ends_with_the_configuration():
+    """report.md: the title, a line saying what ran, the table per task and the plots; the full configuration
+    dump last, under "## Configuration" (a newcomer reads the findings first)."""
+    from evaluate.report import render_markdown
+
+    entry = {"acc": 0.9, "nll": 0.3, "grad_evals": 100, "num_samples": 2}
+    results = {"config": {"title": "T", "methods": ["sghmc", "l2e"], "num_steps": 100, "budget": "gradients",
+                          "num_samples": 2, "seed": 0, "tune": True, "zz_last_setting": 1},
+               "tasks": {"a/mlp": {"held_out": "dataset", "methods": {"sghmc": entry, "l2e": dict(entry, nll=0.2)}}}}
+    md = render_markdown(results, ["bma_curves.png"])
+    lines = md.splitlines()
+    assert lines[0] == "# T" and lines[2].startswith("What ran: 2 methods (sghmc, l2e) on 1 task (a/mlp)")
+    table, plot, config = (md.index("| method |"), md.index("![bma_curves.png](bma_curves.png)"),
+                           md.index("\n## Configuration\n"))
+    assert table < plot < config and md.rstrip().endswith("- **zz_last_setting**: 1")
+    assert "- **tune**: True" in md[config:] and "- **tune**" not in md[:config]

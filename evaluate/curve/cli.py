@@ -158,7 +158,7 @@ def _reread_rows(task: dict) -> None:
 def _merge_main(args, out: Path) -> int:
     """--merge: read every DIR/curve.json, pool them (evaluate.curve.report.merge_results), write --output."""
     from cli import publish_dir, staging_dir
-    from evaluate.curve.report import curve_markdown, merge_results, plot_curves
+    from evaluate.curve.report import curve_document, curve_markdown, merge_results, plot_curves
     from base.io import atomic_write_text, one_line, read_json
 
     from cli import OutputLock
@@ -189,7 +189,7 @@ def _merge_main(args, out: Path) -> int:
             results["merged_from"] = parts[0].get("merged_from", len(merged))
         if args.reference:
             results["reread_with"] = str(args.reference)
-        text = curve_markdown(results)
+        curve_markdown(results)  # rendered once here: a part lacking a field fails before anything is written
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
         raise ConfigError(f"cannot merge {', '.join(args.merge)}: {type(e).__name__} {one_line(e)} (not the "
                           "curve.json of `python -m evaluate curve`)") from None
@@ -204,8 +204,7 @@ def _merge_main(args, out: Path) -> int:
                  "K-draw spread; TV against the other S − K draws).")
     head = (f"Merged from {', '.join(results['merged'])}." if len(results["merged"]) > 1
             else f"The run of {results['merged'][0]}.")
-    atomic_write_text(stage / "curve.md", "# Budget curves\n\n" + head + note + "\n\n" + text + "\n"
-                      + "".join(f"![{p}]({p})\n" for p in pngs))
+    atomic_write_text(stage / "curve.md", curve_document(results, pngs, head + note))
     publish_dir(stage, out, ("curve.json", "curve.md", *pngs), kind="curve")
     lock.release(failed=False)
     print(f"curves: {out / 'curve.md'} (merged {len(parts)} runs)")
@@ -238,7 +237,7 @@ def curve_main(argv) -> int:
     from evaluate.report import probe_writable
     from evaluate.cli_common import failed_run
     from evaluate.config import get_preset
-    from evaluate.curve.report import curve_markdown, plot_curves
+    from evaluate.curve.report import curve_document, plot_curves
     from evaluate.curve.run import CurveConfig
     from base.io import atomic_write_text
     from tasks.datasets import DatasetError
@@ -274,8 +273,7 @@ def curve_main(argv) -> int:
         stage = staging_dir(out)
         atomic_write_text(stage / "curve.json", json.dumps(results, indent=1, default=float))
         pngs = plot_curves(results, stage)
-        atomic_write_text(stage / "curve.md", "# Budget curves\n\n" + curve_markdown(results) + "\n"
-                          + "".join(f"![{p}]({p})\n" for p in pngs))
+        atomic_write_text(stage / "curve.md", curve_document(results, pngs))
         publish_dir(stage, out, ("curve.json", "curve.md", *pngs), kind="curve")
         lock.release(failed=False)
     except (KeyboardInterrupt, ConfigError, DatasetError, ValueError, OSError) as e:

@@ -11,7 +11,8 @@ from evaluate.curve.fidelity import DISPERSION_BAND, FLOOR_FACTOR, dispersion_ba
 from evaluate.methods import get_method
 from evaluate.tuning import hp_label
 
-__all__ = ["curve_markdown", "learned_vs_bar", "merge_results", "plot_curves", "strongest_hand_designed"]
+__all__ = ["curve_document", "curve_markdown", "learned_vs_bar", "merge_results", "plot_curves", "png_name",
+           "strongest_hand_designed"]
 
 METRICS = (("tv", "TV"), ("energy", "E²"))
 
@@ -129,31 +130,48 @@ def json_equal(a, b) -> bool:
     return norm(a) == norm(b)
 
 
-def curve_markdown(results: dict) -> str:
-    """curve.md of a `python -m evaluate curve` run."""
+def png_name(task: str) -> str:
+    """The file name of a task's curve PNG (plot_curves writes it beside curve.md)."""
+    return "curve_" + "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in task) + ".png"
+
+
+def _what_ran(results: dict) -> list[str]:
+    """One line saying what ran: the methods, the tasks, budgets, chain allocations and seeds."""
+    cfg, tasks = results["curve"], list(results["tasks"])
+    methods = results.get("methods") or list(dict.fromkeys(
+        r.split("@")[0] for t in results["tasks"].values() for r in t["methods"]))
+    return [f"What ran: {len(methods)} method{'' if len(methods) == 1 else 's'} ({', '.join(methods)}) on "
+            f"{len(tasks)} task{'' if len(tasks) == 1 else 's'} ({', '.join(tasks)}); G = "
+            f"{', '.join(str(g) for g in cfg['budgets'])} minibatch gradients, M = "
+            f"{', '.join(map(str, cfg['chains']))} chains, seeds {cfg['seeds']}. Per task: the strongest "
+            "hand-designed sampler, the table, the plot; the protocol is the last section "
+            "([Configuration](#configuration)).", ""]
+
+
+def curve_markdown(results: dict, pngs: list[str] | None = None) -> str:
+    """curve.md of a `python -m evaluate curve` run, findings first: what ran; per task the bar, the learned
+    samplers against it, the floors, the table and its plot (``pngs``: the file names plot_curves wrote; a task's
+    plot is shown in its section); the protocol last under "## Configuration"."""
     cfg = results["curve"]
-    lines = [f"Budgets G = {', '.join(str(g) for g in cfg['budgets'])} minibatch gradients; K = {results['k']} draws "
-             f"per run; chain allocations M = {', '.join(map(str, cfg['chains']))}; seeds {cfg['seeds']}; grids tuned "
-             f"once at G = {cfg['tune_budget']} (tuning keys of seed {cfg['tune_seed']}), by validation NLL and by "
-             f"the oracle (TV/floor + E²/floor to the reference). Gradients to reach {FLOOR_FACTOR} × the K-draw floor "
-             f"(interpolated in log G; counted only with the weight-norm and pairwise ratios in [{DISPERSION_BAND[0]}, "
-             f"{DISPERSION_BAND[1]}] and the predictive-variance ratio in the band K exact draws span, below); "
-             "mean ± s.e. over the seeds that reach it. Tuning-inclusive: + the grid's gradients (points × tuning "
-             "budget).", ""]
+    protocol = [f"Budgets G = {', '.join(str(g) for g in cfg['budgets'])} minibatch gradients; K = {results['k']} draws "
+                f"per run; chain allocations M = {', '.join(map(str, cfg['chains']))}; seeds {cfg['seeds']}; grids tuned "
+                f"once at G = {cfg['tune_budget']} (tuning keys of seed {cfg['tune_seed']}), by validation NLL and by "
+                f"the oracle (TV/floor + E²/floor to the reference). Gradients to reach {FLOOR_FACTOR} × the K-draw floor "
+                f"(interpolated in log G; counted only with the weight-norm and pairwise ratios in [{DISPERSION_BAND[0]}, "
+                f"{DISPERSION_BAND[1]}] and the predictive-variance ratio in the band K exact draws span, in each "
+                "task's floor line); mean ± s.e. over the seeds that reach it. Tuning-inclusive: + the grid's gradients "
+                "(points × tuning budget)."]
     if any("warm_start" in r["tuning"] for t in results["tasks"].values() for r in t["methods"].values()):
-        lines[0] += (" Warm-started rows start from the deep ensemble at the lr its own grid's tuning chose by the "
-                     "oracle, once per task at the tuning budget (shown in hp; both choices), and their "
-                     "tuning-inclusive addend includes that grid's gradients.")
+        protocol[0] += (" Warm-started rows start from the deep ensemble at the lr its own grid's tuning chose by the "
+                        "oracle, once per task at the tuning budget (shown in hp; both choices), and their "
+                        "tuning-inclusive addend includes that grid's gradients.")
+    lines = _what_ran(results)
     if results.get("off_curve"):
         lines += ["Not on the curves: " + "; ".join(f"{m}, {why}" for m, why in results["off_curve"].items()) + ".",
                   ""]
     for name, task in results["tasks"].items():
         f = task["floors"]
-        lines += [f"## {name}", "",
-                  f"K-draw floor ({f['resamples']} resamples of K = {f['k']} of the reference's {f['draws']} draws): "
-                  f"TV {_fmt(f['tv']['median'])} (10–90 %: {_fmt(f['tv']['q10'])}–{_fmt(f['tv']['q90'])}), "
-                  f"E² {_fmt(f['energy']['median'])} ({_fmt(f['energy']['q10'])}–{_fmt(f['energy']['q90'])})."
-                  + _pv_band(f), ""]
+        lines += [f"## {name}", ""]
         bar = {m: strongest_hand_designed(task, m) for m, _ in METRICS}
         lines += ["Strongest hand-designed sampler at its best (oracle-tuned, grid not counted): " + "; ".join(
             f"{label}: {b[0]} ({b[1]:,.0f} gradients)" if b else f"{label}: none reaches the floor on every seed"
@@ -162,6 +180,10 @@ def curve_markdown(results: dict) -> str:
         if any(versus.values()):
             lines += ["Learned samplers against that bar: " + "; ".join(
                 f"{row} ({label}): {text}" for label, rows in versus.items() for row, text in rows), ""]
+        lines += [f"K-draw floor ({f['resamples']} resamples of K = {f['k']} of the reference's {f['draws']} draws): "
+                  f"TV {_fmt(f['tv']['median'])} (10–90 %: {_fmt(f['tv']['q10'])}–{_fmt(f['tv']['q90'])}), "
+                  f"E² {_fmt(f['energy']['median'])} ({_fmt(f['energy']['q10'])}–{_fmt(f['energy']['q90'])})."
+                  + _pv_band(f), ""]
         lines += ["| method | choice | hp | TV: gradients to floor | + tuning | E²: gradients to floor | + tuning | "
                   "ratios at max G (w / pair / pred-var) | T_kin | divergent |", "|---|---|---|---|---|---|---|---|---|---|"]
         for row_name, row in task["methods"].items():
@@ -177,7 +199,17 @@ def curve_markdown(results: dict) -> str:
                              f"{_to_floor(c['to_floor']['energy'], grid)} | {r} | {_fmt(last['t_kin'], '.2f')} | "
                              f"{last['divergent']} |")
         lines.append("")
+        if pngs and png_name(name) in pngs:
+            lines += [f"![{png_name(name)}]({png_name(name)})", ""]
+    shown = {png_name(n) for n in results["tasks"]}
+    lines += [f"![{p}]({p})" for p in (pngs or []) if p not in shown]
+    lines += ["## Configuration", ""] + protocol
     return "\n".join(lines)
+
+
+def curve_document(results: dict, pngs: list[str], head: str = "") -> str:
+    """The whole curve.md: the title, ``head`` (a merged run's parts) and curve_markdown(results, pngs)."""
+    return "# Budget curves\n\n" + (head + "\n\n" if head else "") + curve_markdown(results, pngs) + "\n"
 
 
 def _mean_curve(choice: dict, key: str, x: str = "gradients") -> tuple[np.ndarray, np.ndarray]:
@@ -230,7 +262,7 @@ def plot_curves(results: dict, out_dir: Path) -> list[str]:
         fig.suptitle(f"{name}: fidelity per gradient (oracle-tuned; grey: K-draw floor 10–90 %, line: median, "
                      f"dotted: {FLOOR_FACTOR} × median)")
         fig.tight_layout()
-        fname = "curve_" + "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name) + ".png"
+        fname = png_name(name)
         fig.savefig(out_dir / fname, dpi=110)
         plt.close(fig)
         names.append(fname)
