@@ -63,8 +63,8 @@ def _learned(name: str, post, window: bool = False) -> SamplingAlgorithm:
     if entry.phase_of is None:
         return entry.factory(post, params, config)
     phase = "window" if window else "burn_in"
-    if window and "freeze_step" in {f.name for f in dataclasses.fields(config)}:
-        config = dataclasses.replace(config, freeze_step=1)
+    if window:
+        config = entry.sampling_config(config, 1)  # frozen from update 1 (Protocol.window)
     kernel = entry.kernel(post, config, phase)
     return SamplingAlgorithm(entry.init, lambda key, state, batch: kernel(key, state, batch, params))
 

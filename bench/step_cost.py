@@ -182,8 +182,8 @@ def learned_samplers(post) -> tuple[dict[str, tuple], dict[str, str]]:
         out[label] = (kind, _step(REGISTRY[kind], post, params, config, "burn_in"), params, config)
         if REGISTRY[kind].phase_of is not None:  # the adaptation window's kernel (two half-batch gradients)
             out[f"{label} (adapt)"] = (kind, _step(REGISTRY[kind], post, params, config, "adapt"), params, config)
-        if "freeze_step" in {f.name for f in dataclasses.fields(config)}:  # the calls start in burn-in: the window too
-            window = dataclasses.replace(config, freeze_step=1)
+        if REGISTRY[kind].window is not None:  # the calls start in burn-in: the window (frozen from update 1) too
+            window = REGISTRY[kind].sampling_config(config, 1)
             out[f"{label} (window)"] = (kind, _step(REGISTRY[kind], post, params, window, "window"), params, window)
     for kind, spec in REGISTRY.items():
         if kind in shipped_kinds:

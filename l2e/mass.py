@@ -43,7 +43,7 @@ from l2e.checks import check_positive
 from l2e.diffusions import physical_step_size, sghmc_noise_std
 from l2e.meta_model import MetaMLP, check_mlp_shapes, hidden_sizes, mlp_layers_names
 from l2e.types import (
-    LearnedSampler, Posterior, PyTree, SamplingAlgorithm, Shipped, all_finite, normal_like, settled, tree_vdot,
+    LearnedSampler, Posterior, Protocol, PyTree, SamplingAlgorithm, Shipped, all_finite, normal_like, settled, tree_vdot,
 )
 
 __all__ = ["LOG_BOUND", "MASS_FEATURE_NAMES", "NUM_MASS_FEATURES", "MassConfig", "MassInfo", "MassState",
@@ -313,7 +313,7 @@ def init_meta_params(key: jax.Array, hidden: Sequence[int] = (16,), start: str =
 
 LEARNED = LearnedSampler(
     name="mass", title="Mass-L2E", config=MassConfig, config_group="mass", init=init, build_kernel=build_kernel,
-    factory=mass, features=MASS_FEATURE_NAMES, outputs=2, init_meta_params=init_meta_params, window=freeze_at,
+    factory=mass, features=MASS_FEATURE_NAMES, outputs=2, init_meta_params=init_meta_params, protocol=Protocol(window=freeze_at),
     shipped=(Shipped("mass", "l2e_mass"),),
 )
 """Mass-L2E in the learned-sampler registry (l2e.learned): the shipped default."""

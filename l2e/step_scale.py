@@ -34,7 +34,8 @@ from l2e.checks import check_positive
 from l2e.diffusions import physical_step_size, position_update, sghmc_momentum, sghmc_noise_std
 from l2e.meta_model import MetaMLP, check_mlp_shapes, hidden_sizes, mlp_layers_names
 from l2e.types import (
-    LearnedSampler, Posterior, PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_size, tree_vdot,
+    LearnedSampler, Posterior, Protocol, PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_size,
+    tree_vdot,
 )
 
 __all__ = ["FEATURE_NAMES", "LEARNED", "LOG_BOUND", "StepScaleConfig", "StepScaleInfo", "StepScaleState",
@@ -205,7 +206,7 @@ def step_scale(posterior: Posterior, meta_params: PyTree, config: StepScaleConfi
 LEARNED = LearnedSampler(
     name="step_scale", title="StepScale-L2E", config=StepScaleConfig, config_group="step_scale", init=init,
     build_kernel=build_kernel, factory=step_scale, features=FEATURE_NAMES, outputs=2,
-    init_meta_params=init_meta_params, window=freeze_at,
+    init_meta_params=init_meta_params, protocol=Protocol(window=freeze_at),
 )
 """StepScale-L2E in the learned-sampler registry: no shipped checkpoint (meta-train one with
 `python -m meta_train --set sampler_kind=step_scale …`)."""

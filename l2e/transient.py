@@ -64,7 +64,7 @@ from l2e.checks import check_choice, check_in_range, check_positive
 from l2e.mass import MASS_FEATURE_NAMES, mass_features
 from l2e.meta_model import MetaMLP, check_mlp_shapes, check_tree, hidden_sizes, mlp_layers_names
 from l2e.types import (
-    LearnedSampler, Posterior, PyTree, SamplingAlgorithm, Shipped, all_finite, normal_like, settled, tree_vdot,
+    LearnedSampler, Posterior, Protocol, PyTree, SamplingAlgorithm, Shipped, all_finite, normal_like, settled, tree_vdot,
 )
 
 __all__ = ["FEATURE_NAMES", "KNOTS", "LEARNED", "TransientConfig", "TransientInfo", "TransientState",
@@ -388,8 +388,10 @@ def transient(posterior: Posterior, meta_params: PyTree, config: TransientConfig
 LEARNED = LearnedSampler(
     name="transient", title="Transient-L2E", config=TransientConfig, config_group="transient", init=init,
     build_kernel=build_kernel, factory=transient, features=FEATURE_NAMES, outputs=1,
-    init_meta_params=init_meta_params, window=freeze_at, counterpart="psgld burn-in + Fisher-preconditioned SGHMC",
-    lrs=(1.0,), check=check_meta_params, shipped=(Shipped("transient", "l2e_transient"),), phase_of=chunk_phase,
+    init_meta_params=init_meta_params, counterpart="psgld burn-in + Fisher-preconditioned SGHMC",
+    lrs=(1.0,), check=check_meta_params, shipped=(Shipped("transient", "l2e_transient"),),
+    protocol=Protocol(tuning_free=True, window=freeze_at, window_fraction=lambda c: c.window_fraction, phases=PHASES,
+                      phase_of=chunk_phase, batchless=lambda c: dataclasses.replace(c, noise_halves=False)),
 )
 """Transient-L2E in the learned-sampler registry: tuning-free (its evaluation grid is the one multiplier 1)."""
 

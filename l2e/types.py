@@ -229,6 +229,37 @@ meta-parameters at which the step is its hand-designed counterpart (SGHMC); "ran
 
 
 @dataclasses.dataclass(frozen=True)
+class Protocol:
+    """How a learned sampler is run: the capabilities it declares, which the evaluation, the card, the benches and
+    meta-training read instead of guessing from its config's field names (one group, so that a new capability is a
+    field here, not another field of every registry row).
+
+    Attributes:
+      tuning_free: one configuration on every task — the config has no learning rate and the kernel's
+        learning_rate is a dimensionless multiplier (the evaluation's grid is the one multiplier 1); False: the
+        config's learning_rate (ε²·N) is tuned, replaced by each grid value.
+      window: (config, start) -> config with whatever the sampler freezes before sampling frozen at update `start`
+        (the first update of the sampling window); None: the sampler freezes nothing.
+      window_fraction: config -> the share of a chain of G updates the sampler declares as its sampling window (its
+        K states evenly over the last share, a protocol choice the kernel does not read), or None for the
+        protocol's default (the last half); None: it declares none.
+      phases: the names of its phase kernels (build_kernel(…, phase=name)), in chain order; () for one kernel.
+      phase_of: (config, start, length) -> the phase that updates start … start + length − 1 may run with (one of
+        `phases`, or None for the general kernel), so that a chunk compiles without per-update branches (the same
+        numbers); None: the sampler has one kernel (`l2e.chains.run_chain`'s chunk_at).
+      batchless: config -> the config for gradients without a minibatch to split (the sampler card's noisy
+        gradients: e.g. no half-batch noise estimate); None: the config as it is.
+    """
+
+    tuning_free: bool = False
+    window: Callable[[Any, int], Any] | None = None
+    window_fraction: Callable[[Any], float | None] | None = None
+    phases: tuple[str, ...] = ()
+    phase_of: Callable[[Any, int, int], str | None] | None = None
+    batchless: Callable[[Any], Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class LearnedSampler:
     """Everything the rest of the project needs to know about one learned sampler: one row of `l2e.learned.REGISTRY`.
 
@@ -249,8 +280,6 @@ class LearnedSampler:
       outputs: output width of the meta-model (of each head).
       init_meta_params: (key, hidden widths, start) -> φ; start in META_STARTS ("sghmc": the step equals
         `counterpart` exactly; "random").
-      window: (config, start) -> config with whatever the sampler freezes before sampling frozen at update `start`
-        (the first update of the sampling window); None: the sampler freezes nothing.
       counterpart: the hand-designed sampler the "sghmc" start reproduces.
       lrs: the evaluation's default learning-rate grid (lr = ε²·N) for this sampler.
       shipped: the checkpoints of this kind shipped with the package (`Shipped`), the first one the kind's own.
@@ -258,9 +287,8 @@ class LearnedSampler:
         meta-parameter tree that is not one Dense stack per head (None: `features` / `outputs` describe the stacks).
       samples: a sampler at its temperature for every φ (correct by construction), so its kinetic temperature is a
         stationarity check (evaluate's Method.kinetic_check); False for the paper-form step, which is not.
-      phase_of: (config, start, length) -> the phase that updates start … start + length − 1 may run with, passed
-        as build_kernel(posterior, config, phase=…) for a kernel without per-update branches (the same numbers),
-        or None for the general kernel; None: the sampler has one kernel (`l2e.chains.run_chain`'s chunk_at).
+      protocol: how it is run (`Protocol`: tuning-free or not, its sampling window and freeze rule, its phase
+        kernels); `window` and `phase_of` read through to it.
     """
 
     name: str
@@ -273,13 +301,35 @@ class LearnedSampler:
     features: tuple[str, ...] | dict[str, tuple[str, ...]]
     outputs: int
     init_meta_params: Callable[[jax.Array, tuple[int, ...], str], PyTree]
-    window: Callable[[Any, int], Any] | None = None
     counterpart: str = "sghmc"
     lrs: tuple[float, ...] = (0.01, 0.03, 0.1)
     shipped: tuple[Shipped, ...] = ()
     check: Callable[[Any, str], PyTree] | None = None
     samples: bool = True
-    phase_of: Callable[[Any, int, int], str | None] | None = None
+    protocol: Protocol = Protocol()
+
+    @property
+    def window(self) -> Callable[[Any, int], Any] | None:
+        """Protocol.window."""
+        return self.protocol.window
+
+    @property
+    def phase_of(self) -> Callable[[Any, int, int], str | None] | None:
+        """Protocol.phase_of."""
+        return self.protocol.phase_of
+
+    @property
+    def tuning_free(self) -> bool:
+        """Protocol.tuning_free."""
+        return self.protocol.tuning_free
+
+    def window_fraction(self, config) -> float | None:
+        """The sampling window `config` declares (Protocol.window_fraction), None for the protocol's last half."""
+        return None if self.protocol.window_fraction is None else self.protocol.window_fraction(config)
+
+    def batchless(self, config):
+        """`config` for gradients without a minibatch to split (Protocol.batchless)."""
+        return config if self.protocol.batchless is None else self.protocol.batchless(config)
 
     @property
     def heads(self) -> dict[str, int] | None:

@@ -350,3 +350,34 @@ def test_device_data_cache():
     cache.put(c, dev)
     assert len(cache) == 2 and cache.put((a, b), dev) is not first  # evicted (least recently used)
     assert member_device(len(jax.local_devices())) == member_device(0)
+
+
+def test_learned_samplers_declare_their_protocol():
+    """Capabilities are declared (l2e.types.Protocol), not guessed from config field names: a tuning-free sampler's
+    config has no learning rate and a tuned one's has learning_rate and friction (what the evaluation and the card
+    replace); a declared window fraction is read from the config; a sampler with phase kernels names them and its
+    phase_of returns only those names; a sampler that freezes before sampling has a window rule."""
+    import dataclasses
+
+    from l2e.learned import REGISTRY
+
+    for name, entry in REGISTRY.items():
+        fields = {f.name for f in dataclasses.fields(entry.config)}
+        config = entry.config()
+        if entry.tuning_free:
+            assert "learning_rate" not in fields, name
+        else:
+            assert {"learning_rate", "friction"} <= fields, name
+        fraction = entry.window_fraction(config)
+        assert fraction is None or 0 < fraction <= 1, name
+        if entry.phase_of is not None:
+            assert entry.protocol.phases, name
+            frozen = entry.sampling_config(config, 40)
+            seen = {entry.phase_of(frozen, start, 4) for start in range(0, 80, 4)}
+            assert seen <= set(entry.protocol.phases) | {None} and len(seen - {None}) >= 2, (name, seen)
+        if entry.window is not None:
+            assert entry.sampling_config(config, 7) != config or "freeze_step" not in fields, name
+    transient = REGISTRY["transient"]
+    assert transient.tuning_free and transient.window_fraction(transient.config(window_fraction=0.75)) == 0.75
+    assert transient.batchless(transient.config()).noise_halves is False
+    assert not REGISTRY["mass"].tuning_free and REGISTRY["mass"].window is not None

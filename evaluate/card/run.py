@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import l2e
+from l2e import learned
 from evaluate.methods.base import always
 from evaluate.card.targets import CardConfig, Target, card_posterior, default_targets
 from l2e.diagnostics import virial
@@ -48,14 +49,13 @@ def learned_builder(meta_params, config, factory: Callable = l2e.l2e) -> Sampler
       builder(post, eps, c, smin, steps) -> (SamplingAlgorithm at lr = ε²N and friction C, `always`).
     """
 
-    fields = {f.name for f in dataclasses.fields(config)}
+    entry = learned.kind_of_config(config)
 
-    def build(post, eps, c, smin, steps):  # a tuning-free sampler (no learning_rate field) runs as configured
-        cfg = (dataclasses.replace(config, learning_rate=eps**2 * post.data_size, friction=c)
-               if {"learning_rate", "friction"} <= fields else config)
-        if "noise_halves" in fields:  # the card's gradient noise ξ has no batch axis to halve
-            cfg = dataclasses.replace(cfg, noise_halves=False)
-        return factory(post, meta_params, cfg), always
+    def build(post, eps, c, smin, steps):  # a tuning-free sampler (Protocol.tuning_free) runs as configured
+        cfg = (config if entry.tuning_free
+               else dataclasses.replace(config, learning_rate=eps**2 * post.data_size, friction=c))
+        # the card's gradient noise ξ has no batch axis to split (Protocol.batchless)
+        return factory(post, meta_params, entry.batchless(cfg)), always
 
     return build
 

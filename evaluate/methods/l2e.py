@@ -56,10 +56,11 @@ def _kernel(task, sampler, phase=None):
 
 
 def window_thinning(cfg, sampler) -> int | None:
-    """The thinning of a sampler that declares its sampling window (a `window_fraction` field, e.g. Transient-L2E's
-    meta-selected one) when the evaluation fixes none (cfg.thinning unset): max(1, ⌊window_fraction·G⌋ // K), its K
-    states over the chain's last window_fraction; None (the protocol's default, the last half) otherwise."""
-    fraction = getattr(sampler, "window_fraction", None)
+    """The thinning of a sampler that declares its sampling window (l2e.types.Protocol.window_fraction, e.g.
+    Transient-L2E's meta-selected one) when the evaluation fixes none (cfg.thinning unset): max(1,
+    ⌊window_fraction·G⌋ // K), its K states over the chain's last window_fraction; None (the protocol's default, the
+    last half) otherwise."""
+    fraction = sampler_module(sampler).window_fraction(sampler)
     if fraction is None or cfg.thinning:
         return None
     return max(1, int(fraction * cfg.num_steps) // cfg.num_samples)
@@ -89,12 +90,11 @@ def run_l2e(ctx, key, hp: dict):
     # the kind's sampling-window rule (what freezes when) at the first update of the sampling window
     sampler = sampler_module(sampler).sampling_config(sampler, schedule.num_steps - schedule.num_samples
                                                       * schedule.thinning)
-    # lr is a traced call argument, the rest static (a tuning-free sampler's config has no learning_rate field: its
-    # kernel's learning_rate is a dimensionless multiplier)
-    static = (dataclasses.replace(sampler, learning_rate=1.0)
-              if "learning_rate" in {f.name for f in dataclasses.fields(sampler)} else sampler)
-    args = {**lr_args(hp), "meta": meta_params}
+    # lr is a traced call argument, the rest static (a tuning-free sampler, Protocol.tuning_free, has no learning
+    # rate in its config: its kernel's learning_rate is a dimensionless multiplier)
     entry = sampler_module(sampler)
+    static = sampler if entry.tuning_free else dataclasses.replace(sampler, learning_rate=1.0)
+    args = {**lr_args(hp), "meta": meta_params}
     phase_of = None if entry.phase_of is None else functools.partial(entry.phase_of, static)
     return run_single_chain(ctx, key, l2e_record(ctx, hp, sampler, schedule.thinning), schedule, ("l2e", static),
                             functools.partial(_kernel, ctx.task, static), entry.init, args, phase_of=phase_of)
