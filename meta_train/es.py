@@ -35,8 +35,8 @@ from base.io import ConfigError
 from l2e.devices import DeviceDataCache, member_device, per_member, population_mesh, replicate, shard_population
 from l2e.learned import kind_of_config
 from l2e.types import tree_size
-from meta_train.objectives import OBJECTIVES
-from meta_train.objectives.fidelity import ReferenceTarget
+from meta_train.objectives import OBJECTIVES, Outcome
+from meta_train.objectives.settings import ObjectiveConfig
 from meta_train.reference import load_task_reference
 from tasks.base import TaskCache
 from tasks.build import build
@@ -148,39 +148,48 @@ def population_chunk(cache: ProgramCache, spec: TaskSpec, sampler,
     return cache.program(("population_chunk", spec, sampler, schedule, mesh, kinetic, phase), build)
 
 
-def reference_batch(cache: ProgramCache, spec, root: str | None, dispersion_weight: float = 0.0):
-    """The "fidelity" meta-loss batch of `spec`'s task: (test inputs (n_test, ...), reference BMA probabilities
-    (n_test, C) float32) from the reference directory `root` (meta_train.reference), loaded and checked once per
-    cache; with dispersion_weight > 0 the second item is a meta_train.objectives.fidelity.ReferenceTarget (the
-    probabilities, the reference draws' predictive variance, the weight). ConfigError
-    (meta_train.reference.ReferenceError) if the task has no fitting reference."""
-    if root is None:
-        raise ConfigError("objective.kind fidelity needs objective.reference (a directory of NUTS references, e.g. "
-                          "results/references)")
+def reference_batch(cache: ProgramCache, spec, objective):
+    """The meta-loss batch of a reference objective (meta_train.objectives.Objective.reference) on `spec`'s task:
+    (test inputs (n_test, ...), the objective's reference target — for "fidelity" the reference BMA probabilities
+    (n_test, C) float32, or a ReferenceTarget with its dispersion weight) from the reference directory
+    objective.reference (meta_train.reference), loaded and checked once per cache. objective: the ObjectiveConfig.
+    ConfigError (meta_train.reference.ReferenceError) if the task has no fitting reference."""
+    if objective.reference is None:
+        raise ConfigError(f"objective.kind {objective.kind} needs objective.reference (a directory of NUTS "
+                          "references, e.g. results/references)")
+    entry = OBJECTIVES[objective.kind]
 
     def build():
         task = cache.task(spec)
-        ref = load_task_reference(root, task, draws=dispersion_weight > 0)
-        if dispersion_weight <= 0:
-            return task.splits.test[0], jnp.asarray(ref.probs)
-        return task.splits.test[0], ReferenceTarget(jnp.asarray(ref.probs), jnp.float32(ref.pred_var),
-                                                    jnp.float32(dispersion_weight))
+        ref = load_task_reference(objective.reference, task, draws=entry.draws(objective))
+        return task.splits.test[0], entry.target(task, ref, objective)
 
-    return cache.program(("reference_batch", spec, str(root), float(dispersion_weight)), build)
+    return cache.program(("reference_batch", spec, objective), build)
 
 
-def member_meta_loss(cache: ProgramCache, spec: TaskSpec, objective: str = "bma"):
-    """Jitted meta-loss (meta_train.objectives.OBJECTIVES[objective]) of one member's samples (leaves (K, ...)) on
-    (x, y)."""
-    return cache.program(("member_meta_loss", spec, objective),
-                         lambda: jax.jit(OBJECTIVES[objective].fn(cache.task(spec))))
+def _outcome_loss(cache: ProgramCache, spec, objective, budget: int, temperature: float):
+    """The objective's loss of one chain as (samples, x, y or the reference target) -> scalar (the Outcome built
+    from them; meta_train.objectives.protocol)."""
+    entry = OBJECTIVES[objective.kind]
+    loss = entry.loss_fn(cache.task(spec), objective)
+    if entry.reference:
+        return lambda samples, x, ref: loss(Outcome(samples, x, None, ref, budget=budget, temperature=temperature))
+    return lambda samples, x, y: loss(Outcome(samples, x, y, budget=budget, temperature=temperature))
 
 
-def population_meta_loss(cache: ProgramCache, spec: TaskSpec, mesh: Mesh, objective: str = "bma"):
+def member_meta_loss(cache: ProgramCache, spec: TaskSpec, objective, budget: int = 0, temperature: float = 1.0):
+    """Jitted meta-loss (the objective of the ObjectiveConfig `objective`) of one member's samples (leaves (K, ...))
+    on (x, y) (a reference objective: (x, reference target)), for a chain of `budget` updates at `temperature`."""
+    return cache.program(("member_meta_loss", spec, objective, budget, temperature),
+                         lambda: jax.jit(_outcome_loss(cache, spec, objective, budget, temperature)))
+
+
+def population_meta_loss(cache: ProgramCache, spec: TaskSpec, mesh: Mesh, objective, budget: int = 0,
+                         temperature: float = 1.0):
     """Jitted meta-loss per member: samples leaves (P, K, ...), x (B, ...), y (B,) → (P,), replicated over
     `mesh` (so every host can read it)."""
-    return cache.program(("population_meta_loss", spec, mesh, objective), lambda: per_member(
-        OBJECTIVES[objective].fn(cache.task(spec)), mesh, (True, False, False), out_replicated=True))
+    return cache.program(("population_meta_loss", spec, mesh, objective, budget, temperature), lambda: per_member(
+        _outcome_loss(cache, spec, objective, budget, temperature), mesh, (True, False, False), out_replicated=True))
 
 
 def execution_mode(es_or_mode) -> str:
@@ -203,10 +212,15 @@ class Inner(NamedTuple):
     sampler: Any  # L2EConfig | KineticConfig
     schedule: ChainSchedule
     meta_loss_examples: int
-    objective: str = "bma"
-    log_temperature: bool = False
-    reference: str | None = None  # objective "fidelity": the reference directory
-    dispersion_weight: float = 0.0  # objective "fidelity": the dispersion penalty's weight
+    objective: Any  # the ObjectiveConfig
+
+    @property
+    def log_temperature(self) -> bool:
+        return self.objective.log_temperature
+
+    def loss_args(self) -> tuple:
+        """(objective, budget, temperature) of the meta-loss programs."""
+        return self.objective, self.schedule.num_steps, float(getattr(self.sampler, "temperature", 1.0))
 
 
 class PopulationFitness(NamedTuple):
@@ -263,12 +277,12 @@ def _sequential_population(cache, spec, population, keys, inner: Inner, progress
     t0 = time.perf_counter()
     samples, placed, kin = _sequential_samples(cache, spec, population, keys, inner, progress)
     idx = _loss_indices(keys, task.splits.outer_valid[0].shape[0], inner.meta_loss_examples)
-    loss = member_meta_loss(cache, spec, inner.objective)
+    loss = member_meta_loss(cache, spec, *inner.loss_args())
     fitness = []
     for member, device in zip(samples, placed):
         stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *member)
-        if OBJECTIVES[inner.objective].reference:  # the reference's test points, all of them
-            batch = reference_batch(cache, spec, inner.reference, inner.dispersion_weight)
+        if OBJECTIVES[inner.objective.kind].reference:  # the reference's test points, all of them
+            batch = reference_batch(cache, spec, inner.objective)
             fitness.append(loss(stacked, *cache.devices.put(batch, device)))
             continue
         xv, yv = cache.devices.put(task.splits.outer_valid, device)
@@ -296,12 +310,12 @@ def _vmap_population(cache, spec, population, keys, inner: Inner, progress) -> P
     result = run_chain(chunk(0), state, replicate(keys.chain, mesh), train_data, members, inner.schedule,
                        progress=progress, info_axis=1, chunk_at=chunk)
     samples = jax.tree.map(lambda s: jnp.swapaxes(s, 0, 1), result.samples)  # (P, K, ...)
-    if OBJECTIVES[inner.objective].reference:  # the reference's test points, all of them
-        batch = replicate(reference_batch(cache, spec, inner.reference, inner.dispersion_weight), mesh)
+    if OBJECTIVES[inner.objective.kind].reference:  # the reference's test points, all of them
+        batch = replicate(reference_batch(cache, spec, inner.objective), mesh)
     else:
         idx = _loss_indices(keys, x.shape[0], inner.meta_loss_examples)
         batch = replicate((jnp.take(x, idx, axis=0), jnp.take(y, idx, axis=0)), mesh)
-    fitness = jax.block_until_ready(population_meta_loss(cache, spec, mesh, inner.objective)(samples, *batch))
+    fitness = jax.block_until_ready(population_meta_loss(cache, spec, mesh, *inner.loss_args())(samples, *batch))
     if not fitness.is_fully_addressable:  # multi-host: every process holds a full replica
         fitness = fitness.addressable_data(0)
     t_kin = None
@@ -315,22 +329,27 @@ def _vmap_population(cache, spec, population, keys, inner: Inner, progress) -> P
 
 def evaluate_population(spec: TaskSpec, population, keys: OuterKeys, sampler,
                         schedule: ChainSchedule, meta_loss_examples: int, progress=None, execution: str = "vmap",
-                        cache: ProgramCache | None = None, objective: str = "bma",
+                        cache: ProgramCache | None = None, objective="bma",
                         log_temperature: bool = False, reference: str | None = None,
                         dispersion_weight: float = 0.0) -> PopulationFitness:
     """PopulationFitness(fitness (P,) float32 in nats, inner-loop seconds, T_kin (P,) or None) of a batch of
-    meta-parameters (leaves (P, ...)) on one task; unpacks as (fitness, seconds, t_kin).
+    meta-parameters (leaves (P, ...)) on one task, at one chain length; unpacks as (fitness, seconds, t_kin). The
+    fitness is the objective's traced `loss` only; its host-side penalty and the mean over budgets are the shared
+    meta-loss's (meta_train.meta_loss).
 
-    sampler: the learned sampler's config (its type picks the sampler: `sampler_module`); objective: a key of
-    meta_train.objectives.OBJECTIVES that is not gradient-only ("bma", "ce", "ksd", "fidelity"); reference: the
-    reference directory of a reference objective ("fidelity"), whose test points and probabilities are then the
-    meta-loss batch (meta_loss_examples unused); dispersion_weight: "fidelity"'s dispersion penalty weight;
-    log_temperature: also return each member's T_kin over the sampling window;
+    sampler: the learned sampler's config (its type picks the sampler: `sampler_module`); objective: the
+    ObjectiveConfig (its kind, settings, log_temperature and reference are used, the keyword arguments below not),
+    or a key of meta_train.objectives.OBJECTIVES that is not gradient-only ("bma", "ce", "ksd", "fidelity"), whose
+    settings are then log_temperature (also return each member's T_kin over the sampling window), reference (the
+    reference directory of a reference objective, whose test points and reference target are then the meta-loss
+    batch; meta_loss_examples unused) and dispersion_weight ("fidelity"'s dispersion penalty weight);
     execution: "vmap", "sequential" or "auto" (see `execution_mode`); progress(n) is called after every chunk
     of n inner steps; cache: the run's ProgramCache (default: a new one, so every program is compiled anew).
     The fitness comes back as an array on the default device.
     """
+    if isinstance(objective, str):
+        objective = ObjectiveConfig(kind=objective, log_temperature=log_temperature, reference=reference,
+                                    dispersion_weight=dispersion_weight)
     cache = ProgramCache() if cache is None else cache
     run = _sequential_population if execution_mode(execution) == "sequential" else _vmap_population
-    inner = Inner(sampler, schedule, meta_loss_examples, objective, log_temperature, reference, dispersion_weight)
-    return run(cache, spec, population, keys, inner, progress)
+    return run(cache, spec, population, keys, Inner(sampler, schedule, meta_loss_examples, objective), progress)

@@ -33,8 +33,8 @@ PLOT_EVERY_S = 60.0
 def check_inputs(config: MetaTrainConfig, cache: ProgramCache) -> None:
     """Load every dataset and build every task of the distribution once (into `cache`), so that bad data
     (missing directory, truncated or mis-shaped files, a CNN on tabular data) is reported before the output
-    directory is touched; for objective "fidelity" also load and check every task's NUTS reference (a task without
-    one, or a regression task, is a ConfigError naming it)."""
+    directory is touched; for a reference objective ("fidelity") also load and check every task's NUTS reference and
+    build its reference target (a task without one, or a regression task, is a ConfigError naming it)."""
     data_dir = config.tasks.data_dir
     if data_dir is not None and not Path(data_dir).is_dir():
         raise ConfigError(f"tasks.data_dir does not exist or is not a directory: {data_dir}")
@@ -42,7 +42,7 @@ def check_inputs(config: MetaTrainConfig, cache: ProgramCache) -> None:
         cache.task(spec)
     if OBJECTIVES[config.objective.kind].reference:  # every task needs its reference (classification only)
         for spec in config.tasks.specs():
-            reference_batch(cache, spec, config.objective.reference, config.objective.dispersion_weight)
+            reference_batch(cache, spec, config.objective)
 
 
 def initial_meta_params(config: MetaTrainConfig):

@@ -7,7 +7,7 @@ meta_train.reference, meta_train.config.ObjectiveConfig, meta_train.estimators.a
 - `load_task_reference(draws=True)` returns the draws' predictive variance (numpy, ddof 1, to 1e-6 relative) and
   refuses a reference without draw_probs.npz or with a subset of rows (one ReferenceError line);
 - ObjectiveConfig / MetaTrainConfig refuse a dispersion weight off "fidelity", a temperature weight without
-  T_kin logging, budgets or a temperature weight with a truncated estimator, and a budget too short for the
+  T_kin logging, budgets with a truncated estimator (one error saying why), and a budget too short for the
   samples;
 - schedule_at scales the burn-in with the budget and the sampling window (freeze) follows it;
 - population_fitness averages evaluate_population over the budgets (equal to the mean of the separate calls to
@@ -98,7 +98,7 @@ def test_objective_settings_are_checked():
         ObjectiveConfig(kind="fidelity", dispersion_weight=-1.0)
     with pytest.raises(ConfigError, match="positive integers"):
         ObjectiveConfig(budgets=(100, 0))
-    with pytest.raises(ConfigError, match="need es.estimator antithetic"):
+    with pytest.raises(ConfigError, match="truncated cannot take .* a truncated estimator runs one chain"):
         _config(kind="bma", estimator="truncated", budgets=(20, 40))
     with pytest.raises(ConfigError, match="a chain of 4 updates does not fit"):
         _config(kind="bma", burn_in=20, budgets=(4, 40))

@@ -9,6 +9,9 @@ estimators' unrolls and segment programs), unrolled_es (the evosax strategy behi
 An estimator module holds
   TRUNCATED: bool — one outer update per segment of es.truncation updates (meta_train.config checks the truncation);
   PATHWISE: bool — whether it takes the pathwise gradient (gradient-only objectives need it);
+  objective_refusal(config) -> str | None — why it cannot take the config's objective settings (meta_train.config
+  raises one ConfigError with it), None when it can: the objective is scored through the shared meta-loss
+  (meta_train.meta_loss: budgets, seeds, the objective's penalty), so an estimator never reads its settings;
   Estimator: a class built as Estimator(config, phi0) (a MetaTrainConfig, φ₀) whose instances follow `Estimator`
   below.
 Adding an estimator: its module and one line in `ESTIMATORS`.

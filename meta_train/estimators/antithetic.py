@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import time
 
-import jax.numpy as jnp
 import numpy as np
 import optax
 from evosax.algorithms import Open_ES
 
 from meta_train.es import PopulationFitness, ProgramCache, evaluate_population, outer_keys
 from meta_train.estimators.common import OuterStep, check_finite, divergence_penalty_shaping, log_row, outer_optimizer
+from meta_train.meta_loss import population_meta_loss
 
 TRUNCATED = False
 """One outer update per whole inner chain."""
@@ -38,27 +38,14 @@ def make_strategy(es, meta_params) -> Open_ES:
 
 
 def population_fitness(config, spec, population, keys, cache: ProgramCache, progress=None) -> PopulationFitness:
-    """Every member's meta-loss on one task (meta_train.es.evaluate_population), averaged over the chain lengths
-    `config.schedules` (objective.budgets; the same keys at each), each plus objective.temperature_weight ·
-    log(1 + |T_kin − T|/T) when that weight is positive; t_kin is the members' mean over the budgets (None when not logged)."""
-    obj = config.objective
-    fitness, seconds, t_kin = [], 0.0, []
-    for schedule in config.schedules:
-        sampler = config.sampler_config_at(schedule)
-        result = evaluate_population(spec, population, keys, sampler, schedule, config.meta_loss_examples,
-                                     progress=progress, execution=config.es.execution, cache=cache,
-                                     objective=obj.kind, log_temperature=obj.log_temperature,
-                                     reference=obj.reference, dispersion_weight=obj.dispersion_weight)
-        loss = np.asarray(result.fitness, np.float64)
-        if obj.temperature_weight:
-            temperature = float(getattr(sampler, "temperature", 1.0))
-            loss = loss + obj.temperature_weight * np.log1p(np.abs(result.t_kin - temperature) / temperature)
-        fitness.append(loss)
-        seconds += result.inner_seconds
-        if result.t_kin is not None:
-            t_kin.append(np.asarray(result.t_kin, np.float64))
-    mean = jnp.asarray(np.mean(fitness, axis=0), jnp.float32)
-    return PopulationFitness(mean, seconds, np.mean(t_kin, axis=0) if t_kin else None)
+    """Every member's meta-loss on one task: the shared meta-loss (meta_train.meta_loss.population_meta_loss — the
+    objective over every budget, its penalty, the mean) through this module's `evaluate_population`."""
+    return population_meta_loss(config, spec, population, keys, cache, progress, evaluate=evaluate_population)
+
+
+def objective_refusal(config) -> str | None:
+    """None: full chains at every budget, the objective's loss and penalty on each (meta_train.meta_loss)."""
+    return None
 
 
 class Estimator:

@@ -23,11 +23,19 @@ from meta_train.es import ProgramCache, outer_keys
 from meta_train.estimators.common import OuterStep, check_finite, flat_mean, log_row, outer_optimizer
 from meta_train.estimators.unroll import (Unroll, current_unroll, next_unroll, run_backprop, segments_per_unroll,
                                           start_unroll)
+from meta_train.estimators.unroll import objective_refusal as unroll_refusal
+from meta_train.objectives import OBJECTIVES
 
 TRUNCATED = True
 """One outer update per segment of es.truncation updates."""
 PATHWISE = True
 """The pathwise gradient: gradient-only objectives are allowed."""
+
+
+def objective_refusal(config) -> str | None:
+    """Why truncated backprop cannot take config's objective settings, or None: a truncated estimator's reason
+    (unroll.objective_refusal), or the objective's host-side penalty, which has no pathwise gradient."""
+    return unroll_refusal(config) or OBJECTIVES[config.objective.kind].pathwise_refusal(config.objective)
 
 
 class OptState(NamedTuple):

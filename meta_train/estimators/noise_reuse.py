@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from evosax.algorithms import NoiseReuseES
 
+from meta_train.estimators.unroll import objective_refusal  # noqa: F401  (the estimator protocol)
 from meta_train.estimators.unrolled_es import UnrolledES
 
 TRUNCATED = True

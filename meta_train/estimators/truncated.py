@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from evosax.algorithms import PersistentES
 
+from meta_train.estimators.unroll import objective_refusal  # noqa: F401  (the estimator protocol)
 from meta_train.estimators.unrolled_es import UnrolledES
 
 TRUNCATED = True

@@ -17,10 +17,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from meta_train.es import ProgramCache, _loss_indices, outer_keys, reference_batch, sampler_module
-from meta_train.objectives import OBJECTIVES
+from meta_train.meta_loss import add_penalty
+from meta_train.objectives import OBJECTIVES, Outcome
 from tasks.task import Task
 
 
@@ -78,6 +80,16 @@ def start_unroll(config, cache: ProgramCache, index: int, segment: int, members:
     return Unroll(state, key, jnp.asarray(index, jnp.int32), jnp.asarray(segment, jnp.int32), spec)
 
 
+def objective_refusal(config) -> str | None:
+    """Why a truncated estimator cannot take config's objective settings, or None (the estimator protocol's
+    `objective_refusal`): objective.budgets, since it runs one chain of inner.num_steps updates cut into segments,
+    so there is no other chain length to average over."""
+    if config.objective.budgets:
+        return ("objective.budgets averages whole chains of several lengths, and a truncated estimator runs one chain "
+                "of inner.num_steps updates cut into segments (use es.estimator antithetic)")
+    return None
+
+
 def current_unroll(config, cache: ProgramCache, unroll: Unroll | None, iteration: int,
                    members: int | None = None) -> tuple[Unroll, bool]:
     """(the unroll iteration `iteration` continues, whether it was started afresh): `unroll` itself when it is at
@@ -97,50 +109,67 @@ def next_unroll(config, cache: ProgramCache, unroll: Unroll, members: int | None
     return start_unroll(config, cache, int(unroll.index) + 1, 0, members)
 
 
-def segment_loss_fn(kernel, objective, batch_size: int, num_samples: int, thin: int, cross_chain: bool = False):
+def segment_loss_fn(kernel, objective, batch_size: int, num_samples: int, thin: int, cross_chain: bool = False,
+                    kinetic: bool = False):
     """loss(φ, state, key, start, data, x, y) -> (meta-loss, new state): num_samples·thin updates from update index
     `start` (keys as l2e.chains.make_chunk: fold_in(key, index) split into minibatch and noise keys), keeping the
     position after every `thin` updates; the meta-loss is objective(samples (num_samples, ...), x, y).
     cross_chain: state and key carry C parallel chains on axis 0 (each its own key), run vmapped; the objective
-    gets samples (C, num_samples, ...)."""
+    gets samples (C, num_samples, ...). kinetic: the second output is (new state, the per-update kinetic sums
+    (num_samples, thin)) instead."""
 
     def run(phi, state, key, start, data):
         def one(st, i):
             k_batch, k_noise = jax.random.split(jax.random.fold_in(key, start + i))
-            return kernel(k_noise, st, Task.sample_batch(k_batch, data, batch_size), phi)[0], None
+            st, info = kernel(k_noise, st, Task.sample_batch(k_batch, data, batch_size), phi)
+            return st, (info.kinetic if kinetic else None)
 
         def block(st, j):
-            st, _ = jax.lax.scan(one, st, j * thin + jnp.arange(thin))
-            return st, st.position
+            st, kin = jax.lax.scan(one, st, j * thin + jnp.arange(thin))
+            return st, (st.position, kin)
 
-        state, samples = jax.lax.scan(block, state, jnp.arange(num_samples))
-        return samples, state
+        state, (samples, kin) = jax.lax.scan(block, state, jnp.arange(num_samples))
+        return samples, ((state, kin) if kinetic else state)
 
     if cross_chain:
         run = jax.vmap(run, in_axes=(None, 0, 0, None, None))
 
     def loss(phi, state, key, start, data, x, y):
-        samples, state = run(phi, state, key, start, data)
-        return objective(samples, x, y), state
+        samples, out = run(phi, state, key, start, data)
+        return objective(samples, x, y), out
 
     return loss
 
 
+def _kinetic(config) -> bool:
+    """Whether the members' segment programs keep the kinetic sums: the objective's T_kin penalty is on."""
+    return bool(config.objective.temperature_weight)
+
+
 def segment_programs(cache: ProgramCache, spec, config):
     """(members program, backprop program) of `spec`, jitted once per run and shared by the estimators: members:
-    (φs (P, ...), states (P, ...), key, start, data, x, y) -> (losses (P,), states); backprop: (φ, state, ...) ->
+    (φs (P, ...), states (P, ...), key, start, data, x, y) -> (losses (P,), states, or (states, kinetic sums
+    (P, num_samples, thin)) when the objective's T_kin penalty is on); backprop: (φ, state, ...) ->
     ((loss, state), ∇φ) with the carried state held constant (a cross-chain objective: state and key with the C
-    chains on axis 0)."""
+    chains on axis 0). The loss is the objective's (meta_train.objectives.protocol) of the segment's Outcome."""
     sampler, es, inner = config.sampler_config, config.es, config.inner
     objective = OBJECTIVES[config.objective.kind]
+    temperature = float(getattr(sampler, "temperature", 1.0))
 
     def build():
         task = cache.task(spec)
         kernel = sampler_module(sampler).build_kernel(task.posterior, sampler)
         thin = es.truncation // inner.num_samples
-        loss = segment_loss_fn(kernel, objective.fn(task), inner.batch_size, inner.num_samples, thin,
+        score = objective.loss_fn(task, config.objective)
+        at = dict(budget=inner.num_steps, temperature=temperature)
+        if objective.reference:
+            fn = lambda s, x, ref: score(Outcome(s, x, None, ref, **at))  # noqa: E731
+        else:
+            fn = lambda s, x, y: score(Outcome(s, x, y, **at))  # noqa: E731
+        loss = segment_loss_fn(kernel, fn, inner.batch_size, inner.num_samples, thin,
                                cross_chain=objective.cross_chain)
-        members = jax.jit(jax.vmap(loss, in_axes=(0, 0, None, None, None, None, None)))
+        members = segment_loss_fn(kernel, fn, inner.batch_size, inner.num_samples, thin, kinetic=_kinetic(config))
+        members = jax.jit(jax.vmap(members, in_axes=(0, 0, None, None, None, None, None)))
 
         def detached(phi, state, *args):
             return loss(phi, jax.lax.stop_gradient(state), *args)
@@ -148,15 +177,15 @@ def segment_programs(cache: ProgramCache, spec, config):
         return members, jax.jit(jax.value_and_grad(detached, has_aux=True))
 
     key = ("estimator_segment", spec, sampler, es.truncation, inner.num_samples, inner.batch_size,
-           config.objective.kind) + ((config.objective.chains,) if objective.cross_chain else ())
+           config.objective, inner.num_steps) + ((config.objective.chains,) if objective.cross_chain else ())
     return cache.program(key, build)
 
 
 def loss_batch(cache: ProgramCache, spec, keys, config):
     """The meta-loss batch of an iteration with keys `keys`: meta_loss_examples outer-validation examples
-    (x (B, ...), y (B,)), or for a reference objective the reference's test inputs and probabilities (all)."""
+    (x (B, ...), y (B,)), or for a reference objective the reference's test inputs and target (all)."""
     if OBJECTIVES[config.objective.kind].reference:
-        return reference_batch(cache, spec, config.objective.reference, config.objective.dispersion_weight)
+        return reference_batch(cache, spec, config.objective)
     xv, yv = cache.task(spec).splits.outer_valid
     idx = _loss_indices(keys, xv.shape[0], config.meta_loss_examples)
     return jnp.take(xv, idx, axis=0), jnp.take(yv, idx, axis=0)
@@ -169,7 +198,8 @@ def _segment_inputs(config, cache: ProgramCache, unroll: Unroll, keys):
 
 
 def run_members(config, cache: ProgramCache, unroll: Unroll, population, keys) -> tuple[jax.Array, Unroll]:
-    """The unroll's next segment for each ES member.
+    """The unroll's next segment for each ES member, scored by the objective (its loss, plus its host-side penalty
+    on the segment's outcome when that is on: T_kin over the segment's updates).
 
     Args:
       population: the members' meta-parameters, leaves (P, ...); keys: the iteration's OuterKeys.
@@ -179,6 +209,15 @@ def run_members(config, cache: ProgramCache, unroll: Unroll, population, keys) -
     members, _ = segment_programs(cache, unroll.spec, config)
     data, start, x, y = _segment_inputs(config, cache, unroll, keys)
     losses, states = members(population, unroll.states, unroll.key, start, data, x, y)
+    t_kin = None
+    if _kinetic(config):  # T_kin over the segment's updates, for the objective's penalty
+        states, kin = states
+        kin = np.asarray(kin, np.float64)
+        dim = sum(int(np.prod(leaf.shape[1:])) for leaf in jax.tree.leaves(states.position))
+        t_kin = kin.reshape(kin.shape[0], -1).mean(axis=1) / dim
+    temperature = float(getattr(config.sampler_config, "temperature", 1.0))
+    outcome = Outcome(t_kin=t_kin, budget=config.inner.num_steps, temperature=temperature)
+    losses = jnp.asarray(add_penalty(config, losses, outcome), jnp.float32)  # float32 → 64 → 32: exact if no penalty
     return losses, unroll.replace(states=states, segment=unroll.segment + 1)
 
 

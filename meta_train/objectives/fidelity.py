@@ -12,6 +12,12 @@ dispersion_weight. The penalty is zero inside [1/BAND, BAND] = [0.8, 1.25] — t
 (docs/evaluation.md) — and grows with the log-ratio outside it: TV alone rewards an under-dispersed BMA that sits on
 the reference's dominant mode. The reference is q alone (w = 0: plain TV) or a `ReferenceTarget`. A scalar (ES)
 and differentiable (backprop); tasks whose likelihood has class probabilities (classification) only.
+
+`OBJECTIVE` is the registry entry (meta_train.objectives.protocol): its config group is objective.reference (the
+reference directory, meta_train.reference) and objective.dispersion_weight (w, read by no other objective); its
+`target` builds the reference target from the loaded reference; like every objective it also takes the chain-level
+T_kin penalty (objective.temperature_weight, protocol.temperature_penalty) and is averaged over objective.budgets
+by the shared meta-loss (meta_train.meta_loss) — the banded fidelity objective of the `transient-band` preset.
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from base.io import ConfigError
+from meta_train.objectives.protocol import Objective, check_weight
 
 BAND = 1.25
 """The dispersion band [1/BAND, BAND] of the predictive-variance ratio, penalty-free."""
@@ -69,3 +76,19 @@ def fidelity_fn(task):
         return tv + jnp.where(w > 0, w * penalty, 0.0)
 
     return objective
+
+
+def target(task, reference, config):
+    """The reference target of `task` from its loaded reference (meta_train.reference.TaskReference) and the
+    objective settings `config`: the (n, C) float32 probabilities, or with objective.dispersion_weight > 0 a
+    ReferenceTarget (probabilities, the draws' predictive variance, w)."""
+    if config.dispersion_weight <= 0:
+        return jnp.asarray(reference.probs)
+    return ReferenceTarget(jnp.asarray(reference.probs), jnp.float32(reference.pred_var),
+                           jnp.float32(config.dispersion_weight))
+
+
+OBJECTIVE = Objective(fidelity_fn, reference=True, fields=("dispersion_weight",),
+                      check=lambda config: check_weight(config, "dispersion_weight"), target=target,
+                      draws=lambda config: config.dispersion_weight > 0)
+"""The registry entry: objective.kind "fidelity" (module doc)."""
