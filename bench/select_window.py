@@ -9,7 +9,7 @@ E²), of the gradients to reach 1.1 × the K-draw floor with the dispersion rati
 "gradients to floor", oracle choice) — a seed that does not reach it counts as 2 × the largest budget. That is the
 issue's goal measure itself, so the selection optimises what the held-out evaluation reports.
 
-    python -m bench.select_window --run 0.25=results/curve_window_0.25 --run 0.5=results/curve_meta_refs \\
+    python -m bench.select_window --run 0.25=results/curve_window_0.25 --run 0.5=results/curve_meta_refs_merged \\
         --run 0.75=results/curve_window_0.75 [--method l2e_transient] [--json FILE]
 
 Prints one row per (fraction, M): the score, seeds reached per measure, and the choice.

@@ -149,7 +149,7 @@ def test_config_validation():
     with pytest.raises(ConfigError, match="multiple"):
         apply_overrides(cfg, ["num_steps=61"])
     with pytest.raises(ConfigError, match="unknown method"):
-        apply_overrides(cfg, ["methods=l2e,sgld"])
+        apply_overrides(cfg, ["methods=l2e,no_such_method"])
     with pytest.raises(ConfigError):
         apply_overrides(cfg, ["settings.sghmc.lrs=-1"])
     assert apply_overrides(cfg, ["settings.sghmc.lrs=0.1,0.2"]).settings.sghmc.lrs == (0.1, 0.2)
