@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import l2e.baoab
-from evaluate.methods.base import always, check_grid
+from evaluate.methods.base import always, check_grid, lr_friction_grid
 from evaluate.methods.factory import single_chain_method
 
 __all__ = ["BAOABSettings", "METHOD", "run_baoab"]
@@ -22,12 +22,9 @@ class BAOABSettings:
         check_grid(self, "settings.baoab", "lrs", "frictions")
 
 
-def _grid(s: BAOABSettings) -> list[dict]:
-    return [{"learning_rate": lr, "friction": c} for lr in s.lrs for c in s.frictions]
-
-
 METHOD = single_chain_method(
-    "baoab", l2e.baoab, BAOABSettings, _grid, hyper=("learning_rate", "friction"), kinetic_check=True, audit=True,
+    "baoab", l2e.baoab, BAOABSettings, lr_friction_grid, hyper=("learning_rate", "friction"),
+    kinetic_check=True, audit=True,
     grids=dict(full=dict(lrs=(0.003, 0.01, 0.03, 0.1), frictions=(10.0,)), smoke=dict(lrs=(0.03,), frictions=(10.0,))),
     card=lambda post, eps, c, smin, steps: (l2e.baoab(post, eps**2 * post.data_size, c), always),
     step_cost=lambda post, fpost: {"baoab": l2e.baoab(post, 0.05, 15.0)})

@@ -11,7 +11,8 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 from base.io import ConfigError
 
-__all__ = ["GRID_NAMES", "Method", "Run", "always", "check_grid", "check_in", "check_positive", "lr_grid"]
+__all__ = ["GRID_NAMES", "Method", "Run", "always", "check_grid", "check_in", "check_positive", "lr_friction_grid",
+           "lr_grid"]
 
 
 GRID_NAMES = ("every", "full", "smoke")
@@ -137,6 +138,11 @@ def always(state):
 def lr_grid(settings) -> list[dict]:
     """[{"learning_rate": lr} for lr in settings.lrs]."""
     return [{"learning_rate": lr} for lr in settings.lrs]
+
+
+def lr_friction_grid(settings) -> list[dict]:
+    """[{"learning_rate": lr, "friction": c} for lr in settings.lrs for c in settings.frictions] (SGHMC's grid)."""
+    return [{"learning_rate": lr, "friction": c} for lr in settings.lrs for c in settings.frictions]
 
 
 def check_grid(settings, where: str, *names: str) -> None:

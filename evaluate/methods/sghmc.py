@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import l2e
-from evaluate.methods.base import always, check_grid
+from evaluate.methods.base import always, check_grid, lr_friction_grid
 from evaluate.methods.factory import single_chain_method
 
 __all__ = ["METHOD", "SGHMCSettings", "run_sghmc"]
@@ -23,12 +23,9 @@ class SGHMCSettings:
         check_grid(self, "settings.sghmc", "lrs", "frictions")
 
 
-def _grid(s: SGHMCSettings) -> list[dict]:
-    return [{"learning_rate": lr, "friction": c} for lr in s.lrs for c in s.frictions]
-
-
 METHOD = single_chain_method(
-    "sghmc", l2e.sghmc, SGHMCSettings, _grid, hyper=("learning_rate", "friction"), kinetic_check=True, audit=True,
+    "sghmc", l2e.sghmc, SGHMCSettings, lr_friction_grid, hyper=("learning_rate", "friction"),
+    kinetic_check=True, audit=True,
     grids=dict(every=dict(lrs=(0.003, 0.01, 0.03, 0.1), frictions=(10.0,)), smoke=dict(lrs=(0.03,), frictions=(10.0,))),
     card=lambda post, eps, c, smin, steps: (l2e.sghmc(post, eps**2 * post.data_size, c), always),
     step_cost=lambda post, fpost: {"sghmc": l2e.sghmc(post, 0.05, 15.0)})
