@@ -102,6 +102,38 @@ def pytest_runtest_protocol(item, nextitem):
                 f"{item.nodeid}\n")
 
 
+# ----------------------------------------------------------------------------- XLA's CPU instruction level
+
+PINNED_ISA = "SSE4_2"
+"""The instruction level at which golden numbers are recorded and checked (tests/test_golden.py): XLA:CPU compiles
+for the host's widest vector instructions, and float32 results change with them (the smoke meta-training's φ by up
+to 5.8e-5 between SSE4_2 / AVX and AVX-512 on an AMD EPYC, 9.4e-7 between AVX2 and AVX-512); every x86-64 machine
+CI may land on has SSE4.2. Eigen's intra-op threading is switched off too, so that the core count cannot split a
+contraction differently (1 core and 2 cores gave the same numbers; no bound guarantees it on 16)."""
+PINNED_XLA_FLAGS = (f"--xla_cpu_max_isa={PINNED_ISA}", "--xla_cpu_multi_thread_eigen=false")
+
+
+def is_x86_64() -> bool:
+    """Whether this machine is x86-64 (the ISA names above are x86's; other CPUs skip the pinned checks)."""
+    import platform
+
+    return platform.machine().lower() in ("x86_64", "amd64")
+
+
+def xla_flags_with(*flags: str, drop: tuple[str, ...] = ()) -> str:
+    """$XLA_FLAGS with `flags` in place of any flag of the same name, and the flags named in `drop` removed."""
+    names = {f.split("=")[0] for f in flags} | set(drop)
+    keep = [f for f in os.environ.get("XLA_FLAGS", "").split() if f.split("=")[0] not in names]
+    return " ".join(keep + list(flags))
+
+
+def pinned_env() -> dict:
+    """The environment of a subprocess whose numbers must not depend on the machine: CPU only, PINNED_XLA_FLAGS (in
+    place of any instruction level or forced device count in $XLA_FLAGS), this checkout on PYTHONPATH."""
+    flags = xla_flags_with(*PINNED_XLA_FLAGS, drop=("--xla_force_host_platform_device_count",))
+    return {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT), "XLA_FLAGS": flags}
+
+
 # ----------------------------------------------------------------------------- tiny configurations
 
 
