@@ -32,7 +32,7 @@ import sys
 from pathlib import Path
 
 from evaluate.cli_common import (TASK_EPILOG, OutputLock, failed_run, interrupted, parse_references,
-                                 with_task_strings)
+                                 register_method_flags, with_task_strings, with_user_methods)
 from evaluate.report import probe_writable
 from base.io import ConfigError, one_line
 from cli import OneLineErrorParser, Terminated, apply_overrides, handle_sigterm, held_warnings, write_marker
@@ -53,6 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, metavar="PKG.MODULE:FACTORY",
                    help="your flax model for every --task that names no model: FACTORY(input_shape, num_outputs) "
                         "returns a flax.linen Module (module on PYTHONPATH)")
+    p.add_argument("--method", dest="user_methods", action="append", default=[], metavar="PKG.MODULE:NAME",
+                   help="your own sampler: a factory (posterior, **hyperparameters) -> SamplingAlgorithm with an optional "
+                        "grid attribute, or an evaluate.methods.Method, named NAME in PKG.MODULE on the Python path; "
+                        "run beside the preset's methods (repeatable)")
     p.add_argument("--output", default="runs/evaluate", help="report directory (default: runs/evaluate)")
     p.add_argument("--sampler", default=None,
                    help="L2E checkpoint: a meta-training run dir, its checkpoints/ dir or a step dir "
@@ -272,10 +276,11 @@ def main(argv=None) -> int:
 
 
 def _main(argv: list[str]) -> int:
+    register_method_flags(argv)
     from evaluate.methods.registry import check_extra_methods
 
     try:
-        check_extra_methods()  # a method from $L2E_METHODS that could not be registered: one error line
+        check_extra_methods()  # a method from --method / $L2E_METHODS that could not be registered: one error line
     except ConfigError as e:
         print(f"error: {one_line(e)}", file=sys.stderr, flush=True)
         return 2
@@ -306,6 +311,7 @@ def _main(argv: list[str]) -> int:
         handle_sigterm()
         with held_warnings():
             cfg = apply_overrides(get_preset(args.preset), _cli_overrides(args))
+            cfg = with_user_methods(cfg, args.user_methods)
             cfg = with_task_strings(cfg, args.tasks, args.model)
             out = Path(args.output)
             check_output(out, args.overwrite, ConfigError)

@@ -1,7 +1,8 @@
 """What the `python -m evaluate` subcommands share (evaluate.__main__, evaluate.select_cli): the task-string epilog,
-the --output lock, --task / --reference handling and the one-line failure exit."""
+the --output lock, --task / --reference / --method handling and the one-line failure exit."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -11,7 +12,11 @@ from cli.limits import HELP as LIMITS
 from tasks.limits import HELP as TASK_LIMITS
 from tasks.spec_parse import GRAMMAR
 
-__all__ = ["TASK_EPILOG", "OutputLock", "failed_run", "interrupted", "parse_references", "with_task_strings"]
+METHODS_ENV = "L2E_METHODS"
+"""evaluate.methods.registry.ENV: the environment variable naming methods from other packages."""
+
+__all__ = ["METHODS_ENV", "TASK_EPILOG", "OutputLock", "failed_run", "interrupted", "method_flags", "parse_references",
+           "register_method_flags", "with_task_strings", "with_user_methods"]
 
 TASK_EPILOG = "task strings (--task SPEC):\n" + GRAMMAR + f"\n\n{LIMITS}.\n{TASK_LIMITS}."
 
@@ -62,3 +67,36 @@ def failed_run(e: BaseException, lock, unchanged: str) -> int:
         return 143 if isinstance(e, Terminated) else 130
     print(_os_error_line(e) if isinstance(e, OSError) else f"error: {one_line(e)}", file=sys.stderr)
     return 2
+
+
+def method_flags(argv: list[str]) -> list[str]:
+    """The values of every --method flag in argv ("--method X" or "--method=X"), in order."""
+    found = []
+    for i, arg in enumerate(argv):
+        if arg == "--method" and i + 1 < len(argv):
+            found.append(argv[i + 1])
+        elif arg.startswith("--method="):
+            found.append(arg.split("=", 1)[1])
+    return found
+
+
+def register_method_flags(argv: list[str]) -> None:
+    """--method entries join $L2E_METHODS before the method registry is first imported, so that a user's sampler is
+    registered like ours (its settings group, the presets' methods, the card, the curves)."""
+    entries = [e for e in method_flags(argv) if e.strip()]
+    if entries:  # (the registry's ENV, not imported: importing the registry loads it)
+        os.environ[METHODS_ENV] = ",".join(filter(None, [os.environ.get(METHODS_ENV, ""), *entries]))
+
+
+def with_user_methods(cfg, entries: list[str]):
+    """cfg with the methods named by --method entries ("pkg.module:NAME" -> NAME, "pkg.module" -> its METHOD's
+    name) appended to its methods (once each)."""
+    import dataclasses
+    import importlib
+
+    names = []
+    for entry in entries:
+        module, _, name = entry.partition(":")
+        names.append(name or importlib.import_module(module).METHOD.name)
+    extra = tuple(n for n in dict.fromkeys(names) if n not in cfg.methods)
+    return dataclasses.replace(cfg, methods=cfg.methods + extra) if extra else cfg

@@ -216,6 +216,15 @@ def test_merge_pools_rows_and_compares_the_learned_sampler_with_the_bar():
     assert replaced["methods"]["sghmc"] == _part({"sghmc": 2.0})["tasks"]["t"]["methods"]["sghmc"]
     with pytest.raises(ValueError, match="floors differ"):
         merge_results([_part({"sghmc": 1.0}), _part({"baoab": 1.0}, floors={"tv": 2})])
+    # the same reference's floors from another CPU's BLAS kernel (≈ 1e-6 relative) merge; 1e-4 relative does not
+    near = {"tv": 0.0308, "energy": {"median": 0.025438900676}, "k": 10}
+    other = {"tv": 0.0308, "energy": {"median": 0.025438900676 * (1 + 1e-6)}, "k": 10}
+    assert "t" in merge_results([_part({"sghmc": 1.0}, floors=near), _part({"baoab": 1.0}, floors=other)])["tasks"]
+    far = {"tv": 0.0308, "energy": {"median": 0.025438900676 * (1 + 1e-4)}, "k": 10}
+    with pytest.raises(ValueError, match="floors differ"):
+        merge_results([_part({"sghmc": 1.0}, floors=near), _part({"baoab": 1.0}, floors=far)])
+    with pytest.raises(ValueError, match="floors differ"):
+        merge_results([_part({"sghmc": 1.0}, floors=near), _part({"baoab": 1.0}, floors={**near, "k": 20})])
     with pytest.raises(ValueError, match="must share"):
         merge_results([_part({"sghmc": 1.0}), _part({"baoab": 1.0}, budgets=(100, 400))])
 

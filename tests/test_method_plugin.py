@@ -103,7 +103,7 @@ def test_a_method_outside_the_repository_runs_through_the_evaluation(tmp_path):
 
 @pytest.mark.parametrize("entry, says", [
     ("theirs.missing", "No module named 'theirs.missing'"),
-    ("theirs.rival:NOPE", "no METHOD_TABLE entry 'NOPE'"),
+    ("theirs.rival:NOPE", "no METHOD_TABLE entry or attribute 'NOPE'"),
     ("os.path", "has no attribute 'METHOD'"),
 ])
 def test_a_bad_method_entry_is_one_error_line_before_anything_is_written(tmp_path, entry, says):
@@ -113,3 +113,110 @@ def test_a_bad_method_entry_is_one_error_line_before_anything_is_written(tmp_pat
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode != 0 and len(lines) == 1 and lines[0].startswith("error: L2E_METHODS"), proc.stderr
     assert says in lines[0] and not out.exists()
+
+
+def test_the_cli_names_the_registry_variable():
+    from evaluate.cli_common import METHODS_ENV
+    from evaluate.methods.registry import ENV
+
+    assert METHODS_ENV == ENV
+
+
+SAMPLERS = '''
+"""A user's samplers, written against l2e's interface only."""
+import l2e
+from l2e.types import SamplingAlgorithm
+
+
+def my_sgld(posterior, learning_rate):
+    return l2e.sgld(posterior, learning_rate)
+
+
+my_sgld.grid = {"learning_rate": (0.003, 0.01)}
+
+
+def fixed(posterior):
+    return l2e.sgld(posterior, 0.003)
+
+
+not_a_factory = 3
+
+
+def wrong_args(a, b, c):
+    return None
+
+
+def wrong_return(posterior):
+    return 42
+
+
+def wrong_state(posterior):
+    alg = l2e.sgld(posterior, 0.003)
+    return SamplingAlgorithm(alg.init, lambda key, state, batch: (state.position, None))
+
+
+def bad_grid(posterior, learning_rate):
+    return l2e.sgld(posterior, learning_rate)
+
+
+bad_grid.grid = "0.1"
+'''
+
+
+def _user_env(tmp_path) -> dict:
+    env = _env(tmp_path, "")
+    (tmp_path / "theirs" / "samplers.py").write_text(textwrap.dedent(SAMPLERS))
+    return env
+
+
+def test_a_users_sampler_factory_runs_through_the_evaluation(tmp_path):
+    """`--method pkg.module:NAME` on a bare factory with a grid attribute: tuned over its grid beside the preset's
+    methods, without editing the repository."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "evaluate", "--preset", "smoke", "--output", str(out), "--set", "methods=sghmc",
+           "--set", "settings.sghmc.lrs=0.03", "--method", "theirs.samplers:my_sgld", "--method=theirs.samplers:fixed",
+           "--quiet"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=_user_env(tmp_path), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    (task,) = report["tasks"].values()
+    assert set(task["methods"]) == {"sghmc", "my_sgld", "fixed"}
+    mine = task["methods"]["my_sgld"]
+    assert mine["hyperparameters"]["learning_rate"] in (0.003, 0.01) and mine["divergent_chains"] == 0
+    assert mine["grad_evals"] == report["config"]["num_steps"]
+    assert task["methods"]["fixed"]["num_samples"] == report["config"]["num_samples"]
+
+
+@pytest.mark.slow
+def test_a_users_sampler_runs_on_the_curves(tmp_path):
+    out = tmp_path / "curve"
+    cmd = [sys.executable, "-m", "evaluate", "curve", "--reference", str(ROOT / "results" / "references"), "--task",
+           "digits/mlp-32", "--output", str(out), "--set", "methods=sghmc", "--set", "settings.sghmc.lrs=0.03",
+           "--set", "settings.sghmc.frictions=10", "--method", "theirs.samplers:my_sgld", "--budgets", "100,200",
+           "--chains", "1", "--tune-budget", "100", "--seeds", "0", "--quiet"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=_user_env(tmp_path), capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    task = json.loads((out / "curve.json").read_text())["tasks"]["digits/mlp-32"]
+    assert set(task["methods"]) == {"sghmc", "my_sgld"}
+    pts = task["methods"]["my_sgld"]["choices"]["validation"]["seeds"]["0"]
+    assert [p["gradients"] for p in pts] == [100, 200] and all(0 <= p["tv"] <= 1 for p in pts)
+
+
+@pytest.mark.parametrize("entry, says", [
+    ("theirs.nowhere:my_sgld", "No module named 'theirs.nowhere'"),
+    ("theirs.samplers:missing", "no METHOD_TABLE entry or attribute 'missing'"),
+    ("theirs.samplers:not_a_factory", "not_a_factory is a int, neither an evaluate.methods.Method nor a sampler"),
+    ("theirs.samplers:wrong_args", "wrong_args must be a factory (posterior, **hyperparameters) -> sampler"),
+    ("theirs.samplers:wrong_return", "returned a int, not a sampler with init and step"),
+    ("theirs.samplers:wrong_state", "wrong_state's step returns a state unlike its init's"),
+    ("theirs.samplers:bad_grid", "bad_grid.grid must be a dict"),
+    ("theirs.samplers:my_sgld --method theirs.samplers:my_sgld", "registered twice"),
+])
+def test_a_bad_user_sampler_is_one_error_line_before_anything_runs(tmp_path, entry, says):
+    out = tmp_path / "run"
+    flags = [x for e in entry.split(" --method ") for x in ("--method", e)]
+    proc = subprocess.run([sys.executable, "-m", "evaluate", "--preset", "smoke", "--output", str(out), *flags],
+                          cwd=ROOT, env=_user_env(tmp_path), capture_output=True, text=True, timeout=600)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert says in lines[0] and not out.exists(), lines[0]

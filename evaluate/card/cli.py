@@ -91,6 +91,10 @@ def build_card_parser():
 
     p = OneLineErrorParser(prog="python -m evaluate card", epilog=f"{LIMITS}.",
                            description="The sampler card: every minibatch sampler on known targets with gradient noise.")
+    p.add_argument("--method", dest="user_methods", action="append", default=[], metavar="PKG.MODULE:NAME",
+                   help="your own sampler (a factory with an optional grid attribute, or an evaluate.methods.Method "
+                        "with a card builder), named NAME in PKG.MODULE on the Python path: carded beside ours, a "
+                        "factory at its grid's first point (repeatable)")
     p.add_argument("--output", default="runs/card", help="card directory (default: runs/card)")
     p.add_argument("--sampler", default=None, help="also card this L2E checkpoint (run dir, checkpoints/ or step dir)")
     p.add_argument("--released", default=None,

@@ -41,6 +41,10 @@ def build_curve_parser():
     p.add_argument("--replace", action="store_true",
                    help="with --merge: a method's rows in a later DIR replace its rows in an earlier one (a sampler "
                         "changed and re-run); without it, a method in two runs is an error")
+    p.add_argument("--method", dest="user_methods", action="append", default=[], metavar="PKG.MODULE:NAME",
+                   help="your own sampler: a factory (posterior, **hyperparameters) -> SamplingAlgorithm with an optional "
+                        "grid attribute, or an evaluate.methods.Method, named NAME in PKG.MODULE on the Python path; "
+                        "run beside the preset's methods (repeatable)")
     p.add_argument("--output", default="runs/curve", help="output directory (default: runs/curve)")
     p.add_argument("--preset", default="references", help="configuration preset (tasks, methods, K, grids; default: "
                    "references)")
@@ -250,7 +254,9 @@ def curve_main(argv) -> int:
             return _merge_main(args, out)
         if args.reference is None:
             raise ConfigError("--reference is required (or --merge DIR ... to pool finished curve runs)")
-        cfg = apply_overrides(get_preset(args.preset), args.overrides)
+        from evaluate.cli_common import with_user_methods
+
+        cfg = with_user_methods(apply_overrides(get_preset(args.preset), args.overrides), args.user_methods)
         curve = CurveConfig(budgets=_ints(args.budgets, "--budgets"), chains=_ints(args.chains, "--chains"),
                             tune_budget=args.tune_budget, seeds=_ints(args.seeds, "--seeds")).check(cfg.num_samples)
         cfg = dataclasses.replace(cfg, seeds=None)

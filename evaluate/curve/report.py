@@ -93,6 +93,25 @@ def learned_vs_bar(task: dict, metric: str) -> list[tuple[str, str]]:
     return out
 
 
+FLOOR_RTOL = 1e-5
+"""Relative tolerance between the same reference's floors computed on two machines: the energy floor's pairwise
+distances come from numpy's BLAS, whose kernel is picked per CPU (‖x‖² + ‖y‖² − 2x·y cancels); across OpenBLAS's
+SkylakeX, Zen, Haswell, Sandybridge and Prescott kernels it moved by at most 1.05e-6 relative (tests/test_isa_levels.py);
+another reference differs in the first digits."""
+
+
+def floors_agree(a, b, rtol: float = FLOOR_RTOL) -> bool:
+    """Two floor records equal up to `rtol` in every number and exactly in everything else (K, resamples, draws)."""
+    import math
+
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(floors_agree(a[k], b[k], rtol) for k in a)
+    if isinstance(a, float) or isinstance(b, float):
+        return (isinstance(a, (int, float)) and isinstance(b, (int, float))
+                and math.isclose(a, b, rel_tol=rtol, abs_tol=0.0))
+    return a == b
+
+
 def merge_results(parts: list[dict], replace: bool = False) -> dict:
     """One curve result from several runs of the same protocol (K, budgets, chain allocations, seeds, tuning budget
     and seed; per task the same floors), their method rows pooled. How a separate run of a new sampler is read
@@ -111,7 +130,7 @@ def merge_results(parts: list[dict], replace: bool = False) -> dict:
                 out["tasks"][name] = {**task, "methods": dict(task["methods"])}
                 continue
             have = out["tasks"][name]
-            if have["floors"] != task["floors"]:
+            if not floors_agree(have["floors"], task["floors"]):
                 raise ValueError(f"{name}: the runs' K-draw floors differ (another reference?)")
             clash = set(have["methods"]) & set(task["methods"])
             if clash and not replace:

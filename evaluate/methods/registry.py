@@ -73,7 +73,9 @@ def _load(modules, methods: dict | None = None) -> dict[str, Method]:
         loaded = importlib.import_module(module if "." in module else f"evaluate.methods.{module}")
         table = getattr(loaded, "METHOD_TABLE", {})
         if name and name != "*" and name not in table:
-            raise ValueError(f"{module} has no METHOD_TABLE entry {name!r}")
+            if not hasattr(loaded, name):
+                raise ValueError(f"{module} has no METHOD_TABLE entry or attribute {name!r}")
+            table = {name: _user_method(name, getattr(loaded, name))}
         for method in (list(table.values()) if name == "*" else [table[name]] if name else [loaded.METHOD]):
             if not isinstance(method, Method):
                 raise TypeError(f"{module}: {type(method).__name__} is not an evaluate.methods.Method")
@@ -83,6 +85,16 @@ def _load(modules, methods: dict | None = None) -> dict[str, Method]:
                 method = dataclasses.replace(method, temperature=_TEMPERATURE[method.name])
             methods[method.name] = method
     return methods
+
+
+def _user_method(name: str, obj) -> Method:
+    """A module attribute named by "pkg.module:NAME": a Method as it is, a sampler factory through
+    evaluate.methods.factory.sampler_method (checked there)."""
+    if isinstance(obj, Method):
+        return obj
+    from evaluate.methods.factory import sampler_method
+
+    return sampler_method(name, obj)
 
 
 LOAD_ERRORS: list[str] = []
