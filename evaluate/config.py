@@ -10,6 +10,7 @@ import json
 
 from evaluate.budget import BUDGET_MODES
 from evaluate.reference import REFERENCE_TASKS
+from evaluate.methods.batch import BATCH_MODES
 from evaluate.methods.registry import METHODS, MethodSettings, get_method, method_settings, preset_grids
 from l2e.chains import ChainSchedule
 from base.io import ConfigError
@@ -73,6 +74,8 @@ class EvalConfig:
       kinetic temperature leaves [1 − tol, 1 + tol]·T behind every point inside the band (a chain running hot is
       on the edge of stability or dominated by its gradient noise; evaluate.tuning); among points outside it the
       validation score decides as without it; the entry lists them (kinetic_rejected).  None: not checked.
+    batch_chains: how the M chains of a chain allocation run for a method with Method.batch_chains — "auto" (one
+      vmapped program unless the model convolves on the CPU), "always", "never" (one at a time): evaluate.methods.batch.
     failure_extensions: when no grid point of a method scores finitely (every one diverged) or, with
       kinetic_tolerance, none is inside the band, up to this many more points are tried, each the previous smallest
       learning rate divided by the grid's ratio lrs[1]/lrs[0] (3 for a single-lr grid), stopping at the first that
@@ -105,6 +108,7 @@ class EvalConfig:
     chains: int = 1
     kinetic_tolerance: float | None = None
     failure_extensions: int = 0
+    batch_chains: str = "auto"
 
     def __post_init__(self):
         object.__setattr__(self, "tasks", tuple(self.tasks))
@@ -135,6 +139,8 @@ class EvalConfig:
                 "ensemble members and cSGHMC cycles split the budget evenly")
         if self.thinning is not None and self.thinning <= 0:
             raise ConfigError(f"thinning must be a positive integer or None, got {self.thinning}")
+        if self.batch_chains not in BATCH_MODES:
+            raise ConfigError(f"batch_chains must be one of {', '.join(BATCH_MODES)}, got {self.batch_chains!r}")
         if isinstance(self.chains, bool) or not isinstance(self.chains, int) or self.chains < 1 \
                 or self.num_samples % self.chains:
             raise ConfigError(f"chains must be a positive integer dividing num_samples ({self.num_samples}), got "

@@ -48,7 +48,7 @@ def run_adaptive_sghmc(ctx, key, hp: dict):
 
 
 METHOD = Method("adaptive_sghmc", AdaptiveSGHMCSettings, run_adaptive_sghmc,
-                schedule=lambda cfg, s: single_chain_schedule(cfg), audit=True,
+                schedule=lambda cfg, s: single_chain_schedule(cfg), audit=True, batch_chains=True,
                 # the card: its published constants (no ε, C of the card), burn-in the first fifth
                 card=lambda post, eps, c, smin, steps: (l2e.adaptive_sghmc(post, burn_in=steps // 5), always),
                 # the timed calls start at update 0: the plain row is the burn-in step, "(window)" the frozen one

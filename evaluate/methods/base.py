@@ -80,6 +80,8 @@ class Method:
     step_cost: bench.step_cost's probe: (posterior, functional posterior) -> {row label: SamplingAlgorithm}, the
       steps (and phase kernels) the benchmark times against SGHMC's; None: not timed there.
     audit: bench.defaults_audit runs the method at its default settings.
+    batch_chains: its runner passes its key on to `driver.run_single_chain` unchanged, so the M chains of a chain
+      allocation can run as one vmapped program (evaluate.methods.batch; EvalConfig.batch_chains decides).
     """
 
     name: str
@@ -100,6 +102,7 @@ class Method:
     card: Callable | None = None
     step_cost: Callable | None = None
     audit: bool = False
+    batch_chains: bool = False
 
     def preset_grid(self, grid: str) -> dict:
         """The settings fields of preset grid `grid` ("every", "full", "smoke"; Method.grids), {} for the defaults;

@@ -34,10 +34,13 @@ class CompileCache:
             self._values[key] = build()
         return self._values[key]
 
-    def warm_up(self, key: tuple, fn: Callable, state, data, args, device=None) -> None:
+    def warm_up(self, key: tuple, fn: Callable, state, data, args, device=None, chains: int | None = None) -> None:
         """Call chunk `fn(state, key, start, data, args) -> (state, infos)` once (result discarded) unless done for
-        (key, device);
-        with `device`, on inputs placed there (a jitted function compiles once per device it runs on)."""
+        (key, device, chains);
+        with `device`, on inputs placed there (a jitted function compiles once per device it runs on); with `chains`,
+        a chunk vmapped over that many chains (evaluate.methods.batch: one key per chain)."""
+        if chains is not None:
+            key = key + ("chains", chains)
         if device is not None:
             key = key + (device,)
             state, args = jax.device_put((state, args), device)
@@ -45,6 +48,8 @@ class CompileCache:
         if key in self._warm:
             return
         k0 = jax.random.PRNGKey(0) if device is None else jax.device_put(jax.random.PRNGKey(0), device)
+        if chains is not None:
+            k0 = jnp.stack([k0] * chains)
         jax.block_until_ready(fn(state, k0, jnp.asarray(0, jnp.int32), data, args))
         self._warm.add(key)
 

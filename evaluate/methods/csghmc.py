@@ -77,6 +77,6 @@ def _card(post, eps, c, smin, steps):
     return alg, weight
 
 
-METHOD = Method("csghmc", CSGHMCSettings, run_csghmc, grid=lr_grid, schedule=_schedule, audit=True,
+METHOD = Method("csghmc", CSGHMCSettings, run_csghmc, grid=lr_grid, schedule=_schedule, audit=True, batch_chains=True,
                 grids=dict(every=dict(lrs=(0.01, 0.03, 0.1, 0.3)), smoke=dict(lrs=(0.1,))), card=_card,
                 step_cost=lambda post, fpost: {"csghmc": l2e.cyclical_sghmc(post, 0.05, num_steps=1000)})

@@ -25,14 +25,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from evaluate.budget import step_flops
-from evaluate.methods.outputs import MethodResult, finalise, probe_result
+from evaluate.methods.batch import ChainBatch, batch_groups
+from evaluate.methods.outputs import MethodResult, finalise, merge_chains, probe_result
 from l2e import diagnostics
 from l2e.chains import ChainSchedule, make_chunk, run_chain
 from l2e.devices import member_device
 from l2e.types import tree_size
 
 __all__ = ["PROBE_CALLS", "PROBE_REPEATS", "chain_keys", "chunk_fn", "kinetic_temperature", "lr_args", "run_members",
-           "run_single_chain"]
+           "run_batched", "run_single_chain"]
 
 PROBE_CALLS, PROBE_REPEATS, PROBE_SECONDS = 10, 3, 0.25
 """A probe run times PROBE_REPEATS runs of n chained chunk calls (after compilation and one warm-up call), n ≥
@@ -52,12 +53,17 @@ def lr_args(hp: dict) -> dict:
     return {"lr": jnp.asarray(hp["learning_rate"], jnp.float32)}
 
 
-def chunk_fn(ctx, cache_key: tuple, make_kernel: Callable[[], Callable], schedule: ChainSchedule):
-    """(key, the jitted chunk of `schedule.chunk_length` updates), cached per (cache_key, task, batch, length)."""
-    key = ("chunk", cache_key, ctx.task.spec, schedule.batch_size, schedule.chunk_length)
-    fn = ctx.cache.get(key, lambda: jax.jit(make_chunk(make_kernel(), ctx.task.sample_batch, schedule.batch_size,
-                                                         schedule.chunk_length)))
-    return key, fn
+def chunk_fn(ctx, cache_key: tuple, make_kernel: Callable[[], Callable], schedule: ChainSchedule,
+             batched: bool = False):
+    """(key, the jitted chunk of `schedule.chunk_length` updates), cached per (cache_key, task, batch, length);
+    batched: the chunk vmapped over a leading chain axis of the state and the key (data and args shared)."""
+    key = ("chunk", cache_key, ctx.task.spec, schedule.batch_size, schedule.chunk_length) + (("batched",) * batched)
+
+    def build():
+        chunk = make_chunk(make_kernel(), ctx.task.sample_batch, schedule.batch_size, schedule.chunk_length)
+        return jax.jit(jax.vmap(chunk, in_axes=(0, 0, None, None, None)) if batched else chunk)
+
+    return key, ctx.cache.get(key, build)
 
 
 def kinetic_temperature(info, schedule: ChainSchedule, num_params: int) -> float | None:
@@ -108,7 +114,8 @@ def _probe(ctx, fn, state, data, args, length: int, hp: dict, flops) -> MethodRe
     return probe_result(hp, float(np.median(times)) / (calls * length), flops)
 
 
-def _phase_chunks(ctx, cache_key: tuple, make_kernel, schedule: ChainSchedule, phase_of, state, data, args):
+def _phase_chunks(ctx, cache_key: tuple, make_kernel, schedule: ChainSchedule, phase_of, state, data, args,
+                  batched: bool = False):
     """chunk_at(start) -> the compiled chunk of the phase `phase_of(start, chunk_length)` (None: the general kernel,
     make_kernel(None)), each phase's chunk cached and warmed up before the chain (its compilation is not timed)."""
     length = schedule.chunk_length
@@ -117,8 +124,9 @@ def _phase_chunks(ctx, cache_key: tuple, make_kernel, schedule: ChainSchedule, p
         phase = phase_of(start, length)
         if phase not in fns:
             ck, fns[phase] = chunk_fn(ctx, cache_key if phase is None else cache_key + (phase,),
-                                      lambda p=phase: make_kernel(p), schedule)
-            ctx.cache.warm_up(ck, fns[phase], state, data, args)
+                                      lambda p=phase: make_kernel(p), schedule, batched)
+            chains = jax.tree.leaves(state)[0].shape[0] if batched else None
+            ctx.cache.warm_up(ck, fns[phase], state, data, args, chains=chains)
     return lambda start: fns[phase_of(start, length)]
 
 
@@ -150,7 +158,12 @@ def run_single_chain(ctx, key, hp: dict, schedule: ChainSchedule, cache_key: tup
     """One chain of `schedule` from init_fn(task.init_params(init key)); `final_info(final_state) -> dict` adds
     entries to the hyperparameter record; `phase_of(start, length)`: a sampler with phase kernels
     (l2e.types.LearnedSampler.phase_of), each chunk compiled for its phase, make_kernel(phase) building them (the
-    probe times the first chunk's).  seconds: the chain after compilation."""
+    probe times the first chunk's).  seconds: the chain after compilation.
+
+    key: (init key, chain key), a key, or a `ChainBatch` of M key pairs: then the M chains run as one vmapped
+    program (`run_batched`) and the result is their pooled MethodResult."""
+    if isinstance(key, ChainBatch):
+        return run_batched(ctx, key, hp, schedule, cache_key, make_kernel, init_fn, args, final_info, phase_of)
     task = ctx.task
     init_key, key_chain = chain_keys(key)
     state = init_fn(task.init_params(init_key))
@@ -210,3 +223,50 @@ def run_members(ctx, key, hp: dict, schedule: ChainSchedule, cache_key: tuple, m
     t_kin = [kinetic_temperature(i, schedule, d) for i in infos] if hasattr(infos[0], "kinetic") else None
     return finalise(ctx, samples, list(range(k)), schedule.num_steps * k, seconds, hp, num_chains=k, t_kin=t_kin,
                     flops_per_step=flops)
+
+
+def _slice(tree, c: int):
+    return jax.tree.map(lambda x: x[c], tree)
+
+
+def run_batched(ctx, keys: ChainBatch, hp: dict, schedule: ChainSchedule, cache_key: tuple, make_kernel, init_fn,
+                args, final_info: Callable | None = None, phase_of: Callable | None = None) -> MethodResult:
+    """The M chains of `keys`, each of `schedule`, as vmapped programs (module doc); their pooled MethodResult."""
+    m = int(keys.init_keys.shape[0])
+    states = [init_fn(ctx.task.init_params(keys.init_keys[c])) for c in range(m)]
+    state_bytes = sum(np.asarray(x).nbytes for x in jax.tree.leaves(states[0]))
+    groups = batch_groups(m, state_bytes)
+    size = m // groups
+    flat_make = make_kernel if phase_of is None else (lambda: make_kernel(None))
+    ck, fn = chunk_fn(ctx, cache_key, flat_make, schedule, batched=True)
+    stacked0 = jax.tree.map(lambda *xs: jnp.stack(xs), *states[:size])
+    chunk_at = None
+    if phase_of is not None:
+        chunk_at = _phase_chunks(ctx, cache_key, make_kernel, schedule, phase_of, stacked0, ctx.task.train_data,
+                                 args, batched=True)
+    ctx.cache.warm_up(ck, fn, stacked0, ctx.task.train_data, args, chains=size)
+    flops = _flops(ctx, chunk_fn(ctx, cache_key, flat_make, schedule)[0], flat_make, states[0], args, schedule)
+    runs = []
+    for g in range(groups):
+        members = range(g * size, (g + 1) * size)
+        state = jax.tree.map(lambda *xs: jnp.stack(xs), *[states[c] for c in members])
+        t0 = time.perf_counter()
+        chain, kept = _run_chain(fn, state, keys.chain_keys[g * size:(g + 1) * size], ctx.task.train_data,
+                                        args, schedule, chunk_at)
+        jax.block_until_ready(chain.samples)
+        seconds = (time.perf_counter() - t0) / size
+        info = jax.tree.map(lambda *xs: np.concatenate([np.asarray(x) for x in xs], axis=1), *kept)
+        for i in range(size):
+            runs.append(_finalise_chain(ctx, chain, info, i, hp, schedule, seconds, flops, final_info))
+    return merge_chains(runs)
+
+
+def _finalise_chain(ctx, chain, info, i: int, hp: dict, schedule: ChainSchedule, seconds: float, flops,
+                    final_info) -> MethodResult:
+    """Chain i of a batch as the one-at-a-time path finalises it (run_single_chain)."""
+    samples = jax.tree.map(lambda x: x[:, i], chain.samples)
+    hp_i = dict(hp) if final_info is None else {**hp, **final_info(_slice(chain.state, i))}
+    info_i = _slice(info, i)
+    t_kin = kinetic_temperature(info_i, schedule, tree_size(_slice(chain.state, i).position))
+    return finalise(ctx, samples, [0] * schedule.num_samples, schedule.num_steps, seconds, hp_i,
+                    t_kin=None if not hasattr(info_i, "kinetic") else [t_kin], flops_per_step=flops)

@@ -63,7 +63,7 @@ def single_chain_method(name: str, sampler, settings: type, grid: Callable[[Any]
     run.__name__ = run.__qualname__ = f"run_{name}"
     run.__doc__ = f"One {name} chain; hp: {', '.join(hyper)} (default: the grid's first point)."
     return Method(name, settings, run, grid=grid, schedule=_schedule, temperature=temperature,
-                  grids=dict(grids or {}), **fields)
+                  grids=dict(grids or {}), **{"batch_chains": True, **fields})
 
 
 def _points(grid, name: str) -> list[dict]:
@@ -154,4 +154,4 @@ def sampler_method(name: str, factory) -> Method:
                                 lambda: kernel, alg.init, {})
 
     return Method(name, settings, run, grid=(lambda s: [dict(p) for p in points]) if points != [{}] else None,
-                  schedule=_schedule, card=lambda post, eps, c, smin, steps: (factory(post, **points[0]), always))
+                  schedule=_schedule, batch_chains=True, card=lambda post, eps, c, smin, steps: (factory(post, **points[0]), always))

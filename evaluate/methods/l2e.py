@@ -162,7 +162,7 @@ def learned_method(name: str, settings_class: str, sampler: bool | str, lrs: tup
     config: the sampler kind's configuration class, when known (settings.sampler is checked against it)."""
     return Method(name, lr_settings(name, settings_class, lrs, config), run_l2e, grid=lr_grid, schedule=_schedule,
                   needs_sampler=sampler, kinetic_check=kinetic_check, grids=GRIDS.get(name, {}),
-                  audit=name in AUDITED)
+                  audit=name in AUDITED, batch_chains=True)
 
 
 METHOD = learned_method("l2e", "L2ESettings", True, (0.25, 0.5, 1.0))

@@ -58,5 +58,6 @@ def load_released_sampler(path=None) -> dict:
 
 METHOD = Method("l2e_released", L2EReleasedSettings, run_l2e, grid=lr_grid,
                 schedule=lambda cfg, s: single_chain_schedule(cfg), needs_released=True, temperature=0.001,
+                batch_chains=True,
                 grids=dict(every=dict(lrs=(0.25, 0.5, 1.0)), full=dict(lrs=(0.125, 0.25, 0.5, 1.0)),
                            smoke=dict(lrs=(0.5,))))

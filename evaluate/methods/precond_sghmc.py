@@ -118,10 +118,10 @@ _SMOKE = dict(lrs=(0.03,), frictions=(10.0,))
 METHOD_TABLE = {
     "precond_rmsprop": Method("precond_rmsprop", PrecondRMSpropSettings, _runner("rmsprop"), grid=_grid,
                               schedule=lambda cfg, s: single_chain_schedule(cfg), kinetic_check=True, audit=True,
-                              grids=dict(full=_FULL, smoke=_SMOKE), card=_card("rmsprop"),
+                              batch_chains=True, grids=dict(full=_FULL, smoke=_SMOKE), card=_card("rmsprop"),
                               step_cost=_step_cost("rmsprop", ())),
     "precond_fisher": Method("precond_fisher", PrecondFisherSettings, _runner("fisher"), grid=_grid,
                              schedule=lambda cfg, s: single_chain_schedule(cfg), check=_check, kinetic_check=True,
-                             audit=True, grids=dict(full=_FULL, smoke=_SMOKE), card=_card("fisher"),
+                             audit=True, batch_chains=True, grids=dict(full=_FULL, smoke=_SMOKE), card=_card("fisher"),
                              step_cost=_step_cost("fisher", ("adapt", "window"))),
 }

@@ -44,7 +44,7 @@ def run_psgld(ctx, key, hp: dict):
 
 
 METHOD = Method("psgld", PSGLDSettings, run_psgld, grid=lr_grid, schedule=lambda cfg, s: single_chain_schedule(cfg),
-                audit=True, grids=dict(every=dict(lrs=(0.0003, 0.001, 0.003)), full=dict(lrs=(0.0003, 0.001, 0.003, 0.01)),
+                audit=True, batch_chains=True, grids=dict(every=dict(lrs=(0.0003, 0.001, 0.003)), full=dict(lrs=(0.0003, 0.001, 0.003, 0.01)),
                                        smoke=dict(lrs=(0.003,))),
                 # the card's lr: G·lr/N ≈ h where the gradient is of scale 1/σ_min
                 card=lambda post, eps, c, smin, steps: (l2e.psgld(post, eps), always),

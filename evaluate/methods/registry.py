@@ -21,6 +21,7 @@ import os
 import jax
 
 from evaluate.methods.base import Method, Run
+from evaluate.methods.batch import chain_batch, use_batches
 from evaluate.methods.cache import CompileCache
 from evaluate.methods.driver import chain_keys
 from evaluate.methods.outputs import merge_chains
@@ -178,6 +179,8 @@ def run_method(name: str, task, key, hp: dict, cfg, split="test", cache: Compile
     if probe:
         return method.run(ctx, key, hp)
     init_key, chain_key = chain_keys(key)
+    if method.batch_chains and use_batches(cfg, task):  # the M chains as one vmapped program, the same keys
+        return method.run(ctx, chain_batch(init_key, chain_key, m), hp)
     runs = [method.run(ctx, (jax.random.fold_in(init_key, c), jax.random.fold_in(chain_key, c)), hp)
             for c in range(m)]
     return merge_chains(runs)

@@ -60,6 +60,6 @@ def run_sghmc_tempered(ctx, key, hp: dict):
 
 
 METHOD = Method("sghmc_tempered", SGHMCTemperedSettings, run_sghmc_tempered, grid=_grid,
-                schedule=lambda cfg, s: single_chain_schedule(cfg),
+                schedule=lambda cfg, s: single_chain_schedule(cfg), batch_chains=True,
                 grids=dict(every=dict(lrs=(0.01, 0.03), temperatures=(1.0, 0.1)),
                            smoke=dict(lrs=(0.03,), frictions=(10.0,), temperatures=(1.0,))))

@@ -49,6 +49,6 @@ def run_sgnht(ctx, key, hp: dict):
 
 
 METHOD = Method("sgnht", SGNHTSettings, run_sgnht, grid=lr_grid, schedule=lambda cfg, s: single_chain_schedule(cfg),
-                grids=dict(full=dict(lrs=(0.003, 0.01, 0.03, 0.1))),
+                grids=dict(full=dict(lrs=(0.003, 0.01, 0.03, 0.1))), batch_chains=True,
                 card=lambda post, eps, c, smin, steps: (l2e.sgnht(post, eps**2 * post.data_size, c), always),
                 step_cost=lambda post, fpost: {"sgnht": l2e.sgnht(post, 0.05)})

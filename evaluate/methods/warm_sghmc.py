@@ -63,7 +63,7 @@ def run_warm_sghmc(ctx, key, hp: dict):
 
 
 METHOD = Method("warm_sghmc", WarmSGHMCSettings, run_warm_sghmc, grid=_grid,
-                schedule=lambda cfg, s: single_chain_schedule(cfg), kinetic_check=True, audit=True,
+                schedule=lambda cfg, s: single_chain_schedule(cfg), kinetic_check=True, audit=True, batch_chains=True,
                 grids=dict(full=dict(lrs=(0.01, 0.03), frictions=(10.0,), warm_fractions=(0.25, 0.5)),
                            smoke=dict(lrs=(0.03,), frictions=(10.0,), warm_fractions=(0.5,))),
                 # the card: Adam for the first tenth, then SGHMC at the card's ε, C
