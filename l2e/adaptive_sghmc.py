@@ -26,7 +26,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from l2e.checks import check_positive
+from l2e.checks import check_in_range, check_positive
 from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_vdot
 
 __all__ = ["DEFAULTS", "AdaptiveSGHMCInfo", "AdaptiveSGHMCState", "adaptive_sghmc", "build_kernel", "init"]
@@ -130,6 +130,7 @@ def adaptive_sghmc(posterior: Posterior, step_size: float = DEFAULTS["step_size"
       SamplingAlgorithm: init(position) -> AdaptiveSGHMCState; step(key, state, minibatch) -> (state, info).
     """
     check_positive(step_size=step_size, mdecay=mdecay, temperature=temperature, delta=delta)
+    check_in_range("mdecay", mdecay, 0.0, 1.0, include_low=False)  # the friction per update: above 1 it blows up
     kernel = build_kernel(posterior, burn_in)
 
     def step(key: jax.Array, state: AdaptiveSGHMCState, minibatch):

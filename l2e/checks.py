@@ -42,6 +42,24 @@ def as_number(value) -> float:
     return value if isinstance(value, (int, float)) else np.asarray(value).item()
 
 
+def check_number(name: str, value) -> None:
+    """Refuse a hyperparameter that is not a number: a bool, a string, None, a container or an array that is not
+    0-d (`l2e.baoab(post, False)` would otherwise run with friction 0, `np.array([-0.1])` slip past the range checks
+    and a string fail deep inside the kernel); traced values pass (a grid under jit).
+
+    Args:
+      name: the name in the error message.
+      value: the value.
+    Raises:
+      ValueError: naming the value's type (or shape).
+    """
+    if isinstance(value, jax.core.Tracer) or is_concrete(value):
+        return
+    shape = getattr(value, "shape", None)
+    what = f"an array of shape {tuple(shape)}" if shape not in (None, ()) else f"a {type(value).__name__}"
+    raise ValueError(f"{name} must be a number (a scalar), got {what}: {str(value)[:40]}")
+
+
 def check_positive(**values) -> None:
     """Check that every concrete value is a positive finite number (traced values pass).
 
@@ -50,9 +68,10 @@ def check_positive(**values) -> None:
     Returns:
       None.
     Raises:
-      ValueError: naming the first value that is not.
+      ValueError: naming the first value that is not (or is not a number: check_number).
     """
     for name, v in values.items():
+        check_number(name, v)
         if is_concrete(v) and not (0 < as_number(v) < math.inf):
             raise ValueError(f"{name} must be a positive finite number, got {v}")
 
@@ -72,8 +91,9 @@ def check_in_range(name: str, value, low: float, high: float, include_high: bool
     Returns:
       None.
     Raises:
-      ValueError: out of range.
+      ValueError: out of range, or not a number (check_number).
     """
+    check_number(name, value)
     if not is_concrete(value):
         return
     value = as_number(value)

@@ -300,7 +300,20 @@ def test_checks():
     from l2e.checks import check_in_range, check_positive
 
     jax.jit(lambda c: check_positive(c=c) or c)(-1.0)  # traced values are not checked (a tuning grid under jit)
-    check_positive(a=jnp.ones(3) * -1)  # nor arrays: only scalars are hyperparameters
+    # what is not a number is refused, not passed over: bools, strings, None, arrays that are not 0-d (issue 40)
+    for bad, what in ((False, "a bool"), ("0.1", "a str"), (None, "a NoneType"), (jnp.ones(3), r"an array of shape \(3,\)"),
+                      (np.array([-0.1]), r"an array of shape \(1,\)")):
+        with pytest.raises(ValueError, match=f"a must be a number \\(a scalar\\), got {what}"):
+            check_positive(a=bad)
+        with pytest.raises(ValueError, match="rho must be a number"):
+            check_in_range("rho", bad, 0.0, 1.0)
+    post = gaussian_posterior()
+    for call in (lambda: l2e.baoab(post, False), lambda: l2e.warm_sghmc(post, np.array([-0.1])),
+                 lambda: l2e.precond_sghmc(post, "0.1")):
+        with pytest.raises(ValueError, match="learning_rate must be a number"):
+            call()
+    with pytest.raises(ValueError, match=r"mdecay must be in \(0.0, 1.0\]"):
+        l2e.adaptive_sghmc(post, mdecay=3.0)
     for concrete in (np.float32(-1.0), jnp.float32(-1.0), np.int64(0)):  # numpy / JAX scalars are (issue 28)
         with pytest.raises(ValueError, match="c must be a positive finite number"):
             check_positive(c=concrete)
