@@ -105,7 +105,8 @@ def test_meta_training_fitness_is_unchanged_by_phase_kernels(monkeypatch, execut
                                    execution=execution)
 
     phased = fitness()
-    general = dataclasses.replace(es.sampler_module(cfg.sampler_config), phase_of=None)
+    entry = es.sampler_module(cfg.sampler_config)
+    general = dataclasses.replace(entry, protocol=dataclasses.replace(entry.protocol, phase_of=None))
     monkeypatch.setattr(es, "sampler_module", lambda sampler: general)
     whole = fitness()
     np.testing.assert_allclose(np.asarray(phased.fitness), np.asarray(whole.fitness), rtol=1e-4)

@@ -278,11 +278,19 @@ def load_meta_params(name_or_path: str | Path | None = None) -> tuple[PyTree, An
 def _restore_numpy(ocp, path: Path):
     """The pytree saved at `path`, every leaf restored as a host numpy array: a checkpoint written on one backend
     (e.g. with a CPU sharding file) restores on any other (a GPU / TPU host), since no device sharding is rebuilt."""
+    import logging
+
     import jax
     import numpy as np
 
     checkpointer = ocp.PyTreeCheckpointer()
-    metadata = checkpointer.metadata(path)
+    absl = logging.getLogger("absl")
+    level = absl.level
+    absl.setLevel(logging.ERROR)  # orbax warns that a step written without _CHECKPOINT_METADATA lacks it: noise here
+    try:
+        metadata = checkpointer.metadata(path)
+    finally:
+        absl.setLevel(level)
     tree = getattr(getattr(metadata, "item_metadata", metadata), "tree", getattr(metadata, "item_metadata", metadata))
     restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
     return checkpointer.restore(path, restore_args=restore_args)
