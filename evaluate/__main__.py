@@ -276,10 +276,10 @@ def main(argv=None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    register_method_flags(argv)
-    from evaluate.methods.registry import check_extra_methods
-
     try:
+        register_method_flags(argv)
+        from evaluate.methods.registry import check_extra_methods
+
         check_extra_methods()  # a method from --method / $L2E_METHODS that could not be registered: one error line
     except ConfigError as e:
         print(f"error: {one_line(e)}", file=sys.stderr, flush=True)

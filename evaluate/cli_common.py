@@ -80,12 +80,40 @@ def method_flags(argv: list[str]) -> list[str]:
     return found
 
 
+PLUGIN_SUBCOMMANDS = (None, "curve", "card")
+"""The `python -m evaluate` subcommands whose --method names a user's sampler (`evaluate select --method` picks one
+of ours)."""
+
+
 def register_method_flags(argv: list[str]) -> None:
-    """--method entries join $L2E_METHODS before the method registry is first imported, so that a user's sampler is
-    registered like ours (its settings group, the presets' methods, the card, the curves)."""
-    entries = [e for e in method_flags(argv) if e.strip()]
-    if entries:  # (the registry's ENV, not imported: importing the registry loads it)
-        os.environ[METHODS_ENV] = ",".join(filter(None, [os.environ.get(METHODS_ENV, ""), *entries]))
+    """Register the --method entries of a plug-in subcommand's argv: they join $L2E_METHODS while the method registry
+    is first imported, so that a user's sampler is registered like ours (its settings group, the presets' methods,
+    the card, the curves); the environment is left as it was. ConfigError when the registry was already loaded in
+    this process without them (an in-process call after another: set $L2E_METHODS before importing evaluate)."""
+    import importlib
+    import sys
+
+    sub = argv[0] if argv and not argv[0].startswith("-") else None
+    entries = [e.strip() for e in method_flags(argv) if e.strip()] if sub in PLUGIN_SUBCOMMANDS else []
+    if not entries:
+        return
+    if "evaluate.methods.registry" in sys.modules:
+        from evaluate.methods.registry import EXTRA_ENTRIES
+
+        missing = [e for e in entries if e not in EXTRA_ENTRIES]
+        if missing:
+            raise ConfigError(f"--method {missing[0]}: the method registry is already loaded in this process; set "
+                              f"{METHODS_ENV} before importing evaluate")
+        return
+    before = os.environ.get(METHODS_ENV)
+    os.environ[METHODS_ENV] = ",".join(filter(None, [before or "", *entries]))
+    try:
+        importlib.import_module("evaluate.methods.registry")
+    finally:
+        if before is None:
+            os.environ.pop(METHODS_ENV, None)
+        else:
+            os.environ[METHODS_ENV] = before
 
 
 def with_user_methods(cfg, entries: list[str]):

@@ -220,3 +220,18 @@ def test_a_bad_user_sampler_is_one_error_line_before_anything_runs(tmp_path, ent
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode != 0 and len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
     assert says in lines[0] and not out.exists(), lines[0]
+
+
+def test_method_flags_leave_the_environment_and_other_subcommands_alone(monkeypatch):
+    """`evaluate select --method sghmc` picks one of ours: nothing is registered; a plug-in --method in a process
+    whose registry is already loaded is one ConfigError (not a silent no-op), and $L2E_METHODS is never changed."""
+    import evaluate.methods.registry  # noqa: F401  (loaded, as in any in-process call after the first)
+    from evaluate.cli_common import METHODS_ENV, register_method_flags
+    from evaluate.config import ConfigError
+
+    monkeypatch.delenv(METHODS_ENV, raising=False)
+    register_method_flags(["select", "runs/x", "--method", "sghmc"])
+    assert METHODS_ENV not in os.environ
+    with pytest.raises(ConfigError, match="registry is already loaded"):
+        register_method_flags(["--preset", "smoke", "--method", "theirs.samplers:my_sgld"])
+    assert METHODS_ENV not in os.environ

@@ -104,7 +104,7 @@ LOAD_ERRORS: list[str] = []
 
 def _load_all() -> dict[str, Method]:
     methods = _load(METHOD_MODULES)
-    for entry in extra_modules():
+    for entry in EXTRA_ENTRIES:
         try:
             _load([entry], dict(methods))
             _load([entry], methods)
@@ -119,6 +119,8 @@ def check_extra_methods() -> None:
         raise ConfigError(LOAD_ERRORS[0])
 
 
+EXTRA_ENTRIES: tuple[str, ...] = extra_modules()
+"""The $L2E_METHODS entries this process registered (read once, when the registry was loaded)."""
 REGISTRY: dict[str, Method] = _load_all()
 METHODS: tuple[str, ...] = tuple(REGISTRY)
 """Every registered method, in run / report order."""
