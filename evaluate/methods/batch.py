@@ -64,7 +64,7 @@ def has_convolution(task) -> bool:
 
 def use_batches(cfg, task) -> bool:
     """Whether the chains of a chain allocation run batched under cfg.batch_chains (module doc)."""
-    mode = getattr(cfg, "batch_chains", "auto")
+    mode = cfg.batch_chains
     if mode == "never":
         return False
     if mode == "always" or jax.default_backend() != "cpu":

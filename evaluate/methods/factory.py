@@ -154,4 +154,5 @@ def sampler_method(name: str, factory) -> Method:
                                 lambda: kernel, alg.init, {})
 
     return Method(name, settings, run, grid=(lambda s: [dict(p) for p in points]) if points != [{}] else None,
-                  schedule=_schedule, batch_chains=True, card=lambda post, eps, c, smin, steps: (factory(post, **points[0]), always))
+                  schedule=_schedule, batch_chains=True,
+                  card=lambda post, eps, c, smin, steps: (factory(post, **points[0]), always))

@@ -7,9 +7,11 @@ settings — reads the Method's fields (Method.grids, card, step_cost, audit).
 
 A method from outside the repository: the environment variable L2E_METHODS holds comma-separated entries
 "pkg.module" (its METHOD) or "pkg.module:NAME" (its METHOD_TABLE[NAME], or "*" for all), importable from the Python
-path; they are registered after METHOD_MODULES, in that order, exactly like ours.  It is then a valid `methods=` entry, its settings are the group
-`settings.<name>` of EvalConfig (`--set settings.<name>.<field>=…`), and the `full` preset runs it.  A module
-that builds several methods from one table (evaluate.methods.l2e: the shipped learned samplers) exposes them as
+path; they are registered after METHOD_MODULES, in that order, exactly like ours ("pkg.module:NAME" may also name a
+bare sampler factory: evaluate.methods.factory.sampler_method; `--method` on the CLIs adds entries).
+
+A registered method is a valid `methods=` entry, its settings are the group `settings.<name>` of EvalConfig
+(`--set settings.<name>.<field>=…`), and the `full` preset runs it.  A module that builds several methods from one table (evaluate.methods.l2e: the shipped learned samplers) exposes them as
 `METHOD_TABLE` (name → Method); the METHOD_MODULES entry "<module>:<name>" registers one of them, "<module>:*" all.
 """
 from __future__ import annotations
@@ -105,9 +107,8 @@ LOAD_ERRORS: list[str] = []
 def _load_all() -> dict[str, Method]:
     methods = _load(METHOD_MODULES)
     for entry in EXTRA_ENTRIES:
-        try:
-            _load([entry], dict(methods))
-            _load([entry], methods)
+        try:  # into a copy, kept whole or not at all (a table that fails half-way registers nothing)
+            methods = _load([entry], dict(methods))
         except Exception as e:  # a user's module: reported by check_extra_methods as one line, not at import
             LOAD_ERRORS.append(f"{ENV} entry {entry!r}: {type(e).__name__}: {one_line(e)}")
     return methods
