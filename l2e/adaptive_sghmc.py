@@ -26,7 +26,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from l2e.checks import check_in_range, check_positive
+from l2e.checks import check_in_range, check_positive, check_step_count
 from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_vdot
 
 __all__ = ["DEFAULTS", "AdaptiveSGHMCInfo", "AdaptiveSGHMCState", "adaptive_sghmc", "build_kernel", "init"]
@@ -75,12 +75,11 @@ def build_kernel(posterior: Posterior, burn_in: int = DEFAULTS["burn_in"]):
 
     Args:
       posterior: the target (l2e.Posterior).
-      burn_in: updates during which the estimates adapt (static); frozen from update `burn_in` on.
+      burn_in: updates during which the estimates adapt (an int, or a traced integer scalar); frozen from update `burn_in` on.
     Returns:
       The kernel; step_size = ε (per update, dimensionless: the preconditioner carries the units), mdecay = m.
     """
-    if isinstance(burn_in, bool) or not isinstance(burn_in, int) or burn_in < 0:
-        raise ValueError(f"burn_in must be an integer ≥ 0, got {burn_in!r}")
+    check_step_count("burn_in", burn_in, 0)
 
     def adapt(state, grad_u, delta):
         def leaf(tau, g, v, gu):

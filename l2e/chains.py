@@ -77,7 +77,10 @@ PHASES = ("burn_in", "adapt", "window")
 
 
 def adaptation_start(freeze_step: int, adapt_fraction: float) -> int:
-    """The first update of the adaptation window: the last adapt_fraction of the freeze_step burn-in updates (≥ 1)."""
+    """The first update of the adaptation window: the last adapt_fraction of the freeze_step burn-in updates (≥ 1);
+    a traced freeze_step gives the same count, traced (jnp.round rounds half to even, as round does)."""
+    if isinstance(freeze_step, jax.core.Tracer):
+        return freeze_step - jnp.maximum(1, jnp.round(adapt_fraction * freeze_step).astype(freeze_step.dtype))
     return int(freeze_step) - max(1, int(round(adapt_fraction * int(freeze_step))))
 
 

@@ -117,3 +117,23 @@ def check_choice(name: str, value, allowed) -> None:
     """
     if value not in tuple(allowed):
         raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, got {value!r}")
+
+
+def check_step_count(name: str, value, minimum: int = 0) -> None:
+    """Check an update count (a burn-in, a freeze step): a Python / numpy integer ≥ minimum, or a traced integer
+    scalar (the evaluation passes budget-dependent counts as call arguments, so one compiled chunk serves every
+    budget: evaluate.methods.driver); bools, floats and anything else are refused.
+
+    Args:
+      name: the name in the error message.
+      value: the value.
+      minimum: the least allowed value.
+    Raises:
+      ValueError: naming the value.
+    """
+    if isinstance(value, jax.core.Tracer):
+        if value.shape != () or value.dtype.kind not in "iu":
+            raise ValueError(f"{name} must be an integer scalar, got a traced {value.dtype} of shape {value.shape}")
+        return
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer ≥ {minimum}, got {value!r}")

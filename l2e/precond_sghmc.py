@@ -35,7 +35,7 @@ import jax.numpy as jnp
 
 from l2e.adaptation import halved_gradients, welford
 from l2e.chains import PHASES, adaptation_start
-from l2e.checks import check_in_range, check_positive
+from l2e.checks import check_in_range, check_positive, check_step_count
 from l2e.diffusions import physical_step_size, sghmc_noise_std
 from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_vdot
 
@@ -150,7 +150,8 @@ def build_kernel(posterior: Posterior, preconditioner: str = "fisher", freeze_st
     Args:
       posterior: the target (l2e.Posterior).
       preconditioner: "rmsprop" or "fisher" (module docstring).
-      freeze_step: the update at which M⁻¹ is set and frozen (the first update of the sampling window), ≥ 1.
+      freeze_step: the update at which M⁻¹ is set and frozen (the first update of the sampling window), ≥ 1; an
+        int, or a traced integer scalar (one compiled kernel for every freeze step).
       adapt_fraction: the adaptation window is the last adapt_fraction of the burn-in, in (0, 1].
       noise_halves: "fisher" only: estimate the minibatch-noise variance from two half-batches.
       phase: None — one kernel for every update, branching on the step; "burn_in" / "adapt" / "window" — a kernel
@@ -163,10 +164,9 @@ def build_kernel(posterior: Posterior, preconditioner: str = "fisher", freeze_st
         raise ValueError(f"preconditioner must be one of {PRECONDITIONERS}, got {preconditioner!r}")
     if phase not in (None,) + PHASES:
         raise ValueError(f"phase must be None or one of {', '.join(PHASES)}, got {phase!r}")
-    if isinstance(freeze_step, bool) or not isinstance(freeze_step, int) or freeze_step < 1:
-        raise ValueError(f"freeze_step must be an integer ≥ 1, got {freeze_step!r}")
+    check_step_count("freeze_step", freeze_step, 1)
     check_in_range("adapt_fraction", adapt_fraction, 0, 1, include_low=False)
-    freeze = int(freeze_step)
+    freeze = freeze_step if isinstance(freeze_step, jax.core.Tracer) else int(freeze_step)
     adapt_start = adaptation_start(freeze, adapt_fraction)
     split = preconditioner == "fisher" and noise_halves
 

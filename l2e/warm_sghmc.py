@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from l2e.checks import check_positive
+from l2e.checks import check_positive, check_step_count
 from l2e.diffusions import physical_step_size, position_update, sghmc_momentum, sghmc_noise_std
 from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_vdot
 
@@ -62,13 +62,12 @@ def build_kernel(posterior: Posterior, warm_steps: int):
 
     Args:
       posterior: the target (l2e.Posterior).
-      warm_steps: updates of the optimiser phase (static, ≥ 0).
+      warm_steps: updates of the optimiser phase (≥ 0; an int, or a traced integer scalar).
     Returns:
       The kernel; learning_rate = ε²·N (SGHMC, mean-loss units), friction = C, warm_lr = Adam's step (parameter
       units), temperature = T are call arguments.
     """
-    if isinstance(warm_steps, bool) or not isinstance(warm_steps, int) or warm_steps < 0:
-        raise ValueError(f"warm_steps must be an integer ≥ 0, got {warm_steps!r}")
+    check_step_count("warm_steps", warm_steps, 0)
     n = posterior.data_size
 
     def kernel(key: jax.Array, state: WarmSGHMCState, minibatch, learning_rate, friction, warm_lr,

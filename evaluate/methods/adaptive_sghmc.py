@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax.numpy as jnp
+
 import l2e.adaptive_sghmc
 from evaluate.budget import single_chain_schedule
 from evaluate.methods.base import Method, always, check_positive
@@ -26,10 +28,11 @@ class AdaptiveSGHMCSettings:
         check_positive(self, "settings.adaptive_sghmc", "step_size", "mdecay")
 
 
-def _kernel(task, burn_in: int, step_size: float, mdecay: float):
-    step = l2e.adaptive_sghmc.build_kernel(task.posterior, burn_in)
-
+def _kernel(task, step_size: float, mdecay: float):
+    """The chunk kernel; the burn-in is the call argument args["burn_in"] (traced: one compiled chunk serves every
+    budget)."""
     def kernel(key, state, batch, args):
+        step = l2e.adaptive_sghmc.build_kernel(task.posterior, args["burn_in"])
         return step(key, state, batch, step_size, mdecay)
 
     return kernel
@@ -42,9 +45,10 @@ def run_adaptive_sghmc(ctx, key, hp: dict):
     s = ctx.settings
     hp = {**hp, "step_size": s.step_size, "mdecay": s.mdecay, "burn_in": burn_in,
           "thinning": ctx.cfg.sample_thinning, "temperature": 1.0}
-    static = (burn_in, float(s.step_size), float(s.mdecay))
+    static = (float(s.step_size), float(s.mdecay))
     return run_single_chain(ctx, key, hp, schedule, ("adaptive_sghmc",) + static,
-                            lambda: _kernel(ctx.task, *static), l2e.adaptive_sghmc.init, {})
+                            lambda: _kernel(ctx.task, *static), l2e.adaptive_sghmc.init,
+                            {"burn_in": jnp.asarray(burn_in, jnp.int32)})
 
 
 METHOD = Method("adaptive_sghmc", AdaptiveSGHMCSettings, run_adaptive_sghmc,

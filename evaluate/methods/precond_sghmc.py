@@ -51,10 +51,11 @@ def _window_start(schedule) -> int:
     return max(1, schedule.num_steps - schedule.num_samples * schedule.thinning)
 
 
-def _kernel(task, rule: str, freeze: int, adapt_fraction: float, phase: str | None = None):
-    step = l2e.precond_sghmc.build_kernel(task.posterior, rule, freeze, adapt_fraction, phase=phase)
-
+def _kernel(task, rule: str, adapt_fraction: float, phase: str | None = None):
+    """The chunk kernel; the freeze step is the call argument args["freeze"] (traced: one compiled chunk per phase
+    serves every budget)."""
     def kernel(key, state, batch, args):
+        step = l2e.precond_sghmc.build_kernel(task.posterior, rule, args["freeze"], adapt_fraction, phase=phase)
         return step(key, state, batch, args["lr"], args["friction"])
 
     return kernel
@@ -74,9 +75,9 @@ def _runner(rule: str):
         friction = float(hp.get("friction", ctx.settings.frictions[0]))
         hp = {**hp, "friction": friction, "thinning": ctx.cfg.sample_thinning, "temperature": 1.0,
               "preconditioner": rule, "freeze_step": freeze, "adapt_fraction": frac}
-        args = {**lr_args(hp), "friction": jnp.asarray(friction, jnp.float32)}
-        return run_single_chain(ctx, key, hp, schedule, ("precond_sghmc", rule, freeze, frac),
-                                functools.partial(_kernel, ctx.task, rule, freeze, frac), l2e.precond_sghmc.init,
+        args = {**lr_args(hp), "friction": jnp.asarray(friction, jnp.float32), "freeze": jnp.asarray(freeze, jnp.int32)}
+        return run_single_chain(ctx, key, hp, schedule, ("precond_sghmc", rule, frac),
+                                functools.partial(_kernel, ctx.task, rule, frac), l2e.precond_sghmc.init,
                                 args, phase_of=functools.partial(freeze_phase, freeze,
                                                                  adapt_start=adaptation_start(freeze, frac)))
 

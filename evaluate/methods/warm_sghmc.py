@@ -39,10 +39,11 @@ def _grid(s: WarmSGHMCSettings) -> list[dict]:
             for f in s.warm_fractions for lr in s.lrs for c in s.frictions]
 
 
-def _kernel(task, warm_steps: int, warm_lr: float):
-    step = l2e.warm_sghmc.build_kernel(task.posterior, warm_steps)
-
+def _kernel(task, warm_lr: float):
+    """The chunk kernel; the optimiser phase's length is the call argument args["warm_steps"] (traced: one compiled
+    chunk serves every budget and warm fraction)."""
     def kernel(key, state, batch, args):
+        step = l2e.warm_sghmc.build_kernel(task.posterior, args["warm_steps"])
         return step(key, state, batch, args["lr"], args["friction"], warm_lr)
 
     return kernel
@@ -57,9 +58,10 @@ def run_warm_sghmc(ctx, key, hp: dict):
     warm_steps = int(round(fraction * window))
     hp = {**hp, "friction": friction, "warm_fraction": fraction, "warm_steps": warm_steps, "warm_lr": s.warm_lr,
           "thinning": ctx.cfg.sample_thinning, "temperature": 1.0}
-    args = {**lr_args(hp), "friction": jnp.asarray(friction, jnp.float32)}
-    return run_single_chain(ctx, key, hp, schedule, ("warm_sghmc", warm_steps, float(s.warm_lr)),
-                            lambda: _kernel(ctx.task, warm_steps, float(s.warm_lr)), l2e.warm_sghmc.init, args)
+    args = {**lr_args(hp), "friction": jnp.asarray(friction, jnp.float32),
+            "warm_steps": jnp.asarray(warm_steps, jnp.int32)}
+    return run_single_chain(ctx, key, hp, schedule, ("warm_sghmc", float(s.warm_lr)),
+                            lambda: _kernel(ctx.task, float(s.warm_lr)), l2e.warm_sghmc.init, args)
 
 
 METHOD = Method("warm_sghmc", WarmSGHMCSettings, run_warm_sghmc, grid=_grid,
