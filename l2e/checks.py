@@ -137,3 +137,32 @@ def check_step_count(name: str, value, minimum: int = 0) -> None:
         return
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name} must be an integer ≥ {minimum}, got {value!r}")
+
+
+def check_finite(**values) -> None:
+    """Check that every concrete value is a finite number of any sign (an output multiplier, a scale); traced
+    values pass.
+
+    Args:
+      **values: name = value.
+    Raises:
+      ValueError: naming the first value that is not (or is not a number: check_number).
+    """
+    for name, v in values.items():
+        check_number(name, v)
+        if is_concrete(v) and not math.isfinite(as_number(v)):
+            raise ValueError(f"{name} must be a finite number, got {v}")
+
+
+def check_flag(**values) -> None:
+    """Check that every value is a bool (Python or numpy): a switch given as a string ("yes"), a number or an array
+    would otherwise be read by its truth value (`"False"` is true) instead of refused.
+
+    Args:
+      **values: name = value.
+    Raises:
+      ValueError: naming the first value that is not a bool.
+    """
+    for name, v in values.items():
+        if not isinstance(v, (bool, np.bool_)):
+            raise ValueError(f"{name} must be True or False, got a {type(v).__name__}: {str(v)[:40]}")

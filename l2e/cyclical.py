@@ -156,13 +156,14 @@ def cyclical_sghmc(
       num_steps: K, the total number of updates.
       num_cycles: M.
       exploration_ratio: β ∈ [0, 1), the fraction of each cycle without noise.
-      momentum_decay: a > 0 (= 1 − momentum; a = 1: cyclical SGLD).
+      momentum_decay: a ∈ (0, 1] (= 1 − momentum; a = 1: cyclical SGLD).
       temperature: T (1: the posterior).
     Returns:
       SamplingAlgorithm: init(position) -> CyclicalState, step(key, state, minibatch) -> (CyclicalState,
       CyclicalInfo).
     """
-    check_positive(learning_rate=learning_rate, momentum_decay=momentum_decay)
+    check_positive(learning_rate=learning_rate, temperature=temperature)
+    check_in_range("momentum_decay", momentum_decay, 0.0, 1.0, include_low=False)  # 1 − momentum: > 1 reverses it
     kernel = build_kernel(posterior, num_steps, num_cycles, exploration_ratio)
 
     def step(key: jax.Array, state: CyclicalState, minibatch):

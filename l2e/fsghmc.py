@@ -16,7 +16,7 @@ from typing import NamedTuple, Optional
 import jax
 import jax.numpy as jnp
 
-from l2e.checks import check_positive
+from l2e.checks import check_positive, check_step_count
 from l2e.diffusions import physical_step_size, position_update, sghmc_momentum, sghmc_noise_std
 from l2e.fsgmcmc import FunctionalPosterior, functional_posterior, per_class_kernel, rbf_kernel
 from l2e.types import PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_vdot
@@ -126,7 +126,7 @@ def fsghmc(
     """
     check_positive(learning_rate=learning_rate, friction=friction, temperature=temperature)
     if resample_momentum_every is not None:
-        check_positive(resample_momentum_every=resample_momentum_every)
+        check_step_count("resample_momentum_every", resample_momentum_every, 1)
     kernel = build_kernel(posterior, resample_momentum_every)
 
     def step(key: jax.Array, state: FSGHMCState, minibatch):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from typing import Callable, NamedTuple, Sequence
 
 import jax
@@ -21,7 +20,7 @@ from l2e.meta_model import (
     sghmc_like_meta_params, update_averages,
 )
 from l2e.meta_model import init_meta_params as random_meta_params
-from l2e.checks import check_positive
+from l2e.checks import check_finite, check_positive
 from l2e.diffusions import learned_momentum, physical_step_size, position_update, sghmc_noise_std
 from l2e.types import (
     LearnedSampler, Posterior, PyTree, SamplingAlgorithm, Shipped, all_finite, normal_like, settled, tree_vdot,
@@ -48,9 +47,7 @@ class L2EConfig:
 
     def __post_init__(self):
         check_positive(learning_rate=self.learning_rate, friction=self.friction, temperature=self.temperature)
-        for name in ("alpha_scale", "beta_scale"):
-            if not math.isfinite(getattr(self, name)):
-                raise ValueError(f"{name} must be a finite number, got {getattr(self, name)}")
+        check_finite(alpha_scale=self.alpha_scale, beta_scale=self.beta_scale)
         if self.noise not in NOISE_MODES:
             raise ValueError(f"noise must be one of {NOISE_MODES}, got {self.noise!r}")
 

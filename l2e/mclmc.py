@@ -28,6 +28,7 @@ from blackjax.mcmc import integrators
 from blackjax.mcmc import mclmc as bj_mclmc
 from jax.flatten_util import ravel_pytree
 
+from l2e.checks import check_positive, check_step_count
 from l2e.diagnostics import ess_geyer
 from l2e.types import FullBatchAlgorithm, PyTree
 
@@ -79,6 +80,7 @@ def mclmc(logdensity_fn: Callable, L: float, step_size: float) -> FullBatchAlgor
       FullBatchAlgorithm: init(position, key) -> IntegratorState (random unit velocity from the key),
       step(key, state) -> (IntegratorState, blackjax MCLMCInfo).
     """
+    check_positive(L=L, step_size=step_size)
     kernel = build_kernel(logdensity_fn)
 
     def init_fn(position: PyTree, key: jax.Array):
@@ -203,6 +205,22 @@ def _sample(kernel, state, key, L, eps, num_samples: int, thinning: int):
     return state, samples, nans, e2
 
 
+def _check_mile(step_size0, num_steps, num_samples, thinning, L0, num_effective_samples, trust_in_estimate, l_factor,
+                max_ess_coords, max_ess_samples) -> None:
+    """`mile`'s arguments by meaning (l2e.checks): positive scales, update counts that are integers."""
+    check_positive(step_size0=step_size0, num_effective_samples=num_effective_samples,
+                   trust_in_estimate=trust_in_estimate, l_factor=l_factor)
+    if L0 is not None:
+        check_positive(L0=L0)
+    if not isinstance(num_steps, (tuple, list)) or len(num_steps) != 3:
+        raise ValueError(f"num_steps must be the three warm-up phases (n1, n2, n3), got {num_steps!r}")
+    for name, n, least in zip(("n1", "n2", "n3"), num_steps, (1, 0, 0)):
+        check_step_count(f"num_steps ({name})", n, least)
+    for name, n in (("num_samples", num_samples), ("thinning", thinning), ("max_ess_coords", max_ess_coords),
+                    ("max_ess_samples", max_ess_samples)):
+        check_step_count(name, n, 1)
+
+
 def mile(
     logdensity_fn: Callable,
     init_position: PyTree,
@@ -240,6 +258,8 @@ def mile(
     Returns:
       (samples: the structure of init_position with a leading axis of num_samples; MILEInfo).
     """
+    _check_mile(step_size0, num_steps, num_samples, thinning, L0, num_effective_samples, trust_in_estimate, l_factor,
+                max_ess_coords, max_ess_samples)
     n1, n2, n3 = (int(s) for s in num_steps)
     d = ravel_pytree(init_position)[0].shape[0]
     if L0 is None:

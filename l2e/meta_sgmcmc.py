@@ -40,13 +40,14 @@ Q ≡ 1, D ≡ C, Γ = 0 — SGHMC with friction C, exactly in exact arithmetic.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from l2e.checks import check_positive
+from l2e.checks import check_finite, check_in_range, check_positive
 from l2e.diffusions import physical_step_size
 from l2e.meta_model import MetaMLP, hidden_sizes, mlp_layers_names
 from l2e.types import LearnedSampler, Posterior, PyTree, SamplingAlgorithm, Shipped, all_finite, settled
@@ -77,7 +78,9 @@ class MetaSGMCMCConfig:
 
     def __post_init__(self):
         check_positive(learning_rate=self.learning_rate, friction=self.friction, temperature=self.temperature,
-                       q_clip=self.q_clip, d_max=self.d_max)
+                       q_clip=self.q_clip, d_max=self.d_max, fd_step=self.fd_step)
+        check_finite(u_scale=self.u_scale, p_scale=self.p_scale, g_scale=self.g_scale)
+        check_in_range("d_scale", self.d_scale, 0.0, math.inf, include_high=False)  # D ≥ C·Q²: s_D·|MLP| ≥ 0
         if self.gamma not in GAMMA_MODES:
             raise ValueError(f"gamma must be one of {GAMMA_MODES}, got {self.gamma!r}")
 

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from l2e.checks import check_in_range, check_positive, check_step_count
 from l2e.devices import member_device
 from l2e.types import FullBatchAlgorithm, PyTree
 
@@ -95,6 +96,8 @@ def nuts(logdensity_fn: Callable[[PyTree], jax.Array], step_size, inverse_mass_m
       FullBatchAlgorithm: init(position, key) -> HMCState (the key is unused), step(key, state) -> (HMCState,
       blackjax NUTSInfo).
     """
+    check_positive(step_size=step_size)
+    check_step_count("max_num_doublings", max_num_doublings, 1)
     kernel = build_kernel(logdensity_fn, max_num_doublings)
 
     def init_fn(position: PyTree, key: jax.Array | None = None):
@@ -182,9 +185,10 @@ def nuts_chains(logdensity_fn: Callable[[PyTree], jax.Array], init_positions: Py
     Raises:
       ValueError: a negative warm-up or a non-positive num_samples / thinning.
     """
-    if num_warmup < 0 or num_samples < 1 or thinning < 1:
-        raise ValueError(f"need num_warmup ≥ 0, num_samples ≥ 1, thinning ≥ 1; got {num_warmup}, "
-                         f"{num_samples}, {thinning}")
+    for name, value, least in (("num_warmup", num_warmup, 0), ("num_samples", num_samples, 1), ("thinning", thinning, 1),
+                               ("max_num_doublings", max_num_doublings, 1)):
+        check_step_count(name, value, least)
+    check_in_range("target_acceptance_rate", target_acceptance_rate, 0.0, 1.0, include_low=False, include_high=False)
     num_chains = jax.tree.leaves(init_positions)[0].shape[0]
     programs = _programs(logdensity_fn, num_warmup, thinning, target_acceptance_rate, max_num_doublings)
     devices = jax.local_devices()

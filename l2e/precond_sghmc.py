@@ -35,7 +35,7 @@ import jax.numpy as jnp
 
 from l2e.adaptation import halved_gradients, welford
 from l2e.chains import PHASES, adaptation_start
-from l2e.checks import check_in_range, check_positive, check_step_count
+from l2e.checks import check_flag, check_in_range, check_positive, check_step_count
 from l2e.diffusions import physical_step_size, sghmc_noise_std
 from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, normal_like, settled, tree_vdot
 
@@ -166,6 +166,7 @@ def build_kernel(posterior: Posterior, preconditioner: str = "fisher", freeze_st
         raise ValueError(f"phase must be None or one of {', '.join(PHASES)}, got {phase!r}")
     check_step_count("freeze_step", freeze_step, 1)
     check_in_range("adapt_fraction", adapt_fraction, 0, 1, include_low=False)
+    check_flag(noise_halves=noise_halves)
     freeze = freeze_step if isinstance(freeze_step, jax.core.Tracer) else int(freeze_step)
     adapt_start = adaptation_start(freeze, adapt_fraction)
     split = preconditioner == "fisher" and noise_halves

@@ -82,7 +82,7 @@ import jax
 import jax.numpy as jnp
 from blackjax.mcmc.integrators import partially_refresh_momentum
 
-from l2e.checks import check_in_range, check_positive, is_concrete
+from l2e.checks import check_flag, check_in_range, check_positive, is_concrete
 from l2e.types import Posterior, PyTree, SamplingAlgorithm, all_finite, settled, tree_size, tree_vdot
 
 __all__ = ["B1", "SMILEInfo", "SMILEState", "build_kernel", "build_psmile_kernel", "esh_velocity_update", "init",
@@ -343,6 +343,9 @@ def smile(posterior: Posterior, step_size: float = 1e-3, tuner: bool = True, pre
       SamplingAlgorithm: init(position) -> SMILEState, step(key, state, minibatch) -> (SMILEState, SMILEInfo).
     """
     check_positive(step_size=step_size)
+    check_flag(tuner=tuner, preconditioned=preconditioned)
+    if likelihood_scale is not None:
+        check_positive(likelihood_scale=likelihood_scale)
     check_in_range("reset_prob", reset_prob, 0.0, 1.0)
     check_in_range("adaption_prob", adaption_prob, 0.0, 1.0)
     check_in_range("adaption_strength", adaption_strength, 0.0, 1.0, include_high=False)

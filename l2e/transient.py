@@ -60,7 +60,7 @@ import numpy as np
 
 from l2e.adaptation import halved_gradients, top_curvature, welford
 from l2e.chains import PHASES, adaptation_start, freeze_at, freeze_phase
-from l2e.checks import check_choice, check_in_range, check_positive
+from l2e.checks import check_choice, check_flag, check_in_range, check_positive
 from l2e.mass import MASS_FEATURE_NAMES, mass_features
 from l2e.meta_model import MetaMLP, check_mlp_shapes, check_tree, hidden_sizes, mlp_layers_names
 from l2e.types import (
@@ -125,6 +125,7 @@ class TransientConfig:
         check_in_range("adapt_fraction", self.adapt_fraction, 0, 1, include_low=False)
         check_in_range("window_fraction", self.window_fraction, 0, 1, include_low=False, include_high=False)
         check_in_range("rms_decay", self.rms_decay, 0.0, 1.0, include_high=False)
+        check_flag(noise_halves=self.noise_halves, subtract_noise=self.subtract_noise)
 
 
 class TransientState(NamedTuple):
