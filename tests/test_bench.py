@@ -159,12 +159,13 @@ def test_sghmc_heat_measures_the_per_example_gradient_variance():
     assert abs(v / 4.0 - 1.0) < 0.2, v
 
 
-def test_select_window_scores_the_geometric_mean_with_misses_at_twice_the_largest_budget(tmp_path):
+def test_select_window_scores_the_geometric_mean_with_misses_at_twice_the_largest_budget(tmp_path, capsys):
     """bench.select_window: per (fraction, M) the geometric mean over meta-training references, seeds, TV and E² of
     the gradients to floor, a miss counted as 2 × the largest budget; the smallest wins; a bad --run is refused."""
     import json
 
     from bench.select_window import main, scores
+    from test_reference_schema import complete_curve
 
     def curve(per_seed_m1, per_seed_m10):
         rows = {}
@@ -180,8 +181,9 @@ def test_select_window_scores_the_geometric_mean_with_misses_at_twice_the_larges
     assert got[(0.5, 10)]["score"] == pytest.approx(16000) and got[(0.5, 10)]["reached"]["tv"] == "0/4"
     assert min(got.values(), key=lambda r: r["score"]) is got[(0.5, 1)]
     (tmp_path / "a").mkdir()
-    (tmp_path / "a" / "curve.json").write_text(json.dumps(runs[0.25]))
-    main(["--run", f"0.25={tmp_path / 'a'}", "--json", str(tmp_path / "out.json")])
+    (tmp_path / "a" / "curve.json").write_text(json.dumps(complete_curve(runs[0.25])))  # a whole curve result
+    assert main(["--run", f"0.25={tmp_path / 'a'}", "--json", str(tmp_path / "out.json")]) == 0
     assert json.loads((tmp_path / "out.json").read_text())["chosen"]["chains"] == 10
-    with pytest.raises(SystemExit, match="error: --run must be FRACTION=DIR"):
-        main(["--run", "1.5=x"])
+    capsys.readouterr()
+    assert main(["--run", "1.5=x"]) == 2
+    assert capsys.readouterr().err.startswith("error: --run must be FRACTION=DIR")

@@ -96,20 +96,6 @@ def test_keep_draws_thins_the_per_draw_file_not_the_chains(iris_ref, tiny_preset
     assert same  # the same chains: only the per-draw file is thinned
 
 
-def test_draw_rows_are_checked(tmp_path):
-    from tasks.reference import ReferenceDataError as RDE, load_draws
-
-    probs = np.full((3, 4, 2), 0.5, np.float16)
-    for rows, ok in ((np.array([0, 2, 5, 9]), True), (np.array([0, 2, 2, 9]), False), (np.array([0, 1, 2]), False),
-                     (np.array([-1, 2, 3, 4]), False), (np.array([0.0, 1, 2, 3]), False)):
-        np.savez(tmp_path / "draw_probs.npz", probs=probs, chain=np.zeros(3, np.int16), rows=rows)
-        if ok:
-            np.testing.assert_array_equal(load_draws(tmp_path, "classification")["rows"], rows)
-        else:
-            with pytest.raises(RDE, match="rows must be 4 increasing non-negative test-point indices"):
-                load_draws(tmp_path, "classification")
-
-
 @pytest.mark.slow
 def test_directory_round_trips_through_load_references(iris_ref):
     task = build(IRIS)

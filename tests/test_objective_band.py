@@ -59,6 +59,13 @@ def test_band_penalty_is_zero_inside_and_the_log_excess_outside():
     assert abs(plain - tv) < 1e-6 and abs(float(fid(samples, x, jnp.asarray(q, jnp.float32))) - tv) < 1e-6
 
 
+def _draws_near(q, draws: int, rng) -> np.ndarray:
+    """(draws, n, C) probability vectors scattered around q (Dirichlet(30 q) per row): draws whose average matches the
+    reference's probabilities on its rows, as a reference's own draws do (tasks.reference.load_draws checks it)."""
+    g = rng.gamma(30.0 * np.broadcast_to(q, (draws, *q.shape)))
+    return g / g.sum(axis=-1, keepdims=True)
+
+
 def _write_draws(root, task, probs, rows=None):
     slug = task_name(task.spec).replace("/", "_").replace(":", "_")
     extra = {} if rows is None else {"rows": rows}
@@ -73,7 +80,7 @@ def test_reference_draws_give_the_predictive_variance_or_a_refusal(tmp_path):
         load_task_reference(root, task, draws=True)
     assert load_task_reference(root, task).pred_var is None
     rng = np.random.default_rng(1)
-    draws = rng.dirichlet(np.ones(task.num_classes), size=(6, q.shape[0]))
+    draws = _draws_near(q, 6, rng)
     _write_draws(root, task, draws)
     got = load_task_reference(root, task, draws=True).pred_var
     want = float(np.mean(np.var(draws.astype(np.float32).astype(np.float64), axis=0, ddof=1)))
@@ -115,7 +122,7 @@ def test_schedules_scale_the_burn_in_and_the_window():
 def test_population_fitness_averages_budgets_and_adds_the_temperature_penalty(tmp_path):
     task = _task()
     root = write_reference(tmp_path / "refs", task, _smoothed_labels(task))
-    _write_draws(root, task, np.random.default_rng(2).dirichlet(np.ones(task.num_classes), size=(5, 360)))
+    _write_draws(root, task, _draws_near(_smoothed_labels(task), 5, np.random.default_rng(2)))
     config = _config(root, burn_in=20, budgets=(20, 40), dispersion_weight=0.2, log_temperature=True,
                      temperature_weight=0.5)
     phi = initial_meta_params(config)

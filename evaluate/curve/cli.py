@@ -8,7 +8,7 @@ from pathlib import Path
 
 from base.io import ConfigError
 
-__all__ = ["build_curve_parser", "curve_main", "run_curves"]
+__all__ = ["build_curve_parser", "curve_main", "load_curve_inputs", "run_curves"]
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:
@@ -88,11 +88,11 @@ def _warm_factory(cfg, cache):
     return factory
 
 
-def run_curves(cfg, curve, reference_dir, names, samplers: dict, progress=None, left_out: dict | None = None) -> dict:
-    """The curve results of the selected tasks (evaluate.curve.run.curve_task per task); samplers: the checkpoints
-    the methods read (evaluate.run.load_samplers); left_out: {method: why} recorded as the result's "off_curve"."""
-    from evaluate.curve.run import curve_task
-    from evaluate.methods import CompileCache
+def load_curve_inputs(cfg, reference_dir, names) -> dict:
+    """{"tasks", "refs", "draws"} of the selected tasks, every file checked before anything runs: each task built,
+    its reference read and checked against it (evaluate.reference.load_references), its per-draw predictives against
+    the reference (tasks.reference.load_draws), more draws than the K per run (the K-draw floor takes K of them
+    against the rest); ConfigError / ReferenceDataError otherwise."""
     from evaluate.reference import load_references
     from tasks import TaskCache, build
     from tasks.reference import load_draws
@@ -100,11 +100,30 @@ def run_curves(cfg, curve, reference_dir, names, samplers: dict, progress=None, 
     all_names = cfg.task_names()
     tasks = {n: build(cfg.tasks[all_names.index(n)], TaskCache()) for n in names}
     refs = load_references({None: reference_dir}, names, [tasks[n] for n in names])
-    draws = {n: load_draws(refs[n]["path"], tasks[n].kind) for n in names}
+    draws = {n: load_draws(refs[n]["path"], tasks[n].kind, refs[n].get("probs")) for n in names}
     missing = [n for n in names if draws[n] is None]
     if missing:
         raise ConfigError(f"the reference of {', '.join(missing)} keeps no per-draw predictives (draw_probs.npz); "
                           "recompute it with `python -m evaluate reference`")
+    for n in names:
+        s = len(draws[n]["probs" if "probs" in draws[n] else "loc"])
+        if s <= cfg.num_samples:
+            raise ConfigError(f"the reference of {n} keeps {s} draws; the K-draw floor needs more than K = "
+                              f"{cfg.num_samples} (num_samples)")
+    return {"tasks": tasks, "refs": refs, "draws": draws}
+
+
+def run_curves(cfg, curve, reference_dir, names, samplers: dict, progress=None, left_out: dict | None = None,
+               inputs: dict | None = None) -> dict:
+    """The curve results of the selected tasks (evaluate.curve.run.curve_task per task); samplers: the checkpoints
+    the methods read (evaluate.run.load_samplers); left_out: {method: why} recorded as the result's "off_curve";
+    inputs: `load_curve_inputs(cfg, reference_dir, names)` when already read (read here otherwise)."""
+    from evaluate.curve.run import curve_task
+    from evaluate.methods import CompileCache
+
+    inputs = load_curve_inputs(cfg, reference_dir, names) if inputs is None else inputs
+    tasks, refs, draws = inputs["tasks"], inputs["refs"], inputs["draws"]
+    all_names = cfg.task_names()
     cache = CompileCache()
     out = {"k": cfg.num_samples, "curve": curve.__dict__, "methods": list(cfg.methods), "tasks": {}}
     if left_out:
@@ -173,12 +192,10 @@ def _merge_main(args, out: Path) -> int:
         raise ConfigError("--merge needs at least two curve runs (or one with --reference, to re-read it)")
     check_output_dir(out, "curve", "curve.json", args.overwrite, ConfigError)
     probe_writable(out, ConfigError)
-    parts = []
-    for d in args.merge:
-        part = read_json(Path(d) / "curve.json", f"curve run {d}")
-        if not isinstance(part, dict) or not {"k", "curve", "methods", "tasks"} <= set(part):
-            raise ConfigError(f"{Path(d) / 'curve.json'} is not a curve result (k, curve, methods, tasks)")
-        parts.append(part)
+    from evaluate.curve.schema import check_curve_result
+
+    parts = [check_curve_result(read_json(Path(d) / "curve.json", f"curve run {d}"), str(Path(d) / "curve.json"))
+             for d in args.merge]  # every field the merge and the report read, of its kind (evaluate.curve.schema)
     if args.reference:
         try:
             cache: dict = {}  # (task, K, resamples) -> floors, shared by the parts
@@ -194,7 +211,9 @@ def _merge_main(args, out: Path) -> int:
         if args.reference:
             results["reread_with"] = str(args.reference)
         curve_markdown(results)  # rendered once here: a part lacking a field fails before anything is written
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+    except ValueError as e:  # merge_results' refusals: another protocol, other floors, a method in two runs
+        raise ConfigError(f"cannot merge {', '.join(args.merge)}: {one_line(e)}") from None
+    except (KeyError, TypeError, AttributeError, IndexError) as e:
         raise ConfigError(f"cannot merge {', '.join(args.merge)}: {type(e).__name__} {one_line(e)} (not the "
                           "curve.json of `python -m evaluate curve`)") from None
     lock = OutputLock(out, ConfigError)  # released by the CLI guard's failure cleanups if what follows fails
@@ -269,12 +288,13 @@ def curve_main(argv) -> int:
             raise ConfigError(f"no task to run: {', '.join(unknown) or 'the reference holds none of'} "
                               f"(the preset's tasks: {', '.join(cfg.task_names())})")
         cfg, left_out, samplers = _curve_methods(cfg, args)
+        inputs = load_curve_inputs(cfg, args.reference, names)  # every task, reference and draw file, checked
         check_output_dir(out, "curve", "curve.json", args.overwrite, ConfigError)
         probe_writable(out, ConfigError)
         lock = OutputLock(out, ConfigError)  # a second run on this --output is refused (cli.outputs)
         progress = None if args.quiet else (lambda line: print(f"curve: {line}", flush=True))
         t0 = time.perf_counter()
-        results = run_curves(cfg, curve, args.reference, names, samplers, progress, left_out)
+        results = run_curves(cfg, curve, args.reference, names, samplers, progress, left_out, inputs)
         results["seconds"] = time.perf_counter() - t0
         stage = staging_dir(out)
         atomic_write_text(stage / "curve.json", json.dumps(results, indent=1, default=float))

@@ -116,7 +116,8 @@ def merge_results(parts: list[dict], replace: bool = False) -> dict:
     """One curve result from several runs of the same protocol (K, budgets, chain allocations, seeds, tuning budget
     and seed; per task the same floors), their method rows pooled. How a separate run of a new sampler is read
     against a committed run of the rivals. A method's row in two runs is a ValueError, unless `replace`: then the
-    later run's row replaces the earlier (a sampler changed and re-run), listed per task in "replaced"."""
+    later run's row replaces the earlier (a sampler changed and re-run), listed per task in "replaced". Every part's
+    "off_curve" notes are kept (`_off_curve`)."""
     first = parts[0]
     keys = ("budgets", "chains", "seeds", "tune_budget", "tune_seed")
     out = {"k": first["k"], "curve": dict(first["curve"]), "methods": [], "tasks": {},
@@ -140,7 +141,24 @@ def merge_results(parts: list[dict], replace: bool = False) -> dict:
                 have["replaced"] = sorted(set(have.get("replaced", [])) | clash)
             have["methods"].update(task["methods"])
             have["seconds"] = have.get("seconds", 0.0) + task.get("seconds", 0.0)
+    off = _off_curve(parts, out)
+    if off:
+        out["off_curve"] = off
     return out
+
+
+def _off_curve(parts: list[dict], merged: dict) -> dict[str, str]:
+    """Every part's "not on the curves" notes ({method: why}), a method's distinct reasons joined; a method with rows
+    in the merged result is on its curves, so its note from another part is kept as having been left out there."""
+    rows = {r.split("@")[0] for t in merged["tasks"].values() for r in t["methods"]}
+    out: dict[str, list[str]] = {}
+    for i, part in enumerate(parts):
+        for method, why in (part.get("off_curve") or {}).items():
+            text = why if method not in rows else f"left out of run {i + 1} of the merge ({why}); its rows are " \
+                                                  "from another run"
+            if text not in out.setdefault(method, []):
+                out[method].append(text)
+    return {m: "; ".join(whys) for m, whys in out.items()}
 
 
 def json_equal(a, b) -> bool:

@@ -13,17 +13,24 @@ from typing import Callable
 import numpy as np
 
 from base.io import atomic_write_bytes, atomic_write_text, read_json
+from tasks.reference.schema import PREDICTIVE_ARRAYS, check_index, check_predictive, read_npz
 
-__all__ = ["DRAWS", "FORMATS", "INDEX", "METADATA", "ROW_SUM_ATOL", "ReferenceDataError", "check_alignment",
-           "data_fingerprint", "labels_sha256", "load_draws", "load_reference_probs", "read_index", "read_reference_json",
-           "slugify", "task_name", "write_reference"]
+__all__ = ["DRAWS", "FORMATS", "INDEX", "METADATA", "PREDICTIVE", "ROW_SUM_ATOL", "ReferenceDataError",
+           "check_alignment", "data_fingerprint", "labels_sha256", "load_reference_probs", "read_index",
+           "read_reference_json", "slugify", "task_name", "write_reference"]
 
 INDEX = "reference.json"
 """The index file that marks a reference directory."""
 METADATA = "metadata.json"
+DRAWS = "draw_probs.npz"
+"""Classification references: a thinned set of the NUTS draws' test probabilities, probs (S, n', C) float16 and their
+chain index chain (S,), and rows (n',) the test points they are on when not every point (`evaluate reference
+--keep-rows`; references written before it existed have no such file); read by `tasks.reference.load_draws`."""
+PREDICTIVE = "predictive.npz"
+"""Regression references: loc, scale (S, n) float32, every draw's Gaussian predictive on the test points."""
 ROW_SUM_ATOL = 1e-3
 """Default tolerance on |row sum − 1| (the HMC files are float32 averages: within about 1e-6; text files
-written with 4–5 decimals need ~1e-3)."""
+written with 4–5 decimals need ~1e-3; draw_probs.npz's float16 rows move by at most 2**-11 ≈ 4.9e-4)."""
 
 
 class ReferenceDataError(ValueError):
@@ -210,31 +217,15 @@ class _GaussianDraws:
 
     @staticmethod
     def write(task_dir: Path, arrays: dict) -> None:
-        atomic_write_bytes(task_dir / "predictive.npz", _npz_bytes(
+        atomic_write_bytes(task_dir / PREDICTIVE, _npz_bytes(
             lambda f: np.savez(f, loc=arrays["loc"].astype(np.float32), scale=arrays["scale"].astype(np.float32))))
 
     @staticmethod
     def read(task_dir: Path, task, y: np.ndarray) -> dict:
-        path = task_dir / "predictive.npz"
+        path = task_dir / PREDICTIVE
         where = f"reference predictive {path}"
-        try:
-            with np.load(path) as z:
-                loc, scale = np.asarray(z["loc"], np.float64), np.asarray(z["scale"], np.float64)
-        except FileNotFoundError:
-            raise ReferenceDataError(f"{where}: file not found") from None
-        except KeyError as e:
-            raise ReferenceDataError(f"{where}: no array {e} (needs loc and scale)") from None
-        except (OSError, ValueError) as e:
-            raise ReferenceDataError(f"{where}: not a readable .npz ({str(e).splitlines()[0]})") from None
-        if loc.ndim != 2 or loc.shape != scale.shape:
-            raise ReferenceDataError(f"{where}: loc {loc.shape} and scale {scale.shape} must both be (S, n)")
-        if loc.shape[1] != y.shape[0]:
-            raise ReferenceDataError(f"{where}: {loc.shape[1]} test columns, expected {y.shape[0]}")
-        if not (np.all(np.isfinite(loc)) and np.all(np.isfinite(scale))):
-            raise ReferenceDataError(f"{where}: non-finite loc or scale")
-        if np.any(scale <= 0):
-            raise ReferenceDataError(f"{where}: non-positive scale")
-        return {"loc": loc, "scale": scale}
+        arrays = read_npz(path, where, PREDICTIVE_ARRAYS, tuple(PREDICTIVE_ARRAYS), ReferenceDataError)
+        return check_predictive(arrays, where, ReferenceDataError, int(y.shape[0]))
 
     @staticmethod
     def read_text(path: Path, task, y: np.ndarray, name: str) -> dict:
@@ -243,51 +234,6 @@ class _GaussianDraws:
 
 
 FORMATS = {"classification": _Probabilities, "regression": _GaussianDraws}
-
-DRAWS = "draw_probs.npz"
-"""Classification references: a thinned set of the NUTS draws' test probabilities, probs (S, n, C) float16 and their
-chain index chain (S,), and rows (n',) the test points they are on when not every point (`evaluate reference
---keep-rows`; references written before it existed have no such file)."""
-
-
-def load_draws(task_dir, kind: str) -> dict | None:
-    """The per-draw test predictives of a reference, for sample-level distances and the K-draw floor.
-
-    Args:
-      task_dir: the task's reference directory.
-      kind: "classification" or "regression".
-
-    Returns:
-      {"probs": (S, n', C) float32, "chain": (S,) int, "rows": (n',) int test-point indices or None (every point)}
-      (classification, from draw_probs.npz) or {"loc", "scale": (S, n) float64} (regression, predictive.npz); None for a classification reference without draw_probs.npz.
-      ReferenceDataError if a file is there but unreadable or not finite.
-    """
-    task_dir = Path(task_dir)
-    if kind == "regression":
-        path = task_dir / "predictive.npz"
-        names = ("loc", "scale")
-    else:
-        path = task_dir / DRAWS
-        names = ("probs", "chain")
-        if not path.exists():
-            return None
-    try:
-        with np.load(path) as z:
-            out = {name: np.asarray(z[name]) for name in names}
-            rows = np.asarray(z["rows"]) if "rows" in z.files else None
-    except (OSError, ValueError, KeyError) as e:
-        raise ReferenceDataError(f"reference draws {path}: not readable ({str(e).splitlines()[0]})") from None
-    if kind != "regression":
-        out["probs"] = out["probs"].astype(np.float32)
-    if not all(np.all(np.isfinite(v)) for v in out.values()):
-        raise ReferenceDataError(f"reference draws {path}: non-finite values")
-    if kind != "regression":
-        if rows is not None and (rows.ndim != 1 or rows.dtype.kind not in "iu" or rows.size != out["probs"].shape[1]
-                                 or np.any(np.diff(rows) <= 0) or (rows.size and rows[0] < 0)):
-            raise ReferenceDataError(f"reference draws {path}: rows must be {out['probs'].shape[1]} increasing "
-                                     "non-negative test-point indices")
-        out["rows"] = rows
-    return out
 """The files of a reference by the kind of its task's likelihood (`task.kind`, stored as metadata "kind")."""
 
 
@@ -317,8 +263,6 @@ def read_index(root) -> dict:
         (tasks.reference.schema): a damaged index is never taken for an empty one (rewriting it would drop every
         other task's entry).
     """
-    from tasks.reference.schema import check_index
-
     path = Path(root) / INDEX
     if not path.exists() and not path.is_symlink():
         return {}

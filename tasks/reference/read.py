@@ -6,11 +6,14 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.reference.files import FORMATS, INDEX, METADATA, ReferenceDataError, read_reference_json, task_name
-from tasks.reference.schema import check_index, check_metadata
+from tasks.reference.files import (DRAWS, FORMATS, INDEX, METADATA, PREDICTIVE, ROW_SUM_ATOL, ReferenceDataError,
+                                   load_reference_probs, read_reference_json, task_name)
+from tasks.reference.schema import (DRAW_ARRAYS, MAX_READ_DRAWS, PREDICTIVE_ARRAYS, check_draw_probs, check_index,
+                                    check_metadata, check_predictive, read_npz)
 from tasks.reference.specs import comparable_specs
 
-__all__ = ["find_reference_dir", "load_reference_dir", "load_task_dir", "load_text_reference", "read_json_index"]
+__all__ = ["find_reference_dir", "load_draws", "load_reference_dir", "load_task_dir", "load_text_reference",
+           "read_json_index"]
 
 
 def read_metadata(task_dir: Path, where: str) -> dict:
@@ -129,3 +132,55 @@ def find_reference_dir(root, spec, what: str = "reference directory", label: str
                                  f"{name!r} ({', '.join(by_name[1])} differ)")
     raise ReferenceDataError(f"{what} {root} has no reference for {label} {name!r} (it has: "
                              f"{', '.join(index) or 'none'}); compute one with `python -m evaluate reference`")
+
+
+def _draw_bound(where: str, axis_of: str):
+    """check(headers) for read_npz: at most MAX_READ_DRAWS draws along axis 0 of array `axis_of`."""
+    def check(heads: dict) -> None:
+        s = heads[axis_of][0][0]
+        if s > MAX_READ_DRAWS:
+            raise ReferenceDataError(f"{where}: {s} draws, at most {MAX_READ_DRAWS} are read (a resource limit: the "
+                                     "curves compare every pair of draws; keep fewer with `evaluate reference "
+                                     "--keep-draws`)")
+    return check
+
+
+def load_draws(task_dir, kind: str, probs: np.ndarray | None = None) -> dict | None:
+    """The per-draw test predictives of a reference, for the budget curves (sample-level distances, the K-draw floor)
+    and the meta-training dispersion target, checked against the reference itself (tasks.reference.schema: the
+    archive, its arrays' names, dtypes and shapes, at most MAX_READ_DRAWS draws, read from the headers before anything
+    is allocated; then the values) — the reference is checked against the task by `load_task_dir`.
+
+    Args:
+      task_dir: the task's reference directory; kind: "classification" or "regression" (the metadata's kind must be
+        it); probs: classification, the reference's BMA probabilities already read and checked (`load_task_dir`);
+        None: read from probs.txt here.
+    Returns:
+      {"probs": (S, n', C) float32, "chain": (S,) int, "rows": (n',) int test-point indices or None (every point)}
+      (classification, from draw_probs.npz: at least 2 draws, not all the same, on C classes, rows in [0, n),
+      probabilities in [0, 1] summing to 1, their average matching probs.txt on those rows) or {"loc", "scale": (S, n)
+      float64} (regression, predictive.npz); None for a classification reference without draw_probs.npz.
+      ReferenceDataError (one line naming the file) for anything else.
+    """
+    task_dir = Path(task_dir)
+    meta = read_metadata(task_dir, f"reference {task_dir}")
+    if meta["kind"] != kind:
+        raise ReferenceDataError(f"reference {task_dir}: a {meta['kind']} reference, expected {kind}")
+    data, sampler = meta.get("data") or {}, meta.get("sampler") or {}
+    if kind == "regression":
+        path = task_dir / PREDICTIVE
+        where = f"reference draws {path}"
+        arrays = read_npz(path, where, PREDICTIVE_ARRAYS, tuple(PREDICTIVE_ARRAYS), ReferenceDataError,
+                          check=_draw_bound(where, "loc"))
+        test = data.get("test", arrays["loc"].shape[1])
+        return check_predictive(arrays, where, ReferenceDataError, test, min_draws=2)
+    path = task_dir / DRAWS
+    if not path.exists() and not path.is_symlink():
+        return None
+    if probs is None:
+        probs = load_reference_probs(task_dir / "probs.txt", data.get("test"), data.get("classes"))
+    where = f"reference draws {path}"
+    arrays = read_npz(path, where, DRAW_ARRAYS, ("probs", "chain"), ReferenceDataError,
+                      check=_draw_bound(where, "probs"))
+    return check_draw_probs(arrays, where, ReferenceDataError, np.asarray(probs), ROW_SUM_ATOL,
+                            sampler.get("chains"), sampler.get("total_draws"))
