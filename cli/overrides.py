@@ -59,54 +59,103 @@ def _convert(value: str, typ: Any, key: str) -> Any:
     raise ConfigError(f"cannot set {key} from the command line")
 
 
-def _set(obj: Any, path: list[str], value: str, full: str) -> Any:
-    hints = typing.get_type_hints(type(obj))
+def _value(obj: Any, name: str, current: Any, value: str, full: str) -> Any:
+    """The new value of field `name` of `obj` from command-line text: a group given as one string (its class's
+    `from_override`) or a typed value (`_convert`)."""
+    if dataclasses.is_dataclass(current):
+        parse = getattr(type(current), "from_override", None)  # a group that can be given as one string
+        if parse is None:
+            raise ConfigError(f"{full} is a group; set one of its keys, e.g. {full}.<key>=…")
+        try:
+            return parse(value)
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"{full}: {one_line(e)}") from None
+    return _convert(value, typing.get_type_hints(type(obj))[name], full)
+
+
+def _apply(obj: Any, tree: dict, where: str) -> Any:
+    """`obj` with every override of `tree` ({field: text, or {sub-field: …} for a group}) applied at once: each group
+    is rebuilt once with all its new fields, so its checks (and the top level's) see the whole configuration, never
+    a half-applied one (`inner.num_steps=8 inner.num_samples=2` is valid in either order)."""
     names = {f.name for f in dataclasses.fields(obj)}
-    if path[0] not in names:
-        raise ConfigError(f"unknown config key: {full} (known here: {', '.join(sorted(names))})")
-    current = getattr(obj, path[0])
-    if len(path) == 1:
-        if dataclasses.is_dataclass(current):
-            parse = getattr(type(current), "from_override", None)  # a group that can be given as one string
-            if parse is None:
-                raise ConfigError(f"{full} is a group; set one of its keys, e.g. {full}.<key>=…")
-            try:
-                return dataclasses.replace(obj, **{path[0]: parse(value)})
-            except (ValueError, TypeError) as e:
-                raise ConfigError(f"{full}: {one_line(e)}") from None
-        new = _convert(value, hints[path[0]], full)
-    else:
-        if not dataclasses.is_dataclass(current):
-            raise ConfigError(f"unknown config key: {full}")
-        new = _set(current, path[1:], value, full)
+    new = {}
+    for name, sub in tree.items():
+        full = where + name
+        if name not in names:
+            raise ConfigError(f"unknown config key: {full} (known here: {', '.join(sorted(names))})")
+        current = getattr(obj, name)
+        if isinstance(sub, dict):
+            if not dataclasses.is_dataclass(current):
+                raise ConfigError(f"unknown config key: {full}.{next(iter(sub))} ({full} is not a group)")
+            new[name] = _apply(current, sub, full + ".")
+        else:
+            new[name] = _value(obj, name, current, sub, full)
     try:
-        return dataclasses.replace(obj, **{path[0]: new})
+        return dataclasses.replace(obj, **new)
     except (ValueError, TypeError) as e:
-        raise ConfigError(str(e).splitlines()[0]) from None
+        raise ConfigError(one_line(e)) from None
+
+
+def parse_overrides(overrides: list[str], prefix: str = "") -> dict:
+    """["a.b=value", …] as a tree {"a": {"b": "value"}, …}; each key at most once.
+
+    Args:
+      overrides: the key=value items.
+      prefix: prepended to every key.
+    Returns:
+      the tree (values stripped text).
+    Raises:
+      ConfigError: an item without "=", an empty key, a key given twice, or a group given both whole and by key
+        (which would make the result depend on the order).
+    """
+    tree: dict = {}
+    given: dict[str, str] = {}
+    for item in overrides:
+        if not isinstance(item, str) or "=" not in item:
+            raise ConfigError(f"override must look like key=value, got {item!r}")
+        key, value = item.split("=", 1)
+        key = prefix + key.strip()
+        path = key.split(".")
+        if not all(path):
+            raise ConfigError(f"override key {key!r} has an empty part (in {item!r})")
+        for i in range(1, len(path) + 1):
+            head = ".".join(path[:i])
+            if head in given and i == len(path):
+                raise ConfigError(f"override {key} given twice: {given[head]!r} and {item!r} (give each key once)")
+            if head in given:
+                raise ConfigError(f"override {head} set both whole ({given[head]!r}) and by key ({item!r}) (give "
+                                  "each key once)")
+        clash = next((k for k in given if k.startswith(key + ".")), None)
+        if clash is not None:
+            raise ConfigError(f"override {key} set both whole ({item!r}) and by key ({given[clash]!r}) (give each "
+                              "key once)")
+        given[key] = item
+        node = tree
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value.strip()
+    return tree
 
 
 def apply_overrides(config: Any, overrides: list[str], prefix: str = "") -> Any:
-    """`config` (a frozen dataclass, nested ones for groups) with each "a.b=value" applied in order.
+    """`config` (a frozen dataclass, nested ones for groups) with every "a.b=value" applied at once: each key at most
+    once (`parse_overrides`), each group rebuilt once with all its new fields, so every check runs on the whole
+    configuration after all overrides (the order of the items does not matter).
 
-    prefix: prepended to every key (e.g. "grid." to address one group). Unknown keys, groups set as a whole,
-    unparsable values and values the dataclass's own checks refuse raise ConfigError.
+    prefix: prepended to every key (e.g. "grid." to address one group). Unknown keys, keys given twice, groups set
+    as a whole without a parser, unparsable values and values the dataclasses' own checks refuse raise ConfigError.
 
     Args:
       config: a frozen dataclass.
       overrides: ["a.b=value", …].
       prefix: prepended to every key.
     Returns:
-      the new dataclass.
+      the new dataclass (`config` itself when there are no overrides).
     Raises:
       ConfigError: see above.
     """
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override must look like key=value, got {item!r}")
-        key, value = item.split("=", 1)
-        key = prefix + key.strip()
-        config = _set(config, key.split("."), value.strip(), key)
-    return config
+    tree = parse_overrides(list(overrides), prefix)
+    return _apply(config, tree, "") if tree else config
 
 
 SEED_RANGE = 2**32

@@ -51,6 +51,7 @@ from evaluate.methods import METHODS, REGISTRY, CompileCache, get_method
 from evaluate.methods.l2e_released import load_released_sampler
 from evaluate.methods.outputs import DIVERGENCE_RULE
 from evaluate.reference import load_references
+from evaluate.sampler_overrides import check_sampler_overrides
 from evaluate.report import publish_report, write_report
 from evaluate.seeds import SE_NOTE, aggregate_task
 from evaluate.tuning import GRID_EXTENSIONS, Progress, tune_and_run
@@ -259,14 +260,15 @@ def load_samplers(cfg: EvalConfig, sampler_path=None, released_path=None, sample
     """(cfg, {skipped method: why}, samplers): every checkpoint cfg's methods read (what `method_extra` looks up),
     each loaded once, before anything runs — "l2e" (`sampler`, else load_l2e(sampler_path)), each shipped name a
     method names (`shipped`'s entry, else load_l2e(name)), "released" (`_released_input`: a missing file drops the
-    optional methods that need it, with the reason in skipped, and is a ConfigError otherwise)."""
+    optional methods that need it, with the reason in skipped, and is a ConfigError otherwise); every learned
+    method's sampler overrides checked against its checkpoint and recorded as parsed (evaluate.sampler_overrides)."""
     cfg, skipped, released = _released_input(cfg, released_path, released)
     samplers = {} if released is None else {"released": released}
     if any(get_method(m).needs_sampler is True for m in cfg.methods):
         samplers["l2e"] = sampler if sampler is not None else load_l2e(sampler_path)  # fail fast
     for name in {get_method(m).needs_sampler for m in cfg.methods} - {True, False}:  # shipped checkpoints by name
         samplers[name] = (shipped or {}).get(name) or load_l2e(name)
-    return cfg, skipped, samplers
+    return check_sampler_overrides(cfg, samplers), skipped, samplers  # settings.<method>.sampler: as they will run
 
 
 def evaluate(cfg: EvalConfig, out_dir=None, sampler_path=None, progress: bool = True, sampler: dict | None = None,

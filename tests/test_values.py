@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import re
 import typing
 
 import jax
@@ -126,3 +127,118 @@ def test_switches_that_are_bools_still_build():
     l2e.precond_sghmc(post, np.float32(0.1), noise_halves=np.bool_(False))
     l2e.smile.smile(post, jnp.float32(1e-3), tuner=False, likelihood_scale=np.int64(100))
     l2e.TransientConfig(noise_halves=False, subtract_noise=True)
+
+
+# ----------------------------------------------------------------------------- overrides: once each, applied as a whole
+
+
+def test_overrides_apply_as_a_whole_in_any_order():
+    """Every check runs on the configuration after all overrides (each group rebuilt once with all its new fields):
+    `inner.num_steps=8 inner.num_samples=2` was refused in that order (3 samples 5 apart do not fit 8 steps) and
+    accepted in the other; now every order gives the same configuration."""
+    import itertools
+
+    from cli import apply_overrides
+    from evaluate.config import get_preset
+    from meta_train.presets import PRESETS
+
+    items = ["inner.num_steps=8", "inner.num_samples=2", "es.sigma=0.05", "seed=7"]
+    got = {apply_overrides(PRESETS["smoke"], list(order)) for order in itertools.permutations(items)}
+    assert len(got) == 1
+    (cfg,) = got
+    assert (cfg.inner.num_steps, cfg.inner.num_samples, cfg.es.sigma, cfg.seed) == (8, 2, 0.05, 7)
+    items = ["num_samples=6", "num_steps=30", "thinning=5", "chains=3"]  # 60 / 3 → 30 / 6: invalid halfway
+    got = {apply_overrides(get_preset("smoke"), list(order)) for order in itertools.permutations(items)}
+    assert len(got) == 1 and next(iter(got)).num_steps == 30
+
+
+@pytest.mark.parametrize("items,message", [
+    (["seed=1", "seed=1"], "override seed given twice"),
+    (["es.sigma=0.1", "es.sigma=0.2"], "override es.sigma given twice"),
+    (["tasks=digits", "tasks.datasets=digits"], r"override tasks set both whole \('tasks=digits'\) and by key"),
+    (["tasks.datasets=digits", "tasks=digits"], "override tasks set both whole"),
+    (["es..sigma=0.1"], "has an empty part"),
+])
+def test_an_override_key_is_given_once(items, message):
+    from base.io import ConfigError
+    from cli import apply_overrides
+    from meta_train.presets import PRESETS
+
+    with pytest.raises(ConfigError, match=message):
+        apply_overrides(PRESETS["smoke"], items)
+
+
+def test_a_sampler_override_key_is_given_once():
+    """`settings.l2e_transient.sampler=window_fraction=0.25,window_fraction=0.75` kept the last silently."""
+    from base.io import ConfigError
+    from cli import apply_overrides
+    from evaluate.config import get_preset
+
+    with pytest.raises(ConfigError, match="settings.l2e_transient.sampler: override window_fraction given twice"):
+        apply_overrides(get_preset("smoke"), ["settings.l2e_transient.sampler=window_fraction=0.25,"
+                                              "window_fraction=0.75"])
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["methods=sghmc,l2e", "settings.l2e.sampler=nope=1"], "settings.l2e.sampler: unknown config key: nope"),
+    (["methods=sghmc,l2e", "settings.l2e.sampler=temperature=-1"], "temperature must be a positive"),
+    (["methods=sghmc,l2e_mass", "settings.l2e_mass.sampler=freeze_step=10"],
+     "settings.l2e_mass.sampler: freeze_step is set by the evaluation"),
+    (["methods=l2e_transient", "settings.l2e_transient.sampler=freeze_step=10"],
+     "settings.l2e_transient.sampler: freeze_step is set by the evaluation"),
+    (["methods=l2e_transient", "settings.l2e_transient.sampler=window_fraction=0.25"],
+     "changes Transient-L2E's sampling window, which thinning=10 fixes"),
+    (["settings.l2e.sampler=learning_rate=0.1"], "its learning rate is the method's lrs"),
+])
+def test_a_sampler_override_that_would_not_run_is_refused_before_anything_runs(cli, tmp_path, overrides, message):
+    """The `l2e` method's checkpoint kind is known only once loaded: an unknown field was refused after SGHMC had
+    run; a field the window rule sets (freeze_step) was accepted and the window start ran instead; a window that
+    thinning overrides was recorded but not sampled. Each is now one error line before anything runs."""
+    from tests.conftest import one_error_line
+
+    out = tmp_path / "out"
+    argv = ["--preset", "smoke", "--output", out, "--quiet"]
+    for o in overrides:
+        argv += ["--set", o]
+    line = one_error_line(cli("evaluate", *argv))
+    assert re.search(message, line), line
+    assert not out.exists()
+
+
+def test_duplicate_flags_and_overrides_are_one_error_line(cli, tmp_path):
+    from tests.conftest import one_error_line
+
+    line = one_error_line(cli("evaluate", "--preset", "smoke", "--set", "seed=1", "--seed", "2", "--output",
+                              tmp_path / "o"))
+    assert "override seed given twice: 'seed=1' and 'seed=2'" in line
+    assert not (tmp_path / "o").exists()
+
+
+# ----------------------------------------------------------------------------- the report records what ran
+
+
+def test_the_report_records_every_override_as_it_ran():
+    """A tiny evaluation of Transient-L2E with overrides of every kind (a top-level field, a method's grid, the
+    sampler's fields, a window the protocol then uses): the report's configuration holds each override's parsed,
+    checked value (".25" is recorded as 0.25), and the method's record holds what the chain ran — the window the
+    override asked for (thinning 2 = ⌊0.25·40⌋ // 4, the freeze at 40 − 4·2 = 32), the burn-in ablation."""
+    from cli import apply_overrides
+    from evaluate.run import evaluate
+    from tests.conftest import iris_mlp, tiny_eval_config
+
+    overrides = {"thinning": ("none", None), "batch_size": ("8", 8), "settings.l2e_transient.lrs": ("1", [1.0]),
+                 "settings.l2e_transient.sampler": ("window_fraction=.25,burn_in=warm",
+                                                    ["window_fraction=0.25", "burn_in=warm"])}
+    cfg = apply_overrides(tiny_eval_config(iris_mlp(), ["l2e_transient"]),
+                          [f"{k}={text}" for k, (text, _) in overrides.items()])
+    res = evaluate(cfg, progress=False)
+    for key, (_, want) in overrides.items():
+        node = res["config"]
+        for part in key.split("."):
+            node = node[part]
+        assert node == want, (key, node, want)
+    (task,) = res["tasks"].values()
+    hp = task["methods"]["l2e_transient"]["hyperparameters"]
+    assert hp["thinning"] == 2 and hp["sampler"]["freeze_step"] == 40 - 4 * 2
+    assert hp["sampler"]["window_fraction"] == 0.25 and hp["sampler"]["burn_in"] == "warm"
+    assert res["config"]["thinning_used"] == cfg.sample_thinning  # the protocol's, for the methods without a window
