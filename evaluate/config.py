@@ -21,7 +21,7 @@ from tasks.regression import RegressionSpec
 from tasks.task import TaskSpec
 
 __all__ = ["DEFAULT_METHODS", "FULL_GRID_POINTS", "METHODS", "ConfigError", "EvalConfig", "MethodSettings", "PRESETS",
-           "apply_overrides", "get_preset", "method_settings"]
+           "apply_overrides", "check_runs", "get_preset", "method_settings"]
 
 DEFAULT_METHODS = ("l2e", "l2e_mass", "sghmc", "csghmc", "deep_ensemble")
 """The methods of `EvalConfig()` and of the "default" / "smoke" presets."""
@@ -333,6 +333,31 @@ PRESETS: dict[str, EvalConfig] = {
 PRESETS["references"] = dataclasses.replace(
     PRESETS["full"], tasks=tuple(t for t, _ in REFERENCE_TASKS), held_out=tuple(h for _, h in REFERENCE_TASKS),
     title="L2E evaluation: every baseline on the committed NUTS references")
+
+
+def check_runs(cfg: EvalConfig, budgets, chains=(1,), seeds=()) -> None:
+    """Check, before anything runs, every configuration a run of several budgets makes from `cfg` (the curves: each
+    budget G and chain allocation M as `num_steps` and `chains`, with the window's default thinning and no tuning):
+    each is built, so every check and resource limit of EvalConfig runs on it, and every seed is in the range the
+    PRNG keeps distinct (cli.check_seed: 2**32 gave seed 0's curve; a budget of 3·10⁸ was refused after the smaller
+    budgets ran).
+
+    Args:
+      cfg: the EvalConfig.
+      budgets: the budgets G.
+      chains: the chain allocations M.
+      seeds: the seeds.
+    Raises:
+      ConfigError: naming the budget, allocation or seed.
+    """
+    for s in seeds:
+        check_seed(s, "seeds")
+    for g in budgets:
+        for m in chains:
+            try:
+                dataclasses.replace(cfg, num_steps=g, chains=m, thinning=None, tune=False)
+            except ConfigError as e:
+                raise ConfigError(f"budget {g} with {m} chain{'s' if m != 1 else ''}: {e}") from None
 
 
 def get_preset(name: str) -> EvalConfig:

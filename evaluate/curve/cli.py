@@ -259,7 +259,7 @@ def curve_main(argv) -> int:
     from cli.outputs import check_output_dir
     from evaluate.report import probe_writable
     from evaluate.cli_common import failed_run
-    from evaluate.config import get_preset
+    from evaluate.config import check_runs, get_preset
     from evaluate.curve.report import curve_document, plot_curves
     from evaluate.curve.run import CurveConfig
     from base.io import atomic_write_text
@@ -278,6 +278,7 @@ def curve_main(argv) -> int:
         cfg = with_user_methods(apply_overrides(get_preset(args.preset), args.overrides), args.user_methods)
         curve = CurveConfig(budgets=_ints(args.budgets, "--budgets"), chains=_ints(args.chains, "--chains"),
                             tune_budget=args.tune_budget, seeds=_ints(args.seeds, "--seeds")).check(cfg.num_samples)
+        check_runs(cfg, (*curve.budgets, curve.tune_budget), curve.chains, (*curve.seeds, curve.tune_seed))
         cfg = dataclasses.replace(cfg, seeds=None)
         from tasks.reference import read_json_index
 
