@@ -147,7 +147,7 @@ def build_reference_parser() -> argparse.ArgumentParser:
                    help="replace the given tasks' references in an existing reference directory")
     p.add_argument("--keep-draws", type=int, default=None, metavar="N",
                    help="classification: at most N draws keep their per-draw test probabilities (draw_probs.npz, "
-                        "for the budget curves; default: 400)")
+                        "for the budget curves; default: 400, at most 4096: what the curves read)")
     p.add_argument("--keep-rows", type=int, default=None, metavar="N",
                    help="classification: the per-draw test probabilities on at most N evenly spaced test points "
                         "(their indices stored; default: every point): a large test set's file stays small")
@@ -170,13 +170,15 @@ def _reference_inputs(args):
         if value < low:
             raise ConfigError(f"{flag} must be ≥ {low}, got {value}")
     from cli import limits
+    from tasks.reference import MAX_READ_DRAWS
 
     for flag, value, limit in (("--chains", args.chains, limits.MAX_CHAINS),
                                ("--warmup", args.warmup, limits.MAX_STEPS),
                                ("--samples", args.samples, limits.MAX_SAMPLES),
                                ("--thinning", args.thinning, limits.MAX_STEPS),
                                ("--max-doublings", args.max_doublings, 20),
-                               ("--samples × --thinning", args.samples * args.thinning, limits.MAX_STEPS)):
+                               ("--samples × --thinning", args.samples * args.thinning, limits.MAX_STEPS),
+                               ("--keep-draws", args.keep_draws, MAX_READ_DRAWS)):  # what the curves read
         limits.at_most(flag, value, limit)
     cfg = get_preset(args.preset)
     cfg = apply_overrides(cfg, list(args.overrides) + ([f"seed={args.seed}"] if args.seed is not None else []))

@@ -10,7 +10,8 @@ against a schema before anything runs (tasks.reference.schema, evaluate.curve.sc
   values, a single draw, every draw the same, more draws than the chains kept, and the row order against the
   reference's own probs.txt (rows shifted by one, a permutation) — is one ReferenceDataError naming the file; the
   committed references' draws are all accepted, unchanged;
-- predictive.npz (regression) the same way, read by the evaluation and by `load_draws`;
+- predictive.npz (regression) the same way, read by the evaluation and by `load_draws`; `evaluate reference` refuses
+  to keep more draws than are read (--keep-draws 4097);
 - the float16 rounding the row-sum tolerance is derived from (2**-11 of a row's sum) holds on random rows;
 - `evaluate curve` with a bad draw file: exit 2, one `error:` line naming the file, --output never created and no
   curve task started; a reference keeping no more draws than K is refused the same way;
@@ -214,6 +215,12 @@ def test_float16_rows_sum_to_one_within_the_derived_bound():
             p = rng.dirichlet(np.full(classes, alpha), size=4000)
             dev = np.abs(p.astype(np.float16).astype(np.float64).sum(1) - 1.0).max()
             assert dev <= 2.0**-11 < ROW_SUM_ATOL, (classes, alpha, dev)
+
+
+def test_reference_keeps_no_more_draws_than_are_read(tmp_path):
+    proc = run_cli("evaluate", "reference", "--keep-draws", "4097", "--output", tmp_path / "ref", "--quiet")
+    _one_error(proc, "--keep-draws must be at most 4096")
+    assert not (tmp_path / "ref").exists()
 
 
 @pytest.mark.parametrize("case, phrase", [
