@@ -308,7 +308,7 @@ def check_reference_output(out: Path, overwrite: bool, error=ValueError) -> None
     other tasks' entries), holds anything else (a report, a meta-training run, other files), or cannot be written;
     probe writability now."""
     from cli import read_marker, require_ours
-    from cli.outputs import KINDS
+    from cli.outputs import KINDS, check_ours
     from tasks.reference import read_index
 
     out = Path(out)
@@ -325,8 +325,9 @@ def check_reference_output(out: Path, overwrite: bool, error=ValueError) -> None
                 raise error(f"{out / INDEX} exists; pass --overwrite or choose another --output")
             require_ours(out, "reference", error, "add to or replace its references")
             read_index(out)  # a damaged index is an error now, never an empty one after the computation
-        elif any(p for p in out.iterdir() if not p.name.startswith(".")):
-            raise error(f"--output {out} is a non-empty directory without {INDEX}; choose another --output")
+        else:  # any entry, hidden or not, without the marker: not ours (cli.outputs.check_ours)
+            check_ours(out, "reference", error, "write references into it",
+                       unmarked=f"is a non-empty directory without {INDEX}")
     from evaluate.report import probe_writable
 
     probe_writable(out, error)

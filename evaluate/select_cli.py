@@ -33,18 +33,16 @@ def check_selection_output(out: Path, overwrite: bool, run_dir) -> None:
         if markers:
             raise _error(f"--output {out} holds a meta-training run ({', '.join(markers)}); choose another --output")
         from cli import read_marker, require_ours
-        from cli.outputs import KINDS
+        from cli.outputs import KINDS, check_ours
 
         kind = read_marker(out)
         if kind in KINDS and kind != "selection":
             raise _error(f"--output {out} holds {KINDS[kind]}; choose another --output")
         if has:  # --overwrite: only a selection of ours (cli.outputs marker)
             require_ours(out, "selection", _error, "replace its selection")
-        foreign = [p.name for p in out.iterdir() if not p.name.startswith(".") and p.name not in SELECTION_FILES
-                   and p.name != "README.md"]
-        if not has and foreign:
-            raise _error(f"--output {out} is a non-empty directory without {SELECTION_FILES[0]} (not a selection "
-                         "of ours); choose another --output")
+        if not has:  # any entry, hidden or not, without the marker: not ours (cli.outputs.check_ours)
+            check_ours(out, "selection", _error, "write a selection into it",
+                       unmarked=f"is a non-empty directory without {SELECTION_FILES[0]} (not a selection of ours)")
     probe_writable(out, ConfigError)
 
 

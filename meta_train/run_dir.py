@@ -27,6 +27,7 @@ import numpy as np
 from l2e.checkpoint import KEEP_CHECKPOINTS, CheckpointError, clean_staging, restore_checkpoint, save_checkpoint
 from base.io import atomic_write_bytes, atomic_write_text, one_line, parse_json, read_bounded
 from cli import MARKER, DirectoryLock, LockHeldError, read_marker, require_ours, write_marker
+from cli.outputs import refuse_never_ours
 from meta_train.config import ConfigError, MetaTrainConfig, from_dict
 from meta_train.faults import NoFault
 
@@ -231,6 +232,7 @@ class RunDir:
             raise RunDirError(f"--output {out} is a dangling symbolic link (to {os.readlink(out)})")
         if out.exists() and not out.is_dir():
             raise RunDirError(f"output path exists and is not a directory: {out}")
+        refuse_never_ours(out, RunDirError, "write a meta-training run into it")  # $HOME, a VCS working tree, ...
         if resume and not out.exists():
             raise RunDirError(f"--resume: {out} does not exist (nothing to resume); drop --resume to start a new run")
         created = not out.exists()

@@ -73,18 +73,30 @@ def test_a_long_legal_output_name_publishes(tmp_path):
 
 
 def test_stale_staging_is_removed_and_a_live_one_kept(tmp_path):
+    """A killed run's staging / old-set folders (they hold the record naming the output) are removed; a live
+    writer's is kept, and so is a look-alike without the record (recorded, not inferred from its name)."""
+    from cli.publish import STAGING_RECORD
+
     out = tmp_path / "out"
+    record = json.dumps({"output": str(out)}) + "\n"
     stale = tmp_path / ".out.staging-deadbeef0000"
     stale.mkdir()
     (stale / "report.json").write_text("half")
+    (stale / STAGING_RECORD).write_text(record)
     old = tmp_path / ".out.old-deadbeef0000"
     old.mkdir()
+    (old / STAGING_RECORD).write_text(record)
+    unrecorded = tmp_path / ".out.staging-feedface0000"
+    unrecorded.mkdir()
+    (unrecorded / ".bashrc").write_text("not ours")
     live = tmp_path / ".out.staging-live00000000"
     live.mkdir()
+    (live / STAGING_RECORD).write_text(record)
     lock = DirectoryLock(live).acquire()  # another writer's (flock: per open file, so it conflicts here too)
     try:
         stage = staging_dir(out)
         assert not stale.exists() and not old.exists() and live.is_dir() and stage.is_dir()
+        assert (unrecorded / ".bashrc").read_text() == "not ours"
     finally:
         lock.release()
 
