@@ -7,7 +7,6 @@ stderr and exits with status 2 without writing anything.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 
@@ -54,7 +53,8 @@ def build_parser(presets) -> argparse.ArgumentParser:
 
 
 def config_from_args(args, presets):
-    """The MetaTrainConfig the command line names: preset, then --seed, --num-outer and --set overrides."""
+    """The MetaTrainConfig the command line names: the preset with the --set overrides, --seed and --num-outer applied
+    at once (cli.apply_overrides: a key given twice, e.g. --seed and --set seed=…, is refused)."""
     from base.io import ConfigError
     from cli import apply_overrides
 
@@ -62,12 +62,8 @@ def config_from_args(args, presets):
         raise ConfigError(f"unknown preset {args.preset!r} (known: {', '.join(presets)})")
     if args.resume and args.overwrite:
         raise ConfigError("--resume and --overwrite exclude each other")
-    config = presets[args.preset]
-    if args.seed is not None:
-        config = dataclasses.replace(config, seed=args.seed)
-    if args.num_outer is not None:
-        config = apply_overrides(config, [f"num_outer={args.num_outer}"])
-    return apply_overrides(config, args.overrides)
+    flags = (("seed", args.seed), ("num_outer", args.num_outer))  # with --set: one set of overrides, each key once
+    return apply_overrides(presets[args.preset], list(args.overrides) + [f"{k}={v}" for k, v in flags if v is not None])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -242,3 +242,63 @@ def test_the_report_records_every_override_as_it_ran():
     assert hp["thinning"] == 2 and hp["sampler"]["freeze_step"] == 40 - 4 * 2
     assert hp["sampler"]["window_fraction"] == 0.25 and hp["sampler"]["burn_in"] == "warm"
     assert res["config"]["thinning_used"] == cfg.sample_thinning  # the protocol's, for the methods without a window
+
+
+# ----------------------------------------------------------------------------- seeds and limits, before anything runs
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--seeds", "0,4294967296"], r"seeds must be an integer in \[0, 2\*\*32\), got 4294967296"),
+    (["--seeds", "0,18446744073709551616"], "seeds must be an integer in"),
+    (["--seeds", "-1"], "seeds must be an integer in"),
+    (["--budgets", "1000,300000000"], r"budget 300000000 with 1 chain: num_steps must be at most 1e\+08"),
+    (["--tune-budget", "300000000"], "budget 300000000 with 1 chain: num_steps must be at most"),
+])
+def test_curve_seeds_and_limits_are_checked_before_anything_runs(cli, tmp_path, flags, message):
+    """A curve seed of 2**32 gave seed 0's keys (two identical curves reported as two seeds) and 2**64 raised
+    OverflowError after seed 0 ran; a budget above the resource limit was refused after the smaller budgets ran.
+    Every run's configuration and seed is now checked first: one error line, nothing read or written (the reference
+    named here does not even exist)."""
+    from tests.conftest import one_error_line
+
+    out = tmp_path / "curve"
+    line = one_error_line(cli("evaluate", "curve", "--reference", tmp_path / "no-reference", "--output", out, *flags))
+    assert re.search(message, line), line
+    assert not out.exists()
+
+
+def test_curve_sampler_overrides_are_checked_before_anything_runs(cli, tmp_path):
+    from tests.conftest import ROOT, one_error_line
+
+    out = tmp_path / "curve"
+    line = one_error_line(cli("evaluate", "curve", "--reference", ROOT / "results" / "references", "--output", out,
+                              "--set", "settings.l2e_mass.sampler=freeze_step=10"))
+    assert "settings.l2e_mass.sampler: freeze_step is set by the evaluation" in line, line
+    assert not out.exists()
+
+
+def test_seeds_outside_the_prng_range_are_refused_everywhere():
+    """jax.random.PRNGKey keeps the low 32 bits: 2**32 is seed 0's key (cli.check_seed, every configuration)."""
+    assert np.array_equal(jax.random.PRNGKey(2**32), jax.random.PRNGKey(0))  # why the range is [0, 2**32)
+    from base.io import ConfigError
+    from cli import apply_overrides
+    from evaluate.config import get_preset
+    from meta_train.presets import PRESETS
+
+    for cfg, key in ((get_preset("smoke"), "seed"), (get_preset("smoke"), "seeds"), (PRESETS["smoke"], "seed")):
+        for seed in ("4294967296", "-1"):
+            with pytest.raises(ConfigError, match=r"must be an integer in \[0, 2\*\*32\)"):
+                apply_overrides(cfg, [f"{key}={seed}"])
+    assert apply_overrides(PRESETS["smoke"], [f"seed={2**32 - 1}"]).seed == 2**32 - 1
+
+
+def test_meta_train_flags_and_overrides_are_one_set(cli, tmp_path):
+    """`--seed 1 --set seed=2` took 2 silently (the flag was applied first, then the override)."""
+    from tests.conftest import one_error_line
+
+    line = one_error_line(cli("meta_train", "--preset", "smoke", "--seed", "1", "--set", "seed=2", "--output",
+                              tmp_path / "mt"))
+    assert "override seed given twice" in line and not (tmp_path / "mt").exists()
+    line = one_error_line(cli("meta_train", "--preset", "smoke", "--num-outer", "3", "--set", "num_outer=4",
+                              "--output", tmp_path / "mt"))
+    assert "override num_outer given twice" in line and not (tmp_path / "mt").exists()
