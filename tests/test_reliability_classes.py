@@ -730,6 +730,11 @@ def test_a_failed_run_leaves_no_directory_it_created(tmp_path, capsys):
     kept.mkdir()
     (kept / "notes.txt").write_text("mine")
     before = snapshot(tmp_path)
+    with pytest.raises(ValueError, match="not marked as"):  # not ours (issue 40: tests/test_ownership.py)
+        OutputLock(kept, ValueError)
+    assert snapshot(tmp_path) == before
+    write_marker(kept, "card")  # ours, with a user's notes in it
+    before = snapshot(tmp_path)
     OutputLock(kept, ValueError).release(failed=True)
     assert snapshot(tmp_path) == before
 
