@@ -172,7 +172,7 @@ def check_ours(out: str | Path, kind: str | None, error, action: str = "write in
     if not out.is_dir():
         return
     found = read_marker(out)
-    if found == kind or (kind is None and found in KINDS):
+    if found in KINDS and kind in (found, None):
         return
     if found is None:
         if not any(out.iterdir()):
