@@ -250,7 +250,7 @@ def publish_dir(stage: str | Path, out: str | Path, replaced: tuple[str, ...], k
     Returns:
       `out` as a Path.
     """
-    from cli.outputs import MARKER, check_ours, write_marker
+    from cli.outputs import check_ours, write_marker
 
     stage, shown, out = Path(stage), Path(out), resolve_output(out)
     if str(stage) not in _HELD:
@@ -261,8 +261,8 @@ def publish_dir(stage: str | Path, out: str | Path, replaced: tuple[str, ...], k
     for p in (stage, *stage.rglob("*")):
         if p.is_dir():
             fsync_dir(p)
-    new = sorted(p.name for p in stage.iterdir() if p.name != STAGING_RECORD)
-    ours = {MARKER, *replaced, *new}
+    new = sorted(p.name for p in stage.iterdir() if p.name != STAGING_RECORD)  # with the marker of `kind`
+    ours = {*replaced, *new}  # kind None: a marker in `out` is not replaced, so it is kept like any other entry
     if _identity(out) is None:
         _swap_in(stage, out, ours)
         return shown

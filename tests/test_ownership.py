@@ -215,6 +215,14 @@ def test_a_folder_holding_entries_of_others_is_written_into_never_swapped(tmp_pa
     (out / "ro-dir").chmod(0o755)
 
 
+def test_a_set_without_a_marker_keeps_the_folders_marker(tmp_path):
+    out = marked(tmp_path / "out", "card", ("card.json",))
+    stage = staging_dir(out)
+    (stage / "card.json").write_text("new")
+    publish_dir(stage, out, ("card.json",))  # kind None: the set has no marker of its own
+    assert read_marker(out) == "card" and (out / "card.json").read_text() == "new" and siblings(out) == ["out"]
+
+
 def _failing_rename(monkeypatch, name: str, calls: list | None = None):
     """os.rename failing with EBUSY (a mount point's error) whenever its source is named `name`."""
     real = os.rename
