@@ -31,6 +31,8 @@ MINIBATCH = (
     Row("precond_sghmc", "precond_sghmc", "precond_sghmc"),
     Row("adaptive_sghmc", "adaptive_sghmc", "adaptive_sghmc"),
     Row("warm_sghmc", "warm_sghmc", "warm_sghmc"),
+    Row("sgld_cv", "sgld_cv", "sgld_cv"),  # with an anchor: l2e.control_variates
+    Row("sghmc_cv", "sghmc_cv", "sghmc_cv"),  # with an anchor: l2e.control_variates
 )
 """Minibatch samplers: `l2e.<name>(posterior, hyperparameters…) -> SamplingAlgorithm`."""
 

@@ -1,0 +1,275 @@
+"""The control-variate rivals SGLD-CV and SGHMC-CV (l2e.control_variates, l2e.sgld_cv, l2e.sghmc_cv; the evaluation
+methods sgld_cv / sghmc_cv).
+
+Known targets, each a data set whose minibatch gradient noise the control variate must remove (not the sampler card's
+θ-independent noise, which it cancels exactly: `test_card_noise_cancels_exactly`):
+  * gauss: Bayesian linear regression (N = 2,000, d = 5, anisotropic features): exact Gaussian posterior; the
+    per-example Hessians x_i x_iᵀ differ, so the CV estimate is noisy away from the anchor;
+  * banana: y_i ~ N(θ1 + θ2², 1), N = 50, prior N(0, I): a curved ridge, moments by quadrature on a grid;
+  * logistic: N = 5,000, d = 5, B = 32, prior N(0, I): moments by importance sampling from the Laplace fit; plain
+    SGLD and SGHMC run hot there (variance ratio above the band), their CV forms inside it.
+Statistics (`_ratio`): the variance ratio E[(θ − μ)²]/σ² about the exact mean μ, per coordinate and averaged over
+coordinates, with its standard error from batch means (each chain cut into BATCHES batches, all chains pooled); the
+band is the project's dispersion band (evaluate.curve.fidelity.DISPERSION_BAND, 0.8 – 1.25); "in band" asserts
+every coordinate's ratio inside it and the coordinate-mean's ±3 s.e. interval inside it ("off": that interval
+above it). The chains are statistical: any instruction-set level draws other numbers from the same law, and a bound
+of 3 standard errors fails with probability ≈ 1e-3 per assertion.
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import l2e
+from l2e import control_variates as cv
+
+BAND = (0.8, 1.25)
+BATCHES = 5
+EPS32 = float(np.finfo(np.float32).eps)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _batch(key, data, b):
+    idx = jax.random.randint(key, (b,), 0, data[0].shape[0])
+    return data[0][idx], data[1][idx]
+
+
+def _chains(alg, x0, data, b, steps, chains, key, burn):
+    """(chains, steps − burn, d) positions of `chains` chains of alg from x0 (lax.scan: a toy model)."""
+
+    def one(k):
+        def body(state, t):
+            kb, kn = jax.random.split(jax.random.fold_in(k, t))
+            state, _ = alg.step(kn, state, _batch(kb, data, b))
+            return state, state.position["w"]
+
+        return jax.lax.scan(body, alg.init(x0), jnp.arange(steps))[1][burn:]
+
+    return np.asarray(jax.jit(jax.vmap(one))(jax.random.split(key, chains)), np.float64)
+
+
+def _ratio(xs, mean, var):
+    """(per-coordinate ratios, coordinate-mean ratio, its standard error by batch means) of (chains, n, d) draws."""
+    z = (xs - mean) ** 2 / var
+    c, n, d = z.shape
+    batches = z[:, : n // BATCHES * BATCHES].reshape(c * BATCHES, -1, d).mean(1)
+    pooled = batches.mean(1)
+    return batches.mean(0), float(pooled.mean()), float(pooled.std(ddof=1) / math.sqrt(len(pooled)))
+
+
+def _in_band(xs, mean, var, what):
+    per, avg, se = _ratio(xs, mean, var)
+    assert np.all((per > BAND[0]) & (per < BAND[1])), (what, per)
+    assert BAND[0] < avg - 3 * se and avg + 3 * se < BAND[1], (what, avg, se)
+    return per, avg, se
+
+
+def _linear(n, d, seed=0):
+    rng = np.random.default_rng(seed)
+    x = (rng.normal(size=(n, d)) * np.geomspace(0.5, 2.0, d)).astype(np.float32)
+    w = rng.normal(size=d)
+    y = (x @ w + rng.normal(size=n)).astype(np.float32)
+
+    def nll(p, batch):
+        return 0.5 * jnp.mean((batch[1] - batch[0] @ p["w"]) ** 2)
+
+    post = l2e.Posterior(nll, lambda p: -0.5 * jnp.sum(p["w"] ** 2), n)
+    prec = x.astype(np.float64).T @ x + np.eye(d)
+    cov = np.linalg.inv(prec)
+    return post, (jnp.asarray(x), jnp.asarray(y)), cov @ (x.astype(np.float64).T @ y), cov
+
+
+def _logistic(n, d, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d)).astype(np.float32)
+    y = (rng.random(n) < 1 / (1 + np.exp(-x @ rng.normal(size=d)))).astype(np.float32)
+
+    def nll(p, batch):
+        z = batch[0] @ p["w"]
+        return jnp.mean(jnp.logaddexp(0.0, z) - batch[1] * z)
+
+    return l2e.Posterior(nll, lambda p: -0.5 * jnp.sum(p["w"] ** 2), n), (jnp.asarray(x), jnp.asarray(y))
+
+
+def _logistic_truth(data, draws=20_000, seed=1):
+    """(MAP, mean, variance) of the logistic posterior: Newton's MAP, then self-normalised importance sampling from
+    the Laplace fit N(MAP, H⁻¹) (float64)."""
+    x, y = (np.asarray(a, np.float64) for a in data)
+    d = x.shape[1]
+    th = np.zeros(d)
+    for _ in range(30):
+        p = 1 / (1 + np.exp(-x @ th))
+        h = (x * (p * (1 - p))[:, None]).T @ x + np.eye(d)
+        th -= np.linalg.solve(h, x.T @ (p - y) + th)
+    chol = np.linalg.cholesky(np.linalg.inv(h))
+    z = np.random.default_rng(seed).normal(size=(draws, d))
+    w = th + z @ chol.T
+    logits = x @ w.T
+    logp = -(np.logaddexp(0, logits) - y[:, None] * logits).sum(0) - 0.5 * (w**2).sum(1)
+    lw = logp + 0.5 * (z**2).sum(1)
+    wt = np.exp(lw - lw.max())
+    wt /= wt.sum()
+    mean = wt @ w
+    return th, mean, wt @ (w - mean) ** 2
+
+
+def _banana(n=50, sigma=1.0, seed=0):
+    rng = np.random.default_rng(seed)
+    y = (0.5 + sigma * rng.normal(size=n)).astype(np.float32)
+    x = np.ones((n, 1), np.float32)  # no inputs: the data are the y_i
+
+    def nll(p, batch):
+        w = p["w"]
+        return 0.5 * jnp.mean((batch[1] - w[0] - w[1] ** 2) ** 2) / sigma**2
+
+    return l2e.Posterior(nll, lambda p: -0.5 * jnp.sum(p["w"] ** 2), n), (jnp.asarray(x), jnp.asarray(y))
+
+
+def _banana_truth(data, sigma=1.0, step=0.004):
+    """(mean, variance) of the banana posterior by quadrature on a grid (float64): θ1 ∈ [−9, 3], θ2 ∈ [−3.5, 3.5]
+    (the density beyond is below e⁻⁶ of its peak), N·mean NLL through the data's sufficient statistics."""
+    y = np.asarray(data[1], np.float64)
+    n, ybar, ss = y.size, y.mean(), ((y - y.mean()) ** 2).sum()
+    t1, t2 = np.arange(-9.0, 3.0, step), np.arange(-3.5, 3.5, step)
+    a, b = np.meshgrid(t1, t2, indexing="ij")
+    f = a + b**2
+    logp = -0.5 * (n * (f - ybar) ** 2 + ss) / sigma**2 - 0.5 * (a**2 + b**2)
+    p = np.exp(logp - logp.max())
+    p /= p.sum()
+    mean = np.array([(p * a).sum(), (p * b).sum()])
+    return mean, np.array([(p * (a - mean[0]) ** 2).sum(), (p * (b - mean[1]) ** 2).sum()]), p
+
+
+def _sum_bound(terms) -> np.ndarray:
+    """The float32 rounding bound of a sum (any order): (n − 1)·eps·Σ|terms| per coordinate (terms: (n, d))."""
+    terms = np.abs(np.asarray(terms, np.float64))
+    return (terms.shape[0] - 1) * EPS32 * terms.sum(0)
+
+
+def _per_example_grads(post, w, data):
+    """(n, d) gradients ∇ℓ_i(w) of the per-example NLL."""
+    x, y = data
+    return np.asarray(jax.vmap(lambda xi, yi: jax.grad(post.nll)({"w": w}, (xi[None], yi[None]))["w"])(x, y))
+
+
+# ----------------------------------------------------------------------------- the estimate
+
+
+def test_full_batch_cv_estimate_is_the_full_gradient():
+    """With B = N (the minibatch is the data set) the CV estimate is ∇U(θ) = N·ḡ(θ) − ∇log p(θ), however far θ is
+    from θ̂; the chunked full-data pass equals the one-batch pass. Tolerance: the float32 bound of the sums involved
+    ((n − 1)·eps·Σ_i|∇ℓ_i| at θ and at θ̂, times N, for the three means), measured far below it."""
+    post, data = _logistic(2_000, 5)
+    n = post.data_size
+    theta, anchor_pos = {"w": jnp.full(5, 0.3)}, {"w": jnp.linspace(-1.0, 1.0, 5)}
+    anchor = cv.anchor_at(post, anchor_pos, data, chunk_size=300)
+    one_batch = cv.full_nll_grad(post, anchor_pos, data)
+    bound_hat = _sum_bound(_per_example_grads(post, anchor_pos["w"], data)) / n
+    np.testing.assert_array_less(np.abs(np.asarray(anchor.nll_grad["w"]) - np.asarray(one_batch["w"])),
+                                 2 * bound_hat + 1e-12)
+    loss, _, grad_u = cv.cv_posterior(post, anchor).value_and_potential_grad(theta, data)
+    want_loss, _, want = post.value_and_potential_grad(theta, data)
+    bound = n * (_sum_bound(_per_example_grads(post, theta["w"], data)) / n + 3 * bound_hat)
+    err = np.abs(np.asarray(grad_u["w"]) - np.asarray(want["w"]))
+    np.testing.assert_array_less(err, bound + 4 * EPS32 * np.abs(np.asarray(want["w"])))
+    assert float(loss) == float(want_loss)  # the reported loss is the plain minibatch NLL
+    # far from θ̂ the correction is large: a CV estimate that dropped it would miss by N·|ḡ(θ̂)| ≫ the bound
+    assert np.all(n * np.abs(np.asarray(anchor.nll_grad["w"])) > 100 * bound)
+
+
+def test_cv_estimate_is_unbiased_and_exact_at_the_anchor():
+    """Over the N single-example minibatches the CV estimate averages to ∇U(θ) exactly (unbiased: float32 bound of
+    the average); at θ = θ̂ every minibatch gives ∇U(θ̂) (no noise), away from θ̂ the minibatches disagree."""
+    post, data = _logistic(1_000, 3)
+    n = post.data_size
+    anchor = cv.anchor_at(post, {"w": jnp.array([0.5, -0.2, 0.1])}, data)
+    cvp = cv.cv_posterior(post, anchor)
+
+    def estimates(theta):
+        one = lambda xi, yi: cvp.potential_grad(theta, (xi[None], yi[None]))[1]["w"]  # noqa: E731
+        return np.asarray(jax.vmap(one)(*data), np.float64)
+
+    theta = {"w": jnp.array([0.9, 0.3, -0.4])}
+    est = estimates(theta)
+    want = np.asarray(post.potential_grad(theta, data)[1]["w"], np.float64)
+    np.testing.assert_array_less(np.abs(est.mean(0) - want), 2 * _sum_bound(est) / n + 8 * EPS32 * np.abs(est).max(0))
+    at_anchor = estimates(anchor.position)
+    u_hat = np.asarray(post.potential_grad(anchor.position, data)[1]["w"], np.float64)
+    scale = n * np.abs(_per_example_grads(post, anchor.position["w"], data)).max(0)
+    np.testing.assert_array_less(np.abs(at_anchor - u_hat).max(0), _sum_bound(at_anchor) / n + 4 * EPS32 * scale)
+    assert np.all(est.std(0) > 100 * at_anchor.std(0) + 1.0)
+
+
+def test_refreshed_and_found_anchor():
+    """refreshed() moves the anchor to the chain's position; find_anchor's SGD reaches the MAP's neighbourhood (within
+    one posterior standard deviation per coordinate, 1,000 updates) and its gradient there is the full-data one (to
+    the float32 bound of the mean); a momentum of 1 is refused."""
+    post, data = _logistic(2_000, 3)
+    th, mean, var = _logistic_truth(data, draws=2_000)
+    anchor = cv.find_anchor(post, {"w": jnp.zeros(3)}, jax.random.PRNGKey(0), data, _batch, 32, 1_000, 0.05)
+    assert np.all(np.abs(np.asarray(anchor.position["w"]) - th) < np.sqrt(var)), (anchor.position, th)
+    eager = cv.anchor_at(post, anchor.position, data).nll_grad["w"]  # jit and eager sum in other orders
+    bound = 2 * _sum_bound(_per_example_grads(post, anchor.position["w"], data)) / post.data_size
+    np.testing.assert_array_less(np.abs(np.asarray(anchor.nll_grad["w"]) - np.asarray(eager)), bound)
+    alg = l2e.sgld_cv(post, 0.01, anchor)
+    state, _ = jax.jit(alg.step)(jax.random.PRNGKey(1), alg.init(anchor.position), _batch(jax.random.PRNGKey(2), data, 32))
+    moved = cv.refreshed(state, post, data)
+    assert moved.anchor.position is state.position and int(moved.step) == 1
+    with pytest.raises(ValueError, match="momentum"):
+        cv.find_anchor(post, {"w": jnp.zeros(3)}, jax.random.PRNGKey(0), data, _batch, 32, 10, 0.05, momentum=1.0)
+
+
+# ----------------------------------------------------------------------------- known targets
+
+
+def _cv_pair(post, anchor, lr_sgld, lr_sghmc, friction):
+    return {"sgld_cv": l2e.sgld_cv(post, lr_sgld, anchor), "sghmc_cv": l2e.sghmc_cv(post, lr_sghmc, anchor, friction)}
+
+
+@pytest.mark.slow
+def test_gaussian_linear_regression():
+    """Both CV samplers on the exact Gaussian posterior of a linear regression (N = 2,000, d = 5, feature scales
+    0.5 – 2, B = 32; 8 chains × 20,000 updates from an SGD anchor of 1,000 updates, the first fifth dropped): every
+    coordinate's variance ratio in the band, the coordinate mean's 3-s.e. interval too (measured 1.03 ± 0.02 and
+    1.06 ± 0.01; plain SGLD and SGHMC at these settings: 2.1 and 8.6)."""
+    post, data, mean, cov = _linear(2_000, 5)
+    anchor = cv.find_anchor(post, {"w": jnp.zeros(5)}, jax.random.PRNGKey(0), data, _batch, 32, 1_000, 0.02)
+    for name, alg in _cv_pair(post, anchor, 0.02, 0.01, 30.0).items():
+        xs = _chains(alg, anchor.position, data, 32, 20_000, 8, jax.random.PRNGKey(2), 4_000)
+        _in_band(xs, mean, np.diag(cov), name)
+
+
+@pytest.mark.slow
+def test_banana():
+    """Both CV samplers on a curved ridge, y_i ~ N(θ1 + θ2², 2²), N = 20, B = 5, prior N(0, I) (the CV noise
+    ∝ (y_i − ȳ)·(θ2 − θ̂2) does not vanish; moments by quadrature): variance ratios in the band (16 chains × 20,000
+    updates; measured 1.01 ± 0.02 for both)."""
+    post, data = _banana(20, 2.0)
+    mean, var, _ = _banana_truth(data, 2.0)
+    anchor = cv.find_anchor(post, {"w": jnp.zeros(2)}, jax.random.PRNGKey(0), data, _batch, 5, 1_000, 0.02)
+    for name, alg in _cv_pair(post, anchor, 0.2, 0.2, 3.0).items():
+        xs = _chains(alg, anchor.position, data, 5, 20_000, 16, jax.random.PRNGKey(2), 4_000)
+        _in_band(xs, mean, var, name)
+
+
+@pytest.mark.slow
+def test_large_n_logistic_regression_plain_hot_cv_in_band():
+    """N = 5,000, d = 5, B = 32: plain SGLD (lr 0.1) and SGHMC (lr 0.05, C = 10) run hot — the variance ratio's
+    3-s.e. interval above the band (measured 2.0 and 18.5) — while SGLD-CV and SGHMC-CV at the same settings, from an
+    SGD anchor of 1,000 updates, are in it (1.03 ± 0.02, 1.05 ± 0.02); 8 chains × 10,000 updates from the anchor."""
+    post, data = _logistic(5_000, 5)
+    _, mean, var = _logistic_truth(data)
+    anchor = cv.find_anchor(post, {"w": jnp.zeros(5)}, jax.random.PRNGKey(0), data, _batch, 32, 1_000, 0.05)
+    key = jax.random.PRNGKey(2)
+    for name, alg in {"sgld": l2e.sgld(post, 0.1), "sghmc": l2e.sghmc(post, 0.05, 10.0)}.items():
+        _, avg, se = _ratio(_chains(alg, anchor.position, data, 32, 10_000, 8, key, 2_000), mean, var)
+        assert avg - 3 * se > BAND[1], (name, avg, se)
+    for name, alg in _cv_pair(post, anchor, 0.1, 0.05, 10.0).items():
+        _in_band(_chains(alg, anchor.position, data, 32, 10_000, 8, key, 2_000), mean, var, name)
+
