@@ -94,7 +94,7 @@ def check_output(out: Path, overwrite: bool, config_error) -> None:
     ours, anything else that is not a report, is not a directory, is a dangling symbolic link, or cannot be written
     (nor its parent, where the report set is staged); probe writability now rather than after the evaluation."""
     from cli import read_marker, require_ours
-    from cli.outputs import KINDS
+    from cli.outputs import KINDS, check_ours
 
     if out.is_symlink() and not out.exists():
         raise config_error(f"--output {out} is a dangling symbolic link (to {os.readlink(out)})")
@@ -112,9 +112,9 @@ def check_output(out: Path, overwrite: bool, config_error) -> None:
                                "choose another --output")
         if has_report:
             require_ours(out, "report", config_error, "replace its report")
-        elif kind != "report" and any(p for p in out.iterdir() if not p.name.startswith(".")):
-            raise config_error(f"--output {out} is a non-empty directory without report.json (not a report of "
-                               "ours); choose another --output")
+        else:  # any entry, hidden or not, without the marker: not ours (cli.outputs.check_ours)
+            check_ours(out, "report", config_error, "write a report into it",
+                       unmarked="is a non-empty directory without report.json (not a report of ours)")
     probe_writable(out, config_error)
     if out.exists():
         probe_writable(out.resolve().parent, config_error)
