@@ -178,8 +178,8 @@ def check_ours(out: str | Path, kind: str | None, error, action: str = "write in
         if not any(out.iterdir()):
             return
         what = unmarked or f"is not marked as {KINDS[kind] if kind else 'an output'} of this project"
-        raise error(f"--output {out} {what} (no {MARKER} file) and holds {entry_names(out)}: entries this project "
-                    f"did not write; refusing to {action}: choose another --output")
+        raise error(f"--output {out} {what}: it holds {entry_names(out)} and no {MARKER} marker (entries this "
+                    f"project did not write); refusing to {action}: choose another --output")
     require_ours(out, kind, error, action)
 
 
