@@ -33,7 +33,7 @@ METHODS = ("sghmc", "precond_fisher", "l2e_mass", "l2e_transient")
 
 
 def _cfg(method: str, mode: str):
-    return tiny_eval_config(iris_mlp(8), (method,), {method: preset_grids("smoke")[method]}, chains=2,
+    return tiny_eval_config(iris_mlp(8), (method,), {method: preset_grids("smoke").get(method, {})}, chains=2,
                             batch_chains=mode)
 
 
@@ -79,3 +79,114 @@ def test_auto_keeps_a_conv_net_one_chain_at_a_time_on_the_cpu():
 def test_a_bad_batch_mode_is_refused():
     with pytest.raises(ConfigError, match="batch_chains must be one of auto, always, never"):
         _cfg("sghmc", "sometimes")
+
+
+# ----------------------------------------------------------------------------- many runs in one program
+MANY = {"sghmc": {"lrs": (0.01, 0.03, 0.1), "frictions": (10.0,)},  # a factory-built rival, three grid points
+        "precond_fisher": {"lrs": (0.01, 0.03), "frictions": (10.0,)},  # phase kernels, a traced freeze step
+        "warm_sghmc": {"lrs": (0.03,), "frictions": (10.0,), "warm_fractions": (0.1, 0.3)},  # traced Adam steps
+        "l2e_transient": {}}  # a learned sampler: shared meta-parameters, phase kernels
+
+
+def _jobs(method: str, cfg):
+    from evaluate.methods import REGISTRY
+
+    m = REGISTRY[method]
+    extra = {}
+    if m.needs_sampler:
+        sampler = load_l2e(m.needs_sampler if isinstance(m.needs_sampler, str) else None)
+        extra = {"meta_params": sampler["meta_params"], "sampler": sampler["sampler"], "checkpoint": "x"}
+    return [(jax.random.fold_in(jax.random.PRNGKey(seed), 7), {**p, **extra}) for seed in (0, 1)
+            for p in m.points(getattr(cfg.settings, method))]
+
+
+@pytest.mark.parametrize("chains", (1, 2))
+@pytest.mark.parametrize("method", tuple(MANY))
+def test_seeds_and_grid_points_in_one_program_equal_one_at_a_time(task, method, chains):
+    """registry.run_many: every (seed, grid point) job's chains in one vmapped program give each job's result of
+    run_method — same samples (within SAMPLE_ATOL), chains, draws, gradients, divergence, T_kin and record."""
+    from evaluate.methods import run_many
+
+    cfg = tiny_eval_config(iris_mlp(8), (method,), {method: MANY[method]}, chains=chains, batch_chains="always")
+    jobs = _jobs(method, cfg)
+    assert len(jobs) >= 2
+    seq = [run_method(method, task, key, hp, cfg) for key, hp in jobs]
+    bat = run_many(method, task, jobs, cfg)
+    assert len(bat) == len(seq)
+    for a, b in zip(seq, bat):
+        assert (b.num_chains, b.draws_per_chain, b.grad_evals, b.divergent_chains) == (
+            a.num_chains, a.draws_per_chain, a.grad_evals, a.divergent_chains)
+        np.testing.assert_array_equal(b.chain_ids, a.chain_ids)
+        for x, y in zip(jax.tree.leaves(a.samples), jax.tree.leaves(b.samples)):
+            np.testing.assert_allclose(np.asarray(y), np.asarray(x), rtol=0, atol=SAMPLE_ATOL)
+        if a.t_kin is not None:
+            np.testing.assert_allclose(b.t_kin, a.t_kin, rtol=1e-3)
+        drop = ("meta_params",)
+        assert {k: v for k, v in b.hyperparameters.items() if k not in drop} == {
+            k: v for k, v in a.hyperparameters.items() if k not in drop}
+    # the jobs are distinct runs (a batch that paired a job with another's keys or point would repeat one)
+    firsts = [np.asarray(jax.tree.leaves(r.samples)[0]) for r in bat]
+    assert all(np.max(np.abs(firsts[0] - f)) > 1e-3 for f in firsts[1:])
+
+
+def test_one_compiled_chunk_serves_every_budget(task):
+    """Budget-dependent update counts (the freeze step, the Adam phase) are call arguments: a second budget
+    compiles no new chunk."""
+    from evaluate.methods import CompileCache
+
+    for method in ("precond_fisher", "warm_sghmc", "adaptive_sghmc"):
+        cache = CompileCache()
+        cfg = _cfg(method, "never")
+        hp = _jobs(method, cfg)[0][1]
+        run_method(method, task, jax.random.PRNGKey(0), hp, cfg, cache=cache)
+        chunks = {k for k in cache._values if k[0] == "chunk"}
+        run_method(method, task, jax.random.PRNGKey(0), hp, dataclasses.replace(cfg, num_steps=2 * cfg.num_steps),
+                   cache=cache)
+        assert {k for k in cache._values if k[0] == "chunk"} == chunks, method
+
+
+SHARD_SCRIPT = """
+import os, sys, jax, numpy as np
+sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
+from conftest import iris_mlp, tiny_eval_config
+from evaluate.methods import REGISTRY, batched, run_many
+from tasks import build
+seen = []
+shard = batched.shard_population
+def spy(tree, mesh):
+    out = shard(tree, mesh)
+    seen.append(len(jax.tree.leaves(out)[0].sharding.device_set))
+    return out
+batched.shard_population = spy
+task = build(iris_mlp(8))
+cfg = tiny_eval_config(iris_mlp(8), ("precond_fisher",), {"precond_fisher": {"lrs": (0.01, 0.03), "frictions": (10.0,)}},
+                       chains=2, batch_chains="always")
+jobs = [(jax.random.PRNGKey(s), p) for s in (0, 1) for p in REGISTRY["precond_fisher"].points(cfg.settings.precond_fisher)]
+sharded = run_many("precond_fisher", task, jobs, cfg)
+os.environ["L2E_NO_SHARDING"] = "1"
+one = run_many("precond_fisher", task, jobs, cfg)
+diff = max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) for r, q in zip(sharded, one)
+           for x, y in zip(jax.tree.leaves(r.samples), jax.tree.leaves(q.samples)))
+print("devices", len(jax.local_devices()), "sharded over", sorted(set(seen)), "diff", diff)
+"""
+
+
+@pytest.mark.slow
+def test_a_batch_shards_over_the_local_devices():
+    """On 2 forced host devices a batch of 8 chains (2 seeds × 2 grid points × M = 2) is sharded over both (every
+    shard_population call spans 2 devices) and gives the one-device numbers within SAMPLE_ATOL."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT, xla_flags_with
+
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT),
+           "XLA_FLAGS": xla_flags_with("--xla_force_host_platform_device_count=2")}
+    env.pop("L2E_NO_SHARDING", None)
+    proc = subprocess.run([sys.executable, "-c", SHARD_SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = proc.stdout.strip().splitlines()[-1]
+    assert line.startswith("devices 2 sharded over [2] diff "), line
+    assert float(line.split()[-1]) <= SAMPLE_ATOL

@@ -37,7 +37,7 @@ import numpy as np
 
 from evaluate.curve.fidelity import energy_distance, floors, pairwise_mean, to_floor
 from evaluate.dispersion import dispersion_entry
-from evaluate.methods import get_method, run_method, split_data
+from evaluate.methods import get_method, run_many, run_method, split_data
 from evaluate.methods.outputs import predict_outputs
 from evaluate.methods.registry import allocated_chains
 from evaluate.metrics import agreement
@@ -173,21 +173,30 @@ def _tune(task, task_key, method: str, cfg, cache, extra: dict, ref: _Reference,
     xv, yv = x[:cfg.tune_examples], np.asarray(y[:cfg.tune_examples])
     rows, spent = {}, [0]
 
+    def record(point, label, res, added):
+        spent[0] += _spent(task, res, added, cfg.batch_size)
+        bad = res.divergent_chains or res.num_finite == 0
+        val = math.inf if bad else task.score(predict_outputs(task, res.samples, xv, cfg.eval_batch, cache), yv)
+        fid = ref.point(task, res)
+        orc = math.inf if bad else ref.oracle_score(fid)
+        rows[label] = {"point": point, "label": label, "validation": val if math.isfinite(val) else None,
+                       "oracle": orc if math.isfinite(orc) else None, "tv": fid["tv"], "energy": fid["energy"],
+                       "divergent_chains": res.divergent_chains}
+
     def row(point):
         label = hp_label(point) or "default"
         if label not in rows:
             added = warm(cfg) if warm is not None else {}
-            res = run_method(method, task, run_keys(task_key, 0), {**point, **extra, **added},
-                             _budgeted(task, method, cfg), "test", cache)
-            spent[0] += _spent(task, res, added, cfg.batch_size)
-            bad = res.divergent_chains or res.num_finite == 0
-            val = math.inf if bad else task.score(predict_outputs(task, res.samples, xv, cfg.eval_batch, cache), yv)
-            fid = ref.point(task, res)
-            orc = math.inf if bad else ref.oracle_score(fid)
-            rows[label] = {"point": point, "label": label, "validation": val if math.isfinite(val) else None,
-                           "oracle": orc if math.isfinite(orc) else None, "tv": fid["tv"], "energy": fid["energy"],
-                           "divergent_chains": res.divergent_chains}
+            record(point, label, run_method(method, task, run_keys(task_key, 0), {**point, **extra, **added},
+                                            _budgeted(task, method, cfg), "test", cache), added)
         return rows[label]
+
+    if warm is None:  # the grid (search visits every point) as one batched call; extensions run one at a time
+        todo = list({hp_label(p) or "default": p for p in points}.items())
+        results = run_many(method, task, [(run_keys(task_key, 0), {**p, **extra}) for _, p in todo],
+                           _budgeted(task, method, cfg), "test", cache)
+        for (label, point), res in zip(todo, results):
+            record(point, label, res, {})
 
     def score(key):
         return lambda point: row(point)[key] if row(point)[key] is not None else math.inf
@@ -255,31 +264,35 @@ def curve_task(task, task_index: int, ref_entry: dict, draws: dict, cfg, curve: 
                 tuning.update(gradients=tuning["gradients"] + start["tuning"]["gradients"], warm_start=start)
             say(f"{task.spec.name} {name}: tuned ({len(tuning['grid'])} points, {time.perf_counter() - t0:.0f} s)")
             row = {"method": method, "chains": chains, "tuning": tuning, "choices": {}}
-            done: dict = {}
+            hps = {hp_label(tuning[choice]): tuning[choice] for choice in CHOICES}  # the choices share equal points
+            done = _curves(task, task_index, method, hps, base, curve, cache, extra, ref, warm_of, say, name)
             for choice in CHOICES:
-                hp = tuning[choice]
-                label = hp_label(hp)
-                if label not in done:
-                    done[label] = _curves(task, task_index, method, hp, base, curve, cache, extra, ref, warm_of, say,
-                                          name)
-                row["choices"][choice] = {"hp": hp, **done[label]}
+                row["choices"][choice] = {"hp": tuning[choice], **done[hp_label(tuning[choice])]}
             out["methods"][name] = row
     return out
 
 
-def _curves(task, task_index, method, hp, base, curve: CurveConfig, cache, extra, ref: _Reference, warm_of, say,
-            name) -> dict:
-    """Every seed's runs at every budget; warm_of(task_key) -> warm(cfg) for a warm-started method, else None."""
-    seeds = {}
-    for seed in curve.seeds:
-        task_key = jax.random.fold_in(jax.random.PRNGKey(seed), task_index)
-        warm = warm_of(task_key) if warm_of is not None else None
-        points = []
-        for g in curve.budgets:
-            t0 = time.perf_counter()
-            res, spent = _run(task, task_key, method, hp, dataclasses.replace(base, num_steps=g), cache, extra, warm)
-            points.append({"budget": g, "gradients": spent, "seconds": res.seconds,
-                           "divergent_chains": res.divergent_chains, **ref.point(task, res)})
-            say(f"{task.spec.name} {name} seed {seed} G={g}: tv {points[-1]['tv']} ({time.perf_counter() - t0:.1f} s)")
-        seeds[str(seed)] = points
-    return {"seeds": seeds, "to_floor": to_floor(seeds, ref.floors)}
+def _curves(task, task_index, method, hps: dict, base, curve: CurveConfig, cache, extra, ref: _Reference, warm_of,
+            say, name) -> dict:
+    """{label: {"seeds", "to_floor"}} for each hyperparameter point of `hps` ({label: hp}): every seed's runs at
+    every budget, each budget's (point, seed) runs as one batched call (registry.run_many); warm_of(task_key) ->
+    warm(cfg) for a warm-started method (then one run at a time), else None."""
+    keys = {seed: jax.random.fold_in(jax.random.PRNGKey(seed), task_index) for seed in curve.seeds}
+    warms = {seed: warm_of(keys[seed]) for seed in curve.seeds} if warm_of is not None else None
+    jobs = [(label, seed) for label in hps for seed in curve.seeds]
+    seeds: dict = {label: {str(seed): [] for seed in curve.seeds} for label in hps}
+    for g in curve.budgets:
+        cfg = dataclasses.replace(base, num_steps=g)
+        t0 = time.perf_counter()
+        if warms is None:
+            runs = run_many(method, task, [(run_keys(keys[seed], 1), {**hps[label], **extra}) for label, seed in jobs],
+                            _budgeted(task, method, cfg), "test", cache)
+            runs = [(res, _spent(task, res, {}, cfg.batch_size)) for res in runs]
+        else:
+            runs = [_run(task, keys[seed], method, hps[label], cfg, cache, extra, warms[seed]) for label, seed in jobs]
+        for (label, seed), (res, spent) in zip(jobs, runs):
+            seeds[label][str(seed)].append({"budget": g, "gradients": spent, "seconds": res.seconds,
+                                            "divergent_chains": res.divergent_chains, **ref.point(task, res)})
+            say(f"{task.spec.name} {name} {label or 'default'} seed {seed} G={g}: tv "
+                f"{seeds[label][str(seed)][-1]['tv']} ({(time.perf_counter() - t0) / len(runs):.1f} s)")
+    return {label: {"seeds": per, "to_floor": to_floor(per, ref.floors)} for label, per in seeds.items()}

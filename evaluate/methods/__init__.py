@@ -12,10 +12,11 @@ import functools
 from evaluate.methods.base import Method, Run
 from evaluate.methods.cache import CompileCache
 from evaluate.methods.outputs import MethodResult, predict_outputs, split_data
-from evaluate.methods.registry import METHODS, REGISTRY, MethodSettings, get_method, method_settings, run_method
+from evaluate.methods.registry import (METHODS, REGISTRY, MethodSettings, get_method, method_settings, run_many,
+                                       run_method)
 
 __all__ = ["METHODS", "REGISTRY", "CompileCache", "Method", "MethodResult", "MethodSettings", "Run", "get_method",
-           "method_settings", "predict_outputs", "run_method", "split_data"]
+           "method_settings", "predict_outputs", "run_many", "run_method", "split_data"]
 
 
 def __getattr__(name: str):

@@ -50,6 +50,9 @@ class CompileCache:
         k0 = jax.random.PRNGKey(0) if device is None else jax.device_put(jax.random.PRNGKey(0), device)
         if chains is not None:
             k0 = jnp.stack([k0] * chains)
+            sharding = getattr(jax.tree.leaves(state)[0], "sharding", None)
+            if sharding is not None and len(sharding.device_set) > 1:  # keys sharded like the chains' states
+                k0 = jax.device_put(k0, sharding)
         jax.block_until_ready(fn(state, k0, jnp.asarray(0, jnp.int32), data, args))
         self._warm.add(key)
 

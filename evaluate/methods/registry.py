@@ -23,14 +23,16 @@ import os
 import jax
 
 from evaluate.methods.base import Method, Run
-from evaluate.methods.batch import chain_batch, use_batches
+from evaluate.methods.batch import ChainBatch, chain_batch, use_batches
 from evaluate.methods.cache import CompileCache
-from evaluate.methods.driver import chain_keys
+from evaluate.methods.batched import Deferred, run_calls, shared_fingerprint
+from evaluate.methods.chunks import chain_keys
 from evaluate.methods.outputs import merge_chains
 from base.io import ConfigError, one_line
 
 __all__ = ["ENV", "LOAD_ERRORS", "METHODS", "METHOD_MODULES", "MethodSettings", "REGISTRY", "check_extra_methods",
-           "extra_modules", "get_method", "method_settings", "preset_grids", "run_method"]
+           "extra_modules", "get_method", "method_settings", "preset_grids", "run_many",
+           "run_method"]
 
 METHOD_MODULES = (  # one line per method, in the order methods run and are reported
     "l2e",
@@ -187,3 +189,44 @@ def run_method(name: str, task, key, hp: dict, cfg, split="test", cache: Compile
     runs = [method.run(ctx, (jax.random.fold_in(init_key, c), jax.random.fold_in(chain_key, c)), hp)
             for c in range(m)]
     return merge_chains(runs)
+
+
+def run_many(name: str, task, jobs: list[tuple], cfg, split="test", cache: CompileCache | None = None) -> list:
+    """[run_method(name, task, key, hp, cfg, split, cache) for key, hp in jobs], with every chain of every job —
+    seeds, grid points, the M chains of a chain allocation — run as vmapped programs where the method declares
+    Method.batch_chains and `use_batches` allows (else one job after another).
+
+    Each job keeps its own keys (M = 1: the key pair itself; M > 1: chain c with fold_in(…, c), as run_method), its
+    own hyperparameters and records; the runner is called once per job and returns its chains' call
+    (batched.Deferred); calls that share a compiled chunk (cache key, schedule, phases) run together
+    (batched.run_calls: a scalar hyperparameter is a per-chain argument). The results equal the
+    one-at-a-time path's up to a vmapped program's rounding (tests/test_batch.py)."""
+    method = get_method(name)
+    cache = CompileCache() if cache is None else cache
+    m = allocated_chains(name, cfg)
+    if len(jobs) * m <= 1 or not (method.batch_chains and use_batches(cfg, task)):
+        return [run_method(name, task, key, hp, cfg, split, cache) for key, hp in jobs]
+    sub = cfg if m == 1 else dataclasses.replace(cfg, num_steps=cfg.num_steps // m, num_samples=cfg.num_samples // m,
+                                                 chains=1, methods=(name,), optional_methods=())
+    ctx = Run(task, sub, getattr(cfg.settings, name), split, cache, False)
+    calls = []
+    for key, hp in jobs:
+        init_key, chain_key = chain_keys(key)
+        keys = chain_batch(init_key, chain_key, m) if m > 1 else ChainBatch(init_key[None], chain_key[None])
+        deferred = Deferred(keys, [])
+        method.run(ctx, deferred, hp)
+        if len(deferred.calls) != 1:
+            raise RuntimeError(f"{name}'s runner declares batch_chains but made {len(deferred.calls)} chain calls")
+        calls.append(deferred.calls[0])
+    groups: dict = {}
+    for i, call in enumerate(calls):  # calls that share one compiled chunk and one sequence of phases
+        phases = None if call.phase_of is None else tuple(
+            call.phase_of(s, call.schedule.chunk_length) for s in range(0, call.schedule.num_steps,
+                                                                       call.schedule.chunk_length))
+        groups.setdefault((call.cache_key, call.schedule, phases, jax.tree.structure(call.args),
+                           shared_fingerprint(call.args)), []).append(i)
+    results: list = [None] * len(calls)
+    for members in groups.values():
+        for i, runs in zip(members, run_calls(ctx, [calls[i] for i in members])):
+            results[i] = runs[0] if m == 1 else merge_chains(runs)
+    return results

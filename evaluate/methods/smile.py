@@ -33,9 +33,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from evaluate.methods import driver
+from evaluate.methods import chunks
 from evaluate.methods.base import Method, check_grid
-from evaluate.methods.driver import chain_keys, chunk_fn
+from evaluate.methods.chunks import chain_keys, chunk_fn
 from evaluate.methods.full_batch import check_chains, num_chains, record_without_inits, round_robin
 from evaluate.methods.outputs import finalise
 from l2e.chains import ChainSchedule
@@ -165,9 +165,9 @@ def _run_chains(ctx, key, init_positions, eps0: float, preconditioned: bool):
     ck, fn = chunk_fn(ctx, ("smile",) + static, make_kernel, schedule)
     for c in range(min(chains, len(jax.local_devices()))):
         ctx.cache.warm_up(ck, fn, states[0], task.train_data, args, member_device(c))
-    flops = driver._flops(ctx, ck, make_kernel, states[0], args, schedule)
+    flops = chunks.flops_of_chunk(ctx, ck, make_kernel, states[0], args, schedule)
     if ctx.probe:
-        res = driver._probe(ctx, fn, states[0], task.train_data, args, schedule.chunk_length, {}, flops)
+        res = chunks.probe(ctx, fn, states[0], task.train_data, args, schedule.chunk_length, {}, flops)
         return dataclasses.replace(res, measured_seconds_per_step=res.measured_seconds_per_step / 2)
     _, key_chain = chain_keys(key)
     t0 = time.perf_counter()
@@ -175,14 +175,14 @@ def _run_chains(ctx, key, init_positions, eps0: float, preconditioned: bool):
     for c in range(chains):
         dev = member_device(c)
         state, chain_key, chain_args = jax.device_put((states[c], jax.random.fold_in(key_chain, c), args), dev)
-        runs.append(driver._run_chain(fn, state, chain_key, ctx.cache.data.put(task.train_data, dev), chain_args,
+        runs.append(chunks.run_chunks(fn, state, chain_key, ctx.cache.data.put(task.train_data, dev), chain_args,
                                       schedule))
     home = jax.local_devices()[0]
     samples = jax.tree.map(lambda *xs: jnp.stack([jax.device_put(x, home) for x in xs]),
                            *[chain.samples for chain, _ in runs])
     jax.block_until_ready(samples)
     seconds = time.perf_counter() - t0
-    infos = [driver._host_info(kept) for _, kept in runs]
+    infos = [chunks.host_info(kept) for _, kept in runs]
     return samples, [chain.state for chain, _ in runs], infos, seconds, schedule, scale, flops, warm
 
 

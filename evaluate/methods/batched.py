@@ -1,0 +1,174 @@
+"""Chains in batches (evaluate.methods.batch says when): every chain of one or many runner calls — the M chains of a
+chain allocation, seeds, grid points (registry.run_many), ensemble members — as vmapped programs.
+
+A runner that declares Method.batch_chains returns what `driver.run_single_chain` returns; handed a `Deferred` key
+(registry.run_many), run_single_chain records its `ChainCall` instead of running, and `run_calls` runs the calls that
+share a compiled chunk together: chain c keeps the keys, start, minibatches and noise of the one-at-a-time path, and
+each chain is finalised on its own as that path finalises it. Scalar args leaves (hyperparameters, update counts) get
+a chain axis, the others (meta-parameters) stay shared (`arg_axes`): one compiled chunk per method, phase and batch
+size. Memory: batch.batch_groups. Devices: each batch's chains are sharded over the local devices that divide it
+(l2e.devices.population_mesh; GSPMD partitions the vmapped chunk), the data and shared args replicated.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from evaluate.methods.batch import ChainBatch, batch_groups
+from evaluate.methods.chunks import (chunk_fn, finalise_chain, flops_of_chunk, kinetic_temperature, phase_chunks,
+                                     run_chunks, slice_chain)
+from evaluate.methods.outputs import MethodResult, finalise, merge_chains
+from l2e.chains import ChainSchedule
+from l2e.devices import population_mesh, replicate, shard_population
+from l2e.types import tree_size
+
+__all__ = ["ChainCall", "Deferred", "arg_axes", "members_batched", "run_batched", "run_calls", "shared_fingerprint"]
+
+class ChainCall(NamedTuple):
+    """One runner's call of `run_single_chain` for the chains `keys` (a ChainBatch): what `run_calls` needs to run
+    them with other calls' chains."""
+
+    keys: ChainBatch
+    hp: dict
+    schedule: ChainSchedule
+    cache_key: tuple
+    make_kernel: Callable
+    init_fn: Callable
+    args: Any
+    final_info: Callable | None
+    phase_of: Callable | None
+
+
+class Deferred(NamedTuple):
+    """The key `registry.run_many` hands a runner: `run_single_chain` appends its ChainCall to `calls` and returns
+    None instead of running (the runner returns what run_single_chain returns: Method.batch_chains)."""
+
+    keys: ChainBatch
+    calls: list
+
+
+def run_batched(ctx, keys: ChainBatch, hp: dict, schedule: ChainSchedule, cache_key: tuple, make_kernel, init_fn,
+                args, final_info: Callable | None = None, phase_of: Callable | None = None) -> MethodResult:
+    """The M chains of `keys`, each of `schedule`, as vmapped programs (module doc); their pooled MethodResult."""
+    call = ChainCall(keys, hp, schedule, cache_key, make_kernel, init_fn, args, final_info, phase_of)
+    return merge_chains(run_calls(ctx, [call])[0])
+
+
+def arg_axes(args):
+    """The batched programs' one pattern for a runner's args: 0 (a chain axis) for every scalar leaf — a
+    hyperparameter, an update count — and None (shared) for the others (meta-parameters), whatever the calls: one
+    compiled chunk per method and batch size, whichever hyperparameters differ."""
+    return jax.tree.map(lambda leaf: 0 if np.ndim(leaf) == 0 else None, args)
+
+
+def shared_fingerprint(args) -> tuple:
+    """What must be equal for two calls' args to share a batch: the non-scalar leaves (`arg_axes`)."""
+    return tuple((np.shape(x), hash(np.asarray(x).tobytes())) for x in jax.tree.leaves(args) if np.ndim(x) != 0)
+
+
+def _chain_args(calls: list[ChainCall], axes, members: list[int], owner: list[int]):
+    """The args of chains `members` (owner[c]: chain c's call): shared leaves as they are, the others stacked."""
+    flat_axes = jax.tree.leaves(axes, is_leaf=lambda x: x is None)
+    per_call = [jax.tree.leaves(c.args) for c in calls]
+    leaves = [per_call[0][i] if a is None else jnp.stack([jnp.asarray(per_call[owner[c]][i]) for c in members])
+              for i, a in enumerate(flat_axes)]
+    return jax.tree.unflatten(jax.tree.structure(calls[0].args), leaves)
+
+
+def _place(mesh, state, args, axes):
+    """On a mesh of more than one device: the states and the per-chain args leaves sharded on their chain axis
+    (l2e.devices.shard_population), the shared args leaves replicated; as they are on one device."""
+    if mesh.size == 1:
+        return state, args
+    flat_axes = jax.tree.leaves(axes, is_leaf=lambda x: x is None)
+    leaves = [shard_population(x, mesh) if a == 0 else replicate(x, mesh)
+              for x, a in zip(jax.tree.leaves(args), flat_axes)]
+    return shard_population(state, mesh), jax.tree.unflatten(jax.tree.structure(args), leaves)
+
+
+def run_calls(ctx, calls: list[ChainCall]) -> list[list[MethodResult]]:
+    """Every chain of every call (one runner call each: the same cache_key, schedule and phases; their own keys,
+    hyperparameters and args) as vmapped programs of at most MAX_BATCH_BYTES of states (batch_groups); per call,
+    its chains' finalised results in chain order (the one-at-a-time path's, up to a vmapped program's rounding).
+    Scalar args leaves get a chain axis (each call's own learning rate, update counts), the others stay shared
+    (`arg_axes`; the calls' shared leaves must be equal: registry.run_many groups by them). Each chain's seconds:
+    its group's wall time / the group's chains. Several local devices: each batch's chains are sharded over the
+    largest number of them that divides the batch (l2e.devices.population_mesh; GSPMD partitions the vmapped
+    chunk), the data and shared args replicated; one device (or $L2E_NO_SHARDING=1): as is."""
+    first = calls[0]
+    schedule, cache_key, make_kernel, phase_of = first.schedule, first.cache_key, first.make_kernel, first.phase_of
+    owner = [i for i, c in enumerate(calls) for _ in range(int(c.keys.init_keys.shape[0]))]
+    init_keys = jnp.concatenate([c.keys.init_keys for c in calls])
+    chain_keys_ = jnp.concatenate([c.keys.chain_keys for c in calls])
+    states = [calls[owner[c]].init_fn(ctx.task.init_params(init_keys[c])) for c in range(len(owner))]
+    state_bytes = sum(np.asarray(x).nbytes for x in jax.tree.leaves(states[0]))
+    groups = batch_groups(len(owner), state_bytes)
+    size = len(owner) // groups
+    axes = arg_axes(first.args)
+    flat_make = make_kernel if phase_of is None else (lambda: make_kernel(None))
+    ck, fn = chunk_fn(ctx, cache_key, flat_make, schedule, batched=True, arg_axes=axes)
+    mesh = population_mesh(size)  # the chain axis sharded over the local devices that divide the batch
+    stacked0, args0 = _place(mesh, jax.tree.map(lambda *xs: jnp.stack(xs), *states[:size]),
+                             _chain_args(calls, axes, list(range(size)), owner), axes)
+    chunk_at = None
+    if phase_of is not None:
+        chunk_at = phase_chunks(ctx, cache_key, make_kernel, schedule, phase_of, stacked0, ctx.task.train_data,
+                                 args0, batched=True, arg_axes=axes)
+    ctx.cache.warm_up(ck, fn, stacked0, ctx.task.train_data, args0, chains=size)
+    flops = flops_of_chunk(ctx, chunk_fn(ctx, cache_key, flat_make, schedule)[0], flat_make, states[0], first.args, schedule)
+    out: list[list[MethodResult]] = [[] for _ in calls]
+    for g in range(groups):
+        members = list(range(g * size, (g + 1) * size))
+        state, args = _place(mesh, jax.tree.map(lambda *xs: jnp.stack(xs), *[states[c] for c in members]),
+                             _chain_args(calls, axes, members, owner), axes)
+        keys = chain_keys_[g * size:(g + 1) * size] if mesh.size == 1 else shard_population(
+            chain_keys_[g * size:(g + 1) * size], mesh)
+        t0 = time.perf_counter()
+        chain, kept = run_chunks(fn, state, keys, ctx.task.train_data, args, schedule, chunk_at)
+        jax.block_until_ready(chain.samples)
+        seconds = (time.perf_counter() - t0) / size
+        info = jax.tree.map(lambda *xs: np.concatenate([np.asarray(x) for x in xs], axis=1), *kept)
+        for i, c in enumerate(members):
+            call = calls[owner[c]]
+            out[owner[c]].append(finalise_chain(ctx, chain, info, i, call.hp, schedule, seconds, flops,
+                                                 call.final_info))
+    return out
+
+
+def members_batched(ctx, keys: ChainBatch, hp: dict, schedule: ChainSchedule, cache_key: tuple, make_kernel,
+                     init_state: Callable, args) -> MethodResult:
+    """run_members' K members (member m with its keys) as vmapped programs (batch_groups, sharded like run_calls'
+    batches), finalised together as run_members finalises them (each member judged against the others)."""
+    task, k = ctx.task, int(keys.init_keys.shape[0])
+    states = [init_state(task.init_params(keys.init_keys[m])) for m in range(k)]
+    size = k // batch_groups(k, sum(np.asarray(x).nbytes for x in jax.tree.leaves(states[0])))
+    axes = arg_axes(args)
+    ck, fn = chunk_fn(ctx, cache_key, make_kernel, schedule, batched=True, arg_axes=axes)
+    mesh = population_mesh(size)
+    per_chain = jax.tree.map(lambda x, a: x if a is None else jnp.stack([jnp.asarray(x)] * size), args, axes)
+    flops = flops_of_chunk(ctx, chunk_fn(ctx, cache_key, make_kernel, schedule)[0], make_kernel, states[0], args, schedule)
+    samples, infos, seconds = [], [], 0.0
+    for g in range(k // size):
+        members = range(g * size, (g + 1) * size)
+        state, batch_args = _place(mesh, jax.tree.map(lambda *xs: jnp.stack(xs), *[states[m] for m in members]),
+                                   per_chain, axes)
+        ctx.cache.warm_up(ck, fn, state, task.train_data, batch_args, chains=size)
+        chain_keys_ = keys.chain_keys[g * size:(g + 1) * size]
+        t0 = time.perf_counter()
+        chain, kept = run_chunks(fn, state, chain_keys_ if mesh.size == 1 else shard_population(chain_keys_, mesh),
+                                 task.train_data, batch_args, schedule)
+        jax.block_until_ready(chain.samples)
+        seconds += time.perf_counter() - t0
+        samples.append(jax.tree.map(lambda x: np.asarray(x)[-1], chain.samples))  # each member's last state
+        infos.append(jax.tree.map(lambda *xs: np.concatenate([np.asarray(x) for x in xs], axis=1), *kept))
+    samples = jax.tree.map(lambda *xs: np.concatenate(xs), *samples)
+    info = jax.tree.map(lambda *xs: np.concatenate(xs), *infos)
+    d = tree_size(states[0].position)
+    t_kin = ([kinetic_temperature(slice_chain(info, m), schedule, d) for m in range(k)] if hasattr(info, "kinetic")
+             else None)
+    return finalise(ctx, samples, list(range(k)), schedule.num_steps * k, seconds, hp, num_chains=k, t_kin=t_kin,
+                    flops_per_step=flops)
