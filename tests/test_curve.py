@@ -336,3 +336,23 @@ def test_load_samplers_leaves_out_an_optional_method_whose_file_is_missing(tmp_p
     assert set(samplers) == {"transient"}  # the shipped checkpoint its method names, loaded once
     with pytest.raises(ConfigError, match="pass --released PATH"):
         load_samplers(cfg, released_path=tmp_path / "missing")
+
+
+def test_a_curve_whose_every_point_diverged_is_still_drawn(tmp_path):
+    """Mass-L2E at lr 0.1 on power plant: every point of every seed diverged (results/curve_mass_dropin_power_plant).
+    Its plot has no finite value on a log axis; it used to fail there ('Data cannot be log-scaled'), after every run
+    had finished, and the run's report was lost."""
+    import json
+    import warnings
+
+    from evaluate.curve.report import plot_curves
+    from tests.conftest import ROOT
+
+    results = json.loads((ROOT / "results" / "curve_mass_dropin_power_plant" / "curve.json").read_text())
+    (task,) = results["tasks"].values()
+    assert all(p["tv"] is None for pts in task["methods"]["l2e_mass"]["choices"]["oracle"]["seeds"].values()
+               for p in pts)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no "Mean of empty slice" either
+        names = plot_curves(results, tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == names and (tmp_path / names[0]).stat().st_size > 0

@@ -249,6 +249,16 @@ def curve_document(results: dict, pngs: list[str], head: str = "") -> str:
     return "# Budget curves\n\n" + (head + "\n\n" if head else "") + curve_markdown(results, pngs) + "\n"
 
 
+def _positive_xlim(ax) -> None:
+    """x limits from the plotted points with a finite value (a log axis whose rows all diverged has none: its limits
+    would stay at matplotlib's 0–1, which a log scale refuses, and the whole curve run would fail at its plot)."""
+    rows = [line for line in ax.get_lines() if not line.get_label().startswith("_")]  # not the floors' lines
+    if any(np.isfinite(np.asarray(line.get_ydata(), float)).any() for line in rows):
+        return
+    xs = [x for line in rows for x in np.asarray(line.get_xdata(), float) if np.isfinite(x) and x > 0]
+    ax.set_xlim(min(xs) / 1.5, max(xs) * 1.5) if xs else ax.set_xlim(1.0, 10.0)
+
+
 def _mean_curve(choice: dict, key: str, x: str = "gradients") -> tuple[np.ndarray, np.ndarray]:
     runs = list(choice["seeds"].values())
     xs = np.mean([[p[x] for p in pts] for pts in runs], axis=0)
@@ -276,8 +286,9 @@ def plot_curves(results: dict, out_dir: Path) -> list[str]:
             for ax, key in zip(axes[:2], ("tv", "energy")):
                 ax.plot(*_mean_curve(c, key), **kw)
             xs = _mean_curve(c, "tv")[0]
-            pv = [np.nanmean([np.nan if not p["ratios"] else p["ratios"].get("predictive_variance", np.nan)
-                              for p in pts]) for pts in zip(*c["seeds"].values())]
+            pv = [np.asarray([np.nan if not p["ratios"] else p["ratios"].get("predictive_variance", np.nan)
+                              for p in pts], float) for pts in zip(*c["seeds"].values())]
+            pv = [np.nanmean(v) if np.isfinite(v).any() else np.nan for v in pv]  # no warning for a diverged point
             axes[2].plot(xs, pv, **kw)
             axes[3].plot(*_mean_curve(c, "tv", "seconds"), **kw)
         for ax, key, label in ((axes[0], "tv", "TV to the reference"), (axes[1], "energy", "energy distance E²"),
@@ -292,9 +303,12 @@ def plot_curves(results: dict, out_dir: Path) -> list[str]:
         axes[2].axhspan(div * lo, div * hi, color="grey", alpha=0.25)
         axes[2].set_ylabel("predictive-variance ratio (grey: in band)")
         axes[2].set_yscale("log")  # hot chains read 10²–10⁵ on regression
+        if not any(np.isfinite(np.asarray(line.get_ydata(), float)).any() for line in axes[2].get_lines()):
+            axes[2].set_ylim(div * lo / 2.0, div * hi * 2.0)
         for ax, xl in zip(axes, ("gradients", "gradients", "gradients", "seconds")):
             ax.set_xscale("log")
             ax.set_xlabel(xl)
+            _positive_xlim(ax)
         axes[3].legend(fontsize=6, ncol=1 + len(task["methods"]) // 24, loc="upper left", bbox_to_anchor=(1.02, 1.0))
         fig.suptitle(f"{name}: fidelity per gradient (oracle-tuned; grey: K-draw floor 10–90 %, line: median, "
                      f"dotted: {FLOOR_FACTOR} × median)")
