@@ -75,7 +75,7 @@ TEMPERATURE_NOTE = ("temperature: the T each method ran at (1 for the posterior 
 
 def load_l2e(sampler_path=None) -> dict:
     """{"meta_params", "sampler", "path", "meta"} from a checkpoint (None: the shipped paper-form L2E, the `l2e`
-    method's sampler; the shipped default Mass-L2E is the method `l2e_mass`)."""
+    method's sampler; the shipped Mass-L2E is the method `l2e_mass`, the default Transient-L2E `l2e_transient`)."""
     meta_params, sampler, meta = l2e.load_meta_params(sampler_path if sampler_path is not None else "paper-form")
     path = str(sampler_path) if sampler_path is not None else "paper-form (shipped)"
     return {"meta_params": meta_params, "sampler": sampler, "path": path, "meta": meta}

@@ -25,6 +25,7 @@ import sys as _sys
 from l2e import hand_designed, learned
 from l2e.chains import ChainResult, ChainSchedule, make_chunk, run_chain
 from l2e.checkpoint import CheckpointError, load_meta_params, load_sampler
+from l2e.diagnostics import TemperatureCheck, TemperatureWarning, check_temperature
 from l2e.fsgmcmc import FunctionalPosterior
 from l2e.released import load_released
 from l2e.types import FullBatchAlgorithm, LearnedSampler, Posterior, SamplerAPI, SamplingAlgorithm
@@ -59,4 +60,6 @@ __all__ = [
     "ChainSchedule", "ChainResult", "make_chunk", "run_chain",
     # the sampler tables, meta-trained and released samplers
     "hand_designed", "learned", "load_sampler", "load_meta_params", "load_released", "CheckpointError",
+    # is a drop-in chain at its target temperature?
+    "check_temperature", "TemperatureCheck", "TemperatureWarning",
 ]

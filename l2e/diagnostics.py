@@ -11,6 +11,7 @@ draws (m, n, ...) with chains first; per-coordinate statistics come back with th
     `split_rhat` (halves of every chain), `chainwise_rhat` (k contiguous sub-chains of one chain, Sommer et al.
     2024), rank-normalised by default (`rank_normalize`); `rhat_fraction_per_leaf` per parameter tensor;
   * `kinetic_temperature`: T_kin = ⟨Σᵢ rᵢ·∇_rK(θ, r)ᵢ⟩ / d from the per-update `Info.kinetic` of a chain;
+    `check_temperature`: a drop-in chain's T_kin against its target, with a TemperatureWarning when it is far;
   * `virial`, `configurational_temperature`: T_conf = ⟨θ·∇U(θ)⟩ / d with the exact energy gradient;
   * `time_per_step`: median wall time of one jitted step.
 The float64 estimators run the jax code (ours and blackjax's) with 64-bit jax enabled.
@@ -19,16 +20,17 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable
+import warnings
+from typing import Callable, NamedTuple
 
 import blackjax.diagnostics as bjd
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["chainwise_rhat", "configurational_temperature", "ess_bulk", "ess_geyer", "ess_single_chain",
-           "kinetic_temperature", "kinetic_window", "rank_normalize", "rhat_fraction_per_leaf", "split_rhat",
-           "time_per_step", "virial"]
+__all__ = ["TEMPERATURE_TOLERANCE", "TemperatureCheck", "TemperatureWarning", "chainwise_rhat", "check_temperature",
+           "configurational_temperature", "ess_bulk", "ess_geyer", "ess_single_chain", "kinetic_temperature",
+           "kinetic_window", "rank_normalize", "rhat_fraction_per_leaf", "split_rhat", "time_per_step", "virial"]
 
 
 def ess_geyer(x: jax.Array) -> jax.Array:
@@ -243,6 +245,96 @@ def kinetic_temperature(kinetic, schedule, num_params: int, sampling=None, windo
         ok = values.size > 0 and np.all(np.isfinite(values))
         out.append(np.mean(values) / num_params if ok else np.nan)
     return np.asarray(out, np.float64).reshape(k.shape[:-1])
+
+
+class TemperatureWarning(UserWarning):
+    """A chain whose kinetic temperature is far from its target (`check_temperature`)."""
+
+
+class TemperatureCheck(NamedTuple):
+    """What `check_temperature` found: t_kin, the mean kinetic temperature over the sampling window's updates (NaN
+    where one is not finite); se, its standard error (batch means); target, the temperature the chain should run at;
+    updates, how many updates were read; ok, whether T_kin is near the target; message, what to do ('' when ok)."""
+
+    t_kin: float
+    se: float
+    target: float
+    updates: int
+    ok: bool
+    message: str
+
+
+TEMPERATURE_TOLERANCE = 0.25
+"""`check_temperature`'s default: T_kin may leave [1 − 0.25, 1 + 0.25]·T by no more than three standard errors (the
+defaults audit's "within 25 % of T", bench.defaults_audit)."""
+
+
+def _window_values(infos, num_params: int | None) -> list[np.ndarray]:
+    """Per row (chain): the per-update kinetic temperatures of the sampling window's updates."""
+    if isinstance(infos, (list, tuple)) and not hasattr(infos, "_fields"):
+        infos = jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs], axis=-1), *infos)
+    if hasattr(infos, "t_kin"):
+        t = np.asarray(infos.t_kin, np.float64)
+    elif hasattr(infos, "kinetic") and num_params:
+        t = np.asarray(infos.kinetic, np.float64) / num_params
+    else:
+        raise ValueError("check_temperature needs a sampler's infos with a t_kin field (Mass-L2E, Transient-L2E), or "
+                         "with a kinetic field and num_params = d")
+    t = np.atleast_1d(t)
+    sampling = np.broadcast_to(np.asarray(getattr(infos, "sampling", True), bool), t.shape)
+    return [row[m] for row, m in zip(t.reshape(-1, t.shape[-1]), sampling.reshape(-1, t.shape[-1]))]
+
+
+def check_temperature(infos, target: float = 1.0, tolerance: float = TEMPERATURE_TOLERANCE,
+                      num_params: int | None = None, warn: bool = True) -> TemperatureCheck:
+    """Whether a chain ran at its target temperature: its kinetic temperature T_kin (the mean of Info.t_kin over
+    the updates of its sampling window, Info.sampling) against T. A correct sampler at equilibrium has T_kin ≈ T; a
+    chain far above it does not sample at T — step-size error or gradient noise dominates, its draws typically too
+    wide (far below: too narrow, e.g. the paper-form L2E step). Far means outside [1 − tolerance, 1 + tolerance]·T by more than three
+    standard errors (batch means: a short window of a small model is noisy); a window holding a non-finite value
+    (a divergent chain) is far.
+
+    Args:
+      infos: the step infos of a chain — a list of the Infos `step` returned, or one Info of stacked arrays (the
+        update axis last; leading axes are chains).
+      target: T, the temperature the chain targets (its config's temperature; 1 for the posterior).
+      tolerance: the relative band.
+      num_params: d, for infos without t_kin (any momentum sampler's Info.kinetic: T_kin = kinetic / d).
+      warn: issue a TemperatureWarning with the message when the chain is not near T.
+    Returns:
+      TemperatureCheck.
+    Raises:
+      ValueError: no update of the sampling window among `infos`, or infos without a kinetic temperature.
+    """
+    rows = _window_values(infos, num_params)
+    n = sum(len(r) for r in rows)
+    if n == 0:
+        raise ValueError("check_temperature: no update of the sampling window among the infos (run past freeze_step)")
+    values = np.concatenate(rows)
+    t_kin = float(np.mean(values)) if np.all(np.isfinite(values)) else float("nan")
+    means = [b.mean() for r in rows for b in np.array_split(r, min(10, len(r))) if len(b)]
+    se = float(np.std(means, ddof=1) / np.sqrt(len(means))) if len(means) > 1 and math.isfinite(t_kin) else 0.0
+    off = abs(t_kin - target) - tolerance * target
+    ok = math.isfinite(t_kin) and off <= 3.0 * se
+    message = "" if ok else _temperature_message(t_kin, se, target, n)
+    if message and warn:
+        warnings.warn(message, TemperatureWarning, stacklevel=2)
+    return TemperatureCheck(t_kin, se, float(target), int(n), bool(ok), message)
+
+
+def _temperature_message(t_kin: float, se: float, target: float, n: int) -> str:
+    if not math.isfinite(t_kin):
+        return ("the chain diverged: its kinetic energy is not finite in the sampling window; lower the step size "
+                "(learning_rate=…, where the sampler has one) or use larger minibatches")
+    hot = t_kin > target
+    return (f"the chain runs {'hot' if hot else 'cold'}: T_kin = {t_kin:.3g} ± {se:.2g}, {t_kin / target:.3g} × its "
+            f"target T = {target:g}, over {n} updates of its sampling window, so it does not sample the target at T ("
+            + ("step-size error or minibatch gradient noise dominates; its draws are typically too wide); "
+               if hot else "its draws are typically too narrow, or it is not at equilibrium yet); ")
+            + ("lower the step size (learning_rate=…, ε²·N units, where the sampler has one: the tuning-free default "
+               "l2e.load_sampler(posterior=…) has none), use larger minibatches (less gradient noise) or a later "
+               "freeze_step (a longer burn-in)" if hot else
+               "run a longer burn-in (a later freeze_step), or use a correct sampler (not the paper-form L2E step)"))
 
 
 def virial(theta: jax.Array, grad_energy: Callable[[jax.Array], jax.Array]) -> jax.Array:

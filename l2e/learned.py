@@ -32,8 +32,11 @@ REGISTRY: dict[str, LearnedSampler] = {
     m.LEARNED.name: m.LEARNED for m in (importlib.import_module(f"l2e.{name}") for name in MODULES)}
 """name (the checkpoint's `sampler_kind`) -> LearnedSampler."""
 
-DEFAULT_SHIPPED = "mass"
-"""The shipped checkpoint `l2e.load_sampler()` loads when given no name (also reachable as "default")."""
+DEFAULT_SHIPPED = "transient"
+"""The shipped checkpoint `l2e.load_sampler()` loads when given no name (also reachable as "default"): Transient-L2E,
+the shipped sampler that is tuning-free — no learning rate to be wrong for a new model or data size. Mass-L2E at its
+checkpoint's learning rate, the default before, ran at T_kin 80–85 on a logistic regression of N = 20,000 and
+diverged on every power-plant run (docs/decisions.md, "Transient-L2E is the drop-in default")."""
 
 
 def get(name: str) -> LearnedSampler:

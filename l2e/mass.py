@@ -1,5 +1,5 @@
 """Mass-L2E: SGHMC with a learned diagonal mass matrix, set from burn-in gradient statistics and frozen before the
-sampling window (docs/sampling.md § Mass-L2E (the package default); issue 13, "a preconditioner learned from burn-in
+sampling window (docs/sampling.md § Mass-L2E; issue 13, "a preconditioner learned from burn-in
 statistics").
 
 During the sampling window (steps t ≥ freeze_step) the kinetic energy is
@@ -44,6 +44,7 @@ from l2e.diffusions import physical_step_size, sghmc_noise_std
 from l2e.meta_model import MetaMLP, check_mlp_shapes, hidden_sizes, mlp_layers_names
 from l2e.types import (
     LearnedSampler, Posterior, Protocol, PyTree, SamplingAlgorithm, Shipped, all_finite, normal_like, settled, tree_vdot,
+    window_temperature,
 )
 
 __all__ = ["LOG_BOUND", "MASS_FEATURE_NAMES", "NUM_MASS_FEATURES", "MassConfig", "MassInfo", "MassState",
@@ -99,12 +100,16 @@ class MassInfo(NamedTuple):
 
     loss: f32, mean minibatch NLL at the pre-update θ (nats per example); is_finite: bool, loss and kinetic finite;
     kinetic: f32, Σ r'·∇_rK(r') = Σ r'²/M at the new momentum (nats; ≈ d·T at equilibrium, so its mean ÷ d is
-    T_kin; M = 1 before the freeze).
+    T_kin; M = 1 before the freeze); t_kin: f32, the same ÷ d with the friction's splitting bias divided out (T at
+    equilibrium: l2e.types.window_temperature); sampling: bool, the update is in the sampling window (from
+    freeze_step on): `l2e.check_temperature(infos)` reads these two.
     """
 
     loss: jax.Array
     is_finite: jax.Array
     kinetic: jax.Array
+    t_kin: jax.Array
+    sampling: jax.Array
 
 
 def init(position: PyTree) -> MassState:
@@ -270,7 +275,10 @@ def build_kernel(posterior: Posterior, config: MassConfig = MassConfig()):
         avg_sq = jax.tree.map(lambda n, o: jnp.where(burn_in, n, o), new_sq, state.avg_sq)
         kinetic = tree_vdot(*settled((mom, velocity)))
         new = MassState(pos, mom, state.step + 1, state.mass, state.friction, avg_g, avg_sq)
-        return new, MassInfo(loss, all_finite(loss, kinetic), kinetic)
+        inv_mass = jax.tree.map(lambda m: 1.0 / m, state.mass)
+        damping = jax.tree.map(lambda c, m: eps * friction * c / m, state.friction, state.mass)
+        return new, MassInfo(loss, all_finite(loss, kinetic), kinetic,
+                             *window_temperature(mom, inv_mass, damping, state.step, freeze))
 
     return kernel
 
@@ -316,4 +324,4 @@ LEARNED = LearnedSampler(
     factory=mass, features=MASS_FEATURE_NAMES, outputs=2, init_meta_params=init_meta_params, protocol=Protocol(window=freeze_at),
     shipped=(Shipped("mass", "l2e_mass"),),
 )
-"""Mass-L2E in the learned-sampler registry (l2e.learned): the shipped default."""
+"""Mass-L2E in the learned-sampler registry (l2e.learned): the default meta-training preset's sampler."""

@@ -65,6 +65,7 @@ from l2e.mass import MASS_FEATURE_NAMES, mass_features
 from l2e.meta_model import MetaMLP, check_mlp_shapes, check_tree, hidden_sizes, mlp_layers_names
 from l2e.types import (
     LearnedSampler, Posterior, Protocol, PyTree, SamplingAlgorithm, Shipped, all_finite, normal_like, settled, tree_vdot,
+    window_temperature,
 )
 
 __all__ = ["FEATURE_NAMES", "KNOTS", "LEARNED", "TransientConfig", "TransientInfo", "TransientState",
@@ -152,18 +153,19 @@ class TransientState(NamedTuple):
 
 
 class TransientInfo(NamedTuple):
-    """loss: mean minibatch NLL at the pre-update θ (f32); is_finite: loss and Σθ'·θ' finite (bool); kinetic:
-    Σ r'·M⁻¹r' at the new momentum in the window (≈ d·T at equilibrium), 0 in the burn-in."""
+    """loss: mean minibatch NLL at the pre-update θ (f32); is_finite: loss and Σθ'·θ' finite (bool); kinetic: Σ r'·M⁻¹r'
+    in the window (≈ d·T), 0 before; t_kin, sampling: l2e.types.window_temperature's (for l2e.check_temperature)."""
 
     loss: jax.Array
     is_finite: jax.Array
     kinetic: jax.Array
+    t_kin: jax.Array
+    sampling: jax.Array
 
 
 def init(position: PyTree) -> TransientState:
     """The TransientState before the first update at θ₀ `position` (zero momentum and statistics, M⁻¹ = 1)."""
-    zeros = jax.tree.map(jnp.zeros_like, position)
-    ones = jax.tree.map(jnp.ones_like, position)
+    zeros, ones = jax.tree.map(jnp.zeros_like, position), jax.tree.map(jnp.ones_like, position)
     z = jnp.zeros((), jnp.float32)
     return TransientState(position, zeros, jnp.zeros((), jnp.int32), ones, z, z, zeros, z, zeros, zeros, zeros,
                           zeros, zeros, zeros)
@@ -205,8 +207,7 @@ def _bounded(x):
 def _schedule(phi, tau):
     """(log η(τ) − log η₀, log T_b(τ) − log T) at τ ∈ [0, 1]."""
     knots = jnp.linspace(0.0, 1.0, KNOTS)
-    a = jnp.interp(tau, knots, phi["schedule"]["eta"])
-    b = jnp.interp(tau, knots, phi["schedule"]["temp"])
+    a, b = (jnp.interp(tau, knots, phi["schedule"][name]) for name in ("eta", "temp"))
     return _bounded(a), (1.0 - tau) * _bounded(b)
 
 
@@ -353,17 +354,17 @@ def build_kernel(posterior: Posterior, config: TransientConfig = TransientConfig
         else:
             state, kinetic = jax.lax.cond(state.step < freeze, burn_in,
                                           lambda s: _window(s, grad_u, k_step, temperature), state)
-        state = state._replace(step=state.step + 1)
-        return state, TransientInfo(loss, all_finite(loss, tree_vdot(*settled((state.position, state.position)))),
-                                    kinetic)
+        finite = all_finite(loss, tree_vdot(*settled((state.position, state.position))))
+        window = window_temperature(state.momentum, state.inv_mass, jax.tree.map(lambda g: state.eps * g, state.friction),
+                                    state.step, freeze)
+        return state._replace(step=state.step + 1), TransientInfo(loss, finite, kinetic, *window)
 
     return kernel
 
 
 def chunk_phase(config: TransientConfig, start: int, length: int) -> str | None:
     """The phase of `build_kernel` that updates start, …, start + length − 1 may use (l2e.chains.freeze_phase)."""
-    freeze = int(config.freeze_step)
-    return freeze_phase(freeze, start, length, adaptation_start(freeze, config.adapt_fraction))
+    return freeze_phase(int(config.freeze_step), start, length, adaptation_start(config.freeze_step, config.adapt_fraction))
 
 
 def transient(posterior: Posterior, meta_params: PyTree, config: TransientConfig = TransientConfig()

@@ -187,6 +187,30 @@ def all_finite(*scalars: jax.Array) -> jax.Array:
     return functools.reduce(operator.and_, [jnp.isfinite(s) for s in scalars])
 
 
+def window_temperature(momentum: PyTree, inv_mass: PyTree, damping: PyTree, step, freeze_step
+                       ) -> tuple[jax.Array, jax.Array]:
+    """The kinetic-temperature fields of the Info of a sampler whose window is SGHMC with a diagonal mass (Mass-L2E,
+    Transient-L2E), read by `l2e.check_temperature`.
+
+    The friction's Euler step r ← r − dᵢ·r + … holds the momentum at T/(1 − dᵢ/2) while θ is sampled at T
+    (docs/sampling.md, "Measuring it"), so the raw Σ r·M⁻¹r / d of a correct chain reads up to 2·T where dᵢ → 1
+    (Transient-L2E raises dᵢ to absorb minibatch noise); t_kin divides that out: T for a correct chain at equilibrium.
+
+    Args:
+      momentum: r' after the update (a pytree).
+      inv_mass: M⁻¹, like `momentum`.
+      damping: dᵢ, the momentum's friction per update (ε·friction ÷ mass), like `momentum`.
+      step: the update's step counter before it (0 for the first update).
+      freeze_step: the first update of the sampling window.
+    Returns:
+      (t_kin: Σᵢ (1 − dᵢ/2)·r'ᵢ²·M⁻¹ᵢ / d, the update's kinetic temperature, whose mean over the window is T_kin;
+      sampling: whether the update is in the sampling window, step ≥ freeze_step).
+    """
+    r, m, dmp = settled((momentum, inv_mass, damping))
+    terms = jax.tree.map(lambda ri, mi, di: jnp.sum((1.0 - di / 2.0) * ri * ri * mi), r, m, dmp)
+    return sum(jax.tree.leaves(terms)) / tree_size(momentum), step >= freeze_step
+
+
 class SamplerAPI:
     """A sampler's factory that also exposes the sampler's module (as blackjax's top-level samplers do):
     `l2e.sghmc(posterior, lr, friction)` calls the factory; `l2e.sghmc.init`, `l2e.sghmc.build_kernel` are

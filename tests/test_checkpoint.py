@@ -10,7 +10,7 @@ import l2e
 from l2e.checkpoint import CheckpointError, check_meta_params, shipped_checkpoint
 
 
-@pytest.mark.parametrize("name,size,kind", [("paper-form", 1442, "l2e"), ("default", 114, "mass")])
+@pytest.mark.parametrize("name,size,kind", [("paper-form", 1442, "l2e"), ("mass", 114, "mass")])
 def test_shipped_checkpoint_loads_and_steps(name, size, kind):
     if not shipped_checkpoint(name).exists():
         pytest.fail(f"no shipped checkpoint at {shipped_checkpoint(name)}")
@@ -62,7 +62,7 @@ def test_meta_model_of_another_shape_is_refused():
 
 
 def test_shipped_checkpoint_is_package_data():
-    assert Path(shipped_checkpoint()).name == "mass" and Path(shipped_checkpoint("paper-form")).name == "paper_form"
+    assert Path(shipped_checkpoint()).name == "transient" and Path(shipped_checkpoint("paper-form")).name == "paper_form"
     for name in ("default", "paper-form", "kinetic"):
         assert (shipped_checkpoint(name) / "PROVENANCE.md").is_file()
 

@@ -259,9 +259,9 @@ def test_kinetic_checkpoint_round_trip_and_kind(tmp_path):
 
 def test_shipped_names():
     default, cfg_d, _ = l2e.load_meta_params()
-    mass, cfg_m, _ = l2e.load_meta_params("mass")
-    np.testing.assert_array_equal(flat(default), flat(mass))
-    assert cfg_d == cfg_m and isinstance(cfg_d, l2e.MassConfig)
+    transient, cfg_t, _ = l2e.load_meta_params("transient")  # the package default (tests/test_default_sampler.py)
+    np.testing.assert_array_equal(flat(default), flat(transient))
+    assert cfg_d == cfg_t and isinstance(cfg_d, l2e.TransientConfig)
     _, cfg_p, _ = l2e.load_meta_params("paper-form")
     assert isinstance(cfg_p, l2e.L2EConfig)
     with pytest.raises(CheckpointError):

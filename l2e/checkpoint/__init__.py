@@ -11,7 +11,7 @@ Writing is two-phase, so a process killed at any point never leaves a partial st
 goes into a staging directory `<root>/.tmp-<step>`, which is fsynced and renamed to `<root>/<step>` (atomic on
 POSIX). Only digit-named directories holding all items are read; `clean_staging` removes leftovers.
 
-`load_sampler(name_or_path)` accepts a shipped name (`SHIPPED`: "default" = "mass", "paper-form", "kinetic",
+`load_sampler(name_or_path)` accepts a shipped name (`SHIPPED`: "default" = "transient", "mass", "paper-form", "kinetic",
 "meta-sgmcmc", "precond-l2e", "small-l2e"), a
 meta-training output directory, its `checkpoints/` directory (latest step taken) or one step directory; with
 none it loads the shipped "default". The sampler it returns is the checkpoint's kind (l2e.learned.REGISTRY).

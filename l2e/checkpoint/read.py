@@ -30,8 +30,9 @@ def _shipped_table() -> dict[str, str]:
 
 SHIPPED = _shipped_table()
 """Shipped name -> directory under the `checkpoints` package, from the learned-sampler registry (l2e.learned: each
-kind's `shipped` rows; the folder is the name with "-" → "_"). "default" is `learned.DEFAULT_SHIPPED`, Mass-L2E
-(`l2e.mass`, correct by construction, meta-trained by `python -m meta_train --preset default`); "paper-form" is the
+kind's `shipped` rows; the folder is the name with "-" → "_"). "default" is `learned.DEFAULT_SHIPPED`, Transient-L2E
+(`l2e.transient`, tuning-free and correct by construction in its window); "mass" is Mass-L2E (meta-trained by
+`python -m meta_train --preset default`); "paper-form" is the
 paper-form L2E (the evaluation's `l2e` method and the golden smoke evaluation run it); "kinetic" the meta-trained
 Kinetic-L2E; "meta-sgmcmc", "precond-l2e" and "small-l2e" the published rows (checkpoints/*/PROVENANCE.md)."""
 
@@ -301,11 +302,13 @@ def load_sampler(name_or_path: str | Path | None = None, *, posterior: Posterior
     (`l2e.learned.REGISTRY[kind].factory`).
 
     Args:
-      name_or_path: a shipped name ("default" = "mass", "paper-form", "kinetic", "meta-sgmcmc", "precond-l2e",
-        "small-l2e"), a run / checkpoints / step directory, or None (the shipped "default").
+      name_or_path: a shipped name ("default" = "transient", "mass", "paper-form", "kinetic", "meta-sgmcmc",
+        "precond-l2e", "small-l2e"), a run / checkpoints / step directory, or None (the shipped "default").
       posterior: the model (`l2e.Posterior`), keyword-only.
-      **overrides: fields of the checkpoint's sampler config to replace (e.g. learning_rate=2.0 in ε²·N units,
-        temperature=1.0, Mass-L2E's freeze_step=500).
+      **overrides: fields of the checkpoint's sampler config to replace (e.g. freeze_step=500, the first update
+        whose state you keep, for Transient-L2E and Mass-L2E; learning_rate=2.0 in ε²·N units for a sampler that
+        has one; temperature=1.0). After the chain, `l2e.check_temperature(infos)` says whether it ran at its
+        target temperature.
     Returns:
       SamplingAlgorithm: init(position), step(key, state, minibatch) -> (state, info).
     Raises:
