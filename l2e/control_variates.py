@@ -28,8 +28,8 @@ from l2e.checks import check_in_range, check_positive, check_step_count
 from l2e.diffusions import position_update, sgd_momentum
 from l2e.types import Posterior, PyTree, all_finite, settled, tree_sum
 
-__all__ = ["Anchor", "SGDInfo", "SGDState", "anchor_at", "build_sgd_kernel", "cv_posterior", "find_anchor",
-           "full_gradient_cost", "full_nll_grad", "refreshed", "sgd_init"]
+__all__ = ["Anchor", "SGDInfo", "SGDState", "anchor_at", "build_sgd_kernel", "check_anchor", "cv_posterior",
+           "find_anchor", "full_gradient_cost", "full_nll_grad", "refreshed", "sgd_init"]
 
 
 class Anchor(NamedTuple):
@@ -38,6 +38,21 @@ class Anchor(NamedTuple):
 
     position: PyTree
     nll_grad: PyTree
+
+
+def check_anchor(anchor) -> None:
+    """Refuse what is not an anchor: an `Anchor` whose nll_grad has its position's structure.
+
+    Args:
+      anchor: the value given as an anchor.
+    Raises:
+      ValueError: naming what it is.
+    """
+    if not isinstance(anchor, Anchor):
+        raise ValueError(f"anchor must be an l2e.control_variates.Anchor (anchor_at, find_anchor), got a "
+                         f"{type(anchor).__name__}")
+    if jax.tree.structure(anchor.position) != jax.tree.structure(anchor.nll_grad):
+        raise ValueError("anchor.nll_grad must have the structure of anchor.position")
 
 
 def _rows(data) -> int:

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from l2e import sghmc as _sghmc
 from l2e.checks import check_positive
-from l2e.control_variates import Anchor, cv_posterior
+from l2e.control_variates import Anchor, check_anchor, cv_posterior
 from l2e.sghmc import SGHMCInfo
 from l2e.types import Posterior, PyTree, SamplingAlgorithm
 
@@ -77,8 +77,11 @@ def sghmc_cv(posterior: Posterior, learning_rate: float, anchor: Anchor, frictio
       temperature: T > 0 (1: the posterior).
     Returns:
       SamplingAlgorithm: init(position) -> SGHMCCVState, step(key, state, minibatch) -> (SGHMCCVState, SGHMCInfo).
+    Raises:
+      ValueError: a hyperparameter out of range, an anchor that is not an `Anchor` (`check_anchor`).
     """
     check_positive(learning_rate=learning_rate, friction=friction, temperature=temperature)
+    check_anchor(anchor)
     kernel = build_kernel(posterior)
 
     def step(key: jax.Array, state: SGHMCCVState, minibatch):

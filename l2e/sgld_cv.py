@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from l2e import sgld as _sgld
 from l2e.checks import check_positive
-from l2e.control_variates import Anchor, cv_posterior
+from l2e.control_variates import Anchor, check_anchor, cv_posterior
 from l2e.sgld import SGLDInfo
 from l2e.types import Posterior, PyTree, SamplingAlgorithm
 
@@ -70,8 +70,11 @@ def sgld_cv(posterior: Posterior, learning_rate: float, anchor: Anchor, temperat
       temperature: T > 0 (1: the posterior).
     Returns:
       SamplingAlgorithm: init(position) -> SGLDCVState, step(key, state, minibatch) -> (SGLDCVState, SGLDInfo).
+    Raises:
+      ValueError: a hyperparameter out of range, an anchor that is not an `Anchor` (`check_anchor`).
     """
     check_positive(learning_rate=learning_rate, temperature=temperature)
+    check_anchor(anchor)
     kernel = build_kernel(posterior)
 
     def step(key: jax.Array, state: SGLDCVState, minibatch):

@@ -273,3 +273,105 @@ def test_large_n_logistic_regression_plain_hot_cv_in_band():
     for name, alg in _cv_pair(post, anchor, 0.1, 0.05, 10.0).items():
         _in_band(_chains(alg, anchor.position, data, 32, 10_000, 8, key, 2_000), mean, var, name)
 
+
+
+@pytest.mark.slow
+def test_card_noise_cancels_exactly():
+    """The sampler card's noise ξ does not depend on θ, so on the card the CV estimate is the exact gradient: the
+    registry's card builders of sgld_cv / sghmc_cv at ν = 0.5 give the rows of SGLD / SGHMC at ν = 0 (same keys) on
+    the 10-D Gaussian, to a relative 1e-3 (per-step rounding ≈ 1e-6 relative, not amplified: the Gaussian chain
+    contracts by 1 − ε·h per step, ε·h ≥ 0.01); every card target runs finite."""
+    from evaluate.card import CardConfig, default_targets, gaussian_target, hand_designed, run_sampler
+
+    builders = hand_designed()
+    noisy, exact = CardConfig(num_steps=2_000, burn_in=500), CardConfig(num_steps=2_000, burn_in=500, noise=0.0)
+    target = gaussian_target("gaussian-10d", np.ones(10))
+    for name, plain in (("sgld_cv", "sgld"), ("sghmc_cv", "sghmc")):
+        got = run_sampler(name, builders[name], target, noisy, 0)
+        want = run_sampler(plain, builders[plain], target, exact, 0)
+        for key in ("mean_error", "var_ratio_median", "t_conf") + (("t_kin",) if plain == "sghmc" else ()):
+            assert got[key] == pytest.approx(want[key], rel=1e-3), (name, key)
+        short = CardConfig(num_steps=200, burn_in=50)
+        assert all(run_sampler(name, builders[name], t, short, 0)["diverged_chains"] == 0 for t in default_targets())
+
+
+# ----------------------------------------------------------------------------- the evaluation methods
+
+
+def _tiny(name, **kw):
+    from conftest import iris_mlp, tiny_eval_config
+
+    return tiny_eval_config(iris_mlp(8), (name,), {}, **kw)
+
+
+def test_methods_registered_with_settings():
+    """sgld_cv / sghmc_cv are registered methods (the presets that run every method run them), tuned over SGLD's /
+    SGHMC's grids; a bad anchor setting is one ConfigError."""
+    from evaluate.config import ConfigError, apply_overrides, get_preset
+    from evaluate.methods import METHODS, REGISTRY
+
+    for name in ("sgld_cv", "sghmc_cv"):
+        assert name in METHODS and REGISTRY[name].tuned and not REGISTRY[name].batch_chains
+        assert name in get_preset("full").methods
+    assert REGISTRY["sgld_cv"].preset_grid("every") == REGISTRY["sgld"].preset_grid("every")
+    assert REGISTRY["sghmc_cv"].preset_grid("every") == REGISTRY["sghmc"].preset_grid("every")
+    assert REGISTRY["sghmc_cv"].kinetic_check and not REGISTRY["sgld_cv"].kinetic_check
+    cfg = apply_overrides(get_preset("smoke"), ["methods=sgld_cv", "settings.sgld_cv.anchor_fraction=0.5"])
+    assert cfg.settings.sgld_cv.anchor_fraction == 0.5
+    for bad in ("anchor_fraction=1", "anchor_momentum=-0.1", "lrs=0"):
+        with pytest.raises(ConfigError, match="settings.sgld_cv"):
+            apply_overrides(cfg, [f"settings.sgld_cv.{bad}"])
+
+
+def test_gradient_count_holds_the_anchor():
+    """Every gradient is counted in the budget: S SGD updates + F = ⌈n/B⌉ for the full-data pass + 2 per update of
+    the chain = G exactly (iris, n = 96, B = 16: F = 6), per chain of a chain allocation too; below F + 2K the run is
+    overspent and says so (grad_evals counts what ran)."""
+    from evaluate.methods import run_method
+    from tasks import build
+
+    cfg = _tiny("sghmc_cv")
+    task = build(cfg.tasks[0])
+    n = int(task.train_data[0].shape[0])
+    hp = {"learning_rate": 0.03, "friction": 10.0}
+    for g, chains in ((40, 1), (80, 2)):
+        res = run_method("sghmc_cv", task, jax.random.PRNGKey(0), hp, _tiny("sghmc_cv", num_steps=g, chains=chains))
+        split = res.hyperparameters["gradients"]  # the first chain's
+        assert res.grad_evals == g and split["total"] == g // chains and not split["over_budget"]
+        assert split["full_gradient"] == math.ceil(n / 16) == 6
+        share = round(0.25 * (g // chains - 6))  # S: a quarter of what F leaves, plus the odd gradient the halving left
+        assert split["anchor_sgd"] in (share, share + 1) and split["anchor_sgd"] + 6 + split["sampling"] == g // chains
+        assert split["sampling"] == 2 * res.hyperparameters["sampling_steps"] and res.num_finite == 4
+        assert res.t_kin is not None and len(res.t_kin) == chains
+    res = run_method("sghmc_cv", task, jax.random.PRNGKey(0), hp, _tiny("sghmc_cv", num_steps=12))
+    split = res.hyperparameters["gradients"]
+    assert split["over_budget"] and res.grad_evals == split["total"] == 2 + 6 + 2 * 4 > 12
+
+
+@pytest.mark.parametrize("name", ["sgld_cv", "sghmc_cv"])
+def test_runner_is_the_l2e_chain(name):
+    """run_method keeps the states of an l2e chain from l2e.control_variates.find_anchor (the init key's parameters,
+    the first half of split(chain key) for the SGD minibatches, S updates at the tuned lr, momentum 0.9, the
+    full-data pass in chunks of FULL_CHUNK) and the factory's sampler (the second half of the split), at the
+    planned sample steps: the same numbers."""
+    from evaluate.methods import run_method
+    from evaluate.methods.control_variates import FULL_CHUNK, cv_plan
+    from l2e.chains import ChainSchedule, make_chunk, run_chain
+    from tasks import build
+
+    cfg = _tiny(name, num_steps=60)
+    task = build(cfg.tasks[0])
+    hp = {"learning_rate": 0.03} if name == "sgld_cv" else {"learning_rate": 0.03, "friction": 10.0}
+    init_key, chain_key = jax.random.split(jax.random.PRNGKey(3))
+    res = run_method(name, task, (init_key, chain_key), hp, cfg)
+    plan = cv_plan(60, 4, int(task.train_data[0].shape[0]), 16, 0.25)
+    anchor_key, sample_key = jax.random.split(chain_key)
+    anchor = cv.find_anchor(task.posterior, task.init_params(init_key), anchor_key, task.train_data, task.sample_batch,
+                            16, plan.anchor_steps, 0.03, 0.9, chunk_size=FULL_CHUNK, chunk=cfg.chunk)
+    alg = getattr(l2e, name)(task.posterior, anchor=anchor, **hp)
+    schedule = ChainSchedule(plan.steps, 4, plan.thinning, 16, cfg.chunk)
+    chunk = jax.jit(make_chunk(lambda k, s, b, a: alg.step(k, s, b), task.sample_batch, 16, schedule.chunk_length))
+    direct = run_chain(chunk, alg.init(anchor.position), sample_key, task.train_data, None, schedule)
+    assert res.num_finite == 4 and res.grad_evals == 60
+    for a, b in zip(jax.tree.leaves(res.samples), jax.tree.leaves(direct.samples)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

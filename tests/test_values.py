@@ -26,7 +26,7 @@ FLAG_BAD = ("yes", "False", 1, 1.5, np.array([True]), None)
 """What a switch must refuse: strings (\"False\" is true), numbers, arrays, None."""
 TEXT_BAD = (True, 3, None)
 """What a named option must refuse."""
-REQUIRED = {"learning_rate": 0.1, "num_steps": 100}
+REQUIRED = {"learning_rate": 0.1, "num_steps": 100, "anchor": l2e.control_variates.Anchor(jnp.zeros(3), jnp.zeros(3))}
 """The required arguments of the factories that have them."""
 SKIP = {"posterior", "phase", "kwargs"}
 
