@@ -104,7 +104,8 @@ def _jobs(method: str, cfg):
 @pytest.mark.parametrize("method", tuple(MANY))
 def test_seeds_and_grid_points_in_one_program_equal_one_at_a_time(task, method, chains):
     """registry.run_many: every (seed, grid point) job's chains in one vmapped program give each job's result of
-    run_method — same samples (within SAMPLE_ATOL), chains, draws, gradients, divergence, T_kin and record."""
+    run_method — same samples (within SAMPLE_ATOL), chains, draws, gradients, divergence, T_kin and record; with a
+    batch width of 3 (sghmc: 6 or 12 chains, the last batch padded) too."""
     from evaluate.methods import run_many
 
     cfg = tiny_eval_config(iris_mlp(8), (method,), {method: MANY[method]}, chains=chains, batch_chains="always")
@@ -112,8 +113,10 @@ def test_seeds_and_grid_points_in_one_program_equal_one_at_a_time(task, method, 
     assert len(jobs) >= 2
     seq = [run_method(method, task, key, hp, cfg) for key, hp in jobs]
     bat = run_many(method, task, jobs, cfg)
+    # a width that does not divide the chains: batches of 3, the last padded with copies (their results dropped)
+    padded = run_many(method, task, jobs, cfg, width=3) if method == "sghmc" else []
     assert len(bat) == len(seq)
-    for a, b in zip(seq, bat):
+    for a, b in zip(seq + seq[:len(padded)], bat + padded):
         assert (b.num_chains, b.draws_per_chain, b.grad_evals, b.divergent_chains) == (
             a.num_chains, a.draws_per_chain, a.grad_evals, a.divergent_chains)
         np.testing.assert_array_equal(b.chain_ids, a.chain_ids)
@@ -190,3 +193,21 @@ def test_a_batch_shards_over_the_local_devices():
     line = proc.stdout.strip().splitlines()[-1]
     assert line.startswith("devices 2 sharded over [2] diff "), line
     assert float(line.split()[-1]) <= SAMPLE_ATOL
+
+
+@pytest.mark.parametrize("method", ("deep_ensemble", "noisy_de"))
+def test_ensemble_members_in_one_program_equal_one_at_a_time(task, method):
+    """An ensemble's K members vmapped (batch_chains always) give the one-at-a-time members within SAMPLE_ATOL, with
+    the same record, gradients and divergence (the members are judged against each other either way)."""
+    from evaluate.methods import REGISTRY
+
+    res = {}
+    for mode in ("never", "always"):
+        cfg = tiny_eval_config(iris_mlp(8), (method,), {}, batch_chains=mode)
+        hp = REGISTRY[method].points(getattr(cfg.settings, method))[0]
+        res[mode] = run_method(method, task, jax.random.PRNGKey(2), hp, cfg)
+    seq, bat = res["never"], res["always"]
+    assert (bat.num_chains, bat.grad_evals, bat.divergent_chains) == (seq.num_chains, seq.grad_evals, 0)
+    assert bat.hyperparameters == seq.hyperparameters
+    for a, b in zip(jax.tree.leaves(seq.samples), jax.tree.leaves(bat.samples)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=0, atol=SAMPLE_ATOL)

@@ -160,7 +160,8 @@ def _run(task, task_key, method: str, hp: dict, cfg, cache, extra: dict, warm: C
     return res, _spent(task, res, added, cfg.batch_size)
 
 
-def _tune(task, task_key, method: str, cfg, cache, extra: dict, ref: _Reference, warm) -> dict:
+def _tune(task, task_key, method: str, cfg, cache, extra: dict, ref: _Reference, warm,
+          width: int | None = None) -> dict:
     """The grid at cfg's budget (with cfg.extend_grid, the bounded edge extension of evaluate.tuning, for each
     rule): each point's validation and oracle score; the point each rule picks; what the runs cost. A one-point grid
     (a tuning-free method, e.g. Transient-L2E's single multiplier 1) is not run: both rules take it, at no cost."""
@@ -187,14 +188,17 @@ def _tune(task, task_key, method: str, cfg, cache, extra: dict, ref: _Reference,
         label = hp_label(point) or "default"
         if label not in rows:
             added = warm(cfg) if warm is not None else {}
-            record(point, label, run_method(method, task, run_keys(task_key, 0), {**point, **extra, **added},
-                                            _budgeted(task, method, cfg), "test", cache), added)
+            hp = {**point, **extra, **added}
+            record(point, label, run_method(method, task, run_keys(task_key, 0), hp, _budgeted(task, method, cfg),
+                                            "test", cache) if warm is not None else run_many(
+                method, task, [(run_keys(task_key, 0), hp)], _budgeted(task, method, cfg), "test", cache, width)[0],
+                   added)
         return rows[label]
 
-    if warm is None:  # the grid (search visits every point) as one batched call; extensions run one at a time
+    if warm is None:  # the grid (search visits every point) in batched calls; an extension point on its own
         todo = list({hp_label(p) or "default": p for p in points}.items())
         results = run_many(method, task, [(run_keys(task_key, 0), {**p, **extra}) for _, p in todo],
-                           _budgeted(task, method, cfg), "test", cache)
+                           _budgeted(task, method, cfg), "test", cache, width)
         for (label, point), res in zip(todo, results):
             record(point, label, res, {})
 
@@ -258,7 +262,8 @@ def curve_task(task, task_index: int, ref_entry: dict, draws: dict, cfg, curve: 
                 lambda key, method=method, hp=start["hp"]: warm_factory(task, key, method, hp))
             t0 = time.perf_counter()
             tuning = _tune(task, tune_key, method, dataclasses.replace(base, num_steps=curve.tune_budget), cache,
-                           extra, ref, None if start is None else warm_of(tune_key)) if m.tuned else {
+                           extra, ref, None if start is None else warm_of(tune_key),
+                           len(curve.seeds) * base.chains) if m.tuned else {
                 "grid": [], "validation": {}, "oracle": {}, "gradients": 0, "budget": None}
             if start is not None:  # the ensemble grid is part of what tuning this row cost
                 tuning.update(gradients=tuning["gradients"] + start["tuning"]["gradients"], warm_start=start)
@@ -286,7 +291,7 @@ def _curves(task, task_index, method, hps: dict, base, curve: CurveConfig, cache
         t0 = time.perf_counter()
         if warms is None:
             runs = run_many(method, task, [(run_keys(keys[seed], 1), {**hps[label], **extra}) for label, seed in jobs],
-                            _budgeted(task, method, cfg), "test", cache)
+                            _budgeted(task, method, cfg), "test", cache, width=len(curve.seeds) * base.chains)
             runs = [(res, _spent(task, res, {}, cfg.batch_size)) for res in runs]
         else:
             runs = [_run(task, keys[seed], method, hps[label], cfg, cache, extra, warms[seed]) for label, seed in jobs]

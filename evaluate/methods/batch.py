@@ -13,8 +13,9 @@ When chains are batched (`use_batches`; EvalConfig.batch_chains):
   turns a vmapped convolution into a grouped one, 16× one chain's update for 10 chains of the digits CNN against
   2.25× for the MLP (BENCHMARKS.md, "Chains in batches on a GPU") — read from the NLL's jaxpr, so a user's model is
   judged the same way.
-Memory rule: a batch holds at most MAX_BATCH_BYTES of chain states (M × the state's bytes); a larger M runs in the
-fewest equal groups that fit (each a vmapped program), one after another.
+Memory rule: a batch holds at most MAX_BATCH_BYTES of chain states (its chains × one state's bytes); more chains run
+in batches of that width (`batch_width`; a caller may ask for a smaller width, so that one compiled program serves
+calls of different sizes), the last padded with copies of one of its chains (evaluate.methods.batched.run_calls).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-__all__ = ["BATCH_MODES", "MAX_BATCH_BYTES", "ChainBatch", "batch_groups", "chain_batch", "has_convolution",
+__all__ = ["BATCH_MODES", "MAX_BATCH_BYTES", "ChainBatch", "batch_width", "chain_batch", "has_convolution",
            "use_batches"]
 
 BATCH_MODES = ("auto", "always", "never")
@@ -79,9 +80,7 @@ def use_batches(cfg, task) -> bool:
 _CONV: dict = {}
 
 
-def batch_groups(m: int, state_bytes: int) -> int:
-    """The fewest equal groups of the m chains whose states fit MAX_BATCH_BYTES (a divisor of m)."""
-    for g in range(1, m + 1):
-        if m % g == 0 and (m // g) * state_bytes <= MAX_BATCH_BYTES:
-            return g
-    return m
+def batch_width(n: int, state_bytes: int, width: int | None = None) -> int:
+    """Chains per vmapped program for n chains whose states take state_bytes each: `width` (the caller's batch
+    width, e.g. the curves' seeds × M), else n, at most MAX_BATCH_BYTES // state_bytes (and at least 1)."""
+    return max(1, min(width or n, n if width is None else width, MAX_BATCH_BYTES // max(state_bytes, 1)))

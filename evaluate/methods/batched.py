@@ -6,7 +6,7 @@ A runner that declares Method.batch_chains returns what `driver.run_single_chain
 share a compiled chunk together: chain c keeps the keys, start, minibatches and noise of the one-at-a-time path, and
 each chain is finalised on its own as that path finalises it. Scalar args leaves (hyperparameters, update counts) get
 a chain axis, the others (meta-parameters) stay shared (`arg_axes`): one compiled chunk per method, phase and batch
-size. Memory: batch.batch_groups. Devices: each batch's chains are sharded over the local devices that divide it
+size. Memory and width: batch.batch_width. Devices: each batch's chains are sharded over the local devices that divide it
 (l2e.devices.population_mesh; GSPMD partitions the vmapped chunk), the data and shared args replicated.
 """
 from __future__ import annotations
@@ -15,10 +15,9 @@ import time
 from typing import Any, Callable, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from evaluate.methods.batch import ChainBatch, batch_groups
+from evaluate.methods.batch import ChainBatch, batch_width
 from evaluate.methods.chunks import (chunk_fn, finalise_chain, flops_of_chunk, kinetic_temperature, phase_chunks,
                                      run_chunks, slice_chain)
 from evaluate.methods.outputs import MethodResult, finalise, merge_chains
@@ -74,7 +73,7 @@ def _chain_args(calls: list[ChainCall], axes, members: list[int], owner: list[in
     """The args of chains `members` (owner[c]: chain c's call): shared leaves as they are, the others stacked."""
     flat_axes = jax.tree.leaves(axes, is_leaf=lambda x: x is None)
     per_call = [jax.tree.leaves(c.args) for c in calls]
-    leaves = [per_call[0][i] if a is None else jnp.stack([jnp.asarray(per_call[owner[c]][i]) for c in members])
+    leaves = [per_call[0][i] if a is None else np.stack([np.asarray(per_call[owner[c]][i]) for c in members])
               for i, a in enumerate(flat_axes)]
     return jax.tree.unflatten(jax.tree.structure(calls[0].args), leaves)
 
@@ -90,74 +89,90 @@ def _place(mesh, state, args, axes):
     return shard_population(state, mesh), jax.tree.unflatten(jax.tree.structure(args), leaves)
 
 
-def run_calls(ctx, calls: list[ChainCall]) -> list[list[MethodResult]]:
+def _stack(trees: list):
+    """The trees stacked on a new leading axis, on the host (no compilation per batch size, as jnp.stack has)."""
+    return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *trees)
+
+
+def run_calls(ctx, calls: list[ChainCall], width: int | None = None) -> list[list[MethodResult]]:
     """Every chain of every call (one runner call each: the same cache_key, schedule and phases; their own keys,
-    hyperparameters and args) as vmapped programs of at most MAX_BATCH_BYTES of states (batch_groups); per call,
-    its chains' finalised results in chain order (the one-at-a-time path's, up to a vmapped program's rounding).
-    Scalar args leaves get a chain axis (each call's own learning rate, update counts), the others stay shared
-    (`arg_axes`; the calls' shared leaves must be equal: registry.run_many groups by them). Each chain's seconds:
-    its group's wall time / the group's chains. Several local devices: each batch's chains are sharded over the
-    largest number of them that divides the batch (l2e.devices.population_mesh; GSPMD partitions the vmapped
-    chunk), the data and shared args replicated; one device (or $L2E_NO_SHARDING=1): as is."""
+    hyperparameters and args) as vmapped programs; per call, its chains' finalised results in chain order (the
+    one-at-a-time path's, up to a vmapped program's rounding).
+
+    Batches: `batch.batch_width` chains each (`width`, or all the chains, at most MAX_BATCH_BYTES of states); the
+    last one padded with copies of its first chain, whose results are dropped — one compiled program per width,
+    however many chains a call brings. Scalar args leaves get a chain axis (each call's own learning rate, update
+    counts), the others stay shared (`arg_axes`; the calls' shared leaves must be equal: registry.run_many groups by
+    them). Each chain's seconds: its batch's wall time / the batch's real chains. Several local devices: each
+    batch's chains are sharded over the largest number of them that divides the batch (l2e.devices.population_mesh;
+    GSPMD partitions the vmapped chunk), the data and shared args replicated; one device (or $L2E_NO_SHARDING=1):
+    as is."""
     first = calls[0]
     schedule, cache_key, make_kernel, phase_of = first.schedule, first.cache_key, first.make_kernel, first.phase_of
     owner = [i for i, c in enumerate(calls) for _ in range(int(c.keys.init_keys.shape[0]))]
-    init_keys = jnp.concatenate([c.keys.init_keys for c in calls])
-    chain_keys_ = jnp.concatenate([c.keys.chain_keys for c in calls])
-    states = [calls[owner[c]].init_fn(ctx.task.init_params(init_keys[c])) for c in range(len(owner))]
-    state_bytes = sum(np.asarray(x).nbytes for x in jax.tree.leaves(states[0]))
-    groups = batch_groups(len(owner), state_bytes)
-    size = len(owner) // groups
+    n = len(owner)
+    init_keys = np.concatenate([np.asarray(c.keys.init_keys) for c in calls])
+    chain_keys_ = np.concatenate([np.asarray(c.keys.chain_keys) for c in calls])
+    states = [calls[owner[c]].init_fn(ctx.task.init_params(init_keys[c])) for c in range(n)]
+    size = batch_width(n, sum(np.asarray(x).nbytes for x in jax.tree.leaves(states[0])), width)
+    batches = [list(range(b, min(b + size, n))) for b in range(0, n, size)]
+    batches = [b + [b[0]] * (size - len(b)) for b in batches]  # the padding: copies of the batch's first chain
     axes = arg_axes(first.args)
     flat_make = make_kernel if phase_of is None else (lambda: make_kernel(None))
     ck, fn = chunk_fn(ctx, cache_key, flat_make, schedule, batched=True, arg_axes=axes)
     mesh = population_mesh(size)  # the chain axis sharded over the local devices that divide the batch
-    stacked0, args0 = _place(mesh, jax.tree.map(lambda *xs: jnp.stack(xs), *states[:size]),
-                             _chain_args(calls, axes, list(range(size)), owner), axes)
+    stacked0, args0 = _place(mesh, _stack([states[c] for c in batches[0]]),
+                             _chain_args(calls, axes, batches[0], owner), axes)
     chunk_at = None
     if phase_of is not None:
         chunk_at = phase_chunks(ctx, cache_key, make_kernel, schedule, phase_of, stacked0, ctx.task.train_data,
-                                 args0, batched=True, arg_axes=axes)
+                                args0, batched=True, arg_axes=axes)
     ctx.cache.warm_up(ck, fn, stacked0, ctx.task.train_data, args0, chains=size)
-    flops = flops_of_chunk(ctx, chunk_fn(ctx, cache_key, flat_make, schedule)[0], flat_make, states[0], first.args, schedule)
+    flops = flops_of_chunk(ctx, chunk_fn(ctx, cache_key, flat_make, schedule)[0], flat_make, states[0], first.args,
+                           schedule)
     out: list[list[MethodResult]] = [[] for _ in calls]
-    for g in range(groups):
-        members = list(range(g * size, (g + 1) * size))
-        state, args = _place(mesh, jax.tree.map(lambda *xs: jnp.stack(xs), *[states[c] for c in members]),
-                             _chain_args(calls, axes, members, owner), axes)
-        keys = chain_keys_[g * size:(g + 1) * size] if mesh.size == 1 else shard_population(
-            chain_keys_[g * size:(g + 1) * size], mesh)
+    for b, members in enumerate(batches):
+        real = min(size, n - b * size)
+        state, args = _place(mesh, _stack([states[c] for c in members]), _chain_args(calls, axes, members, owner),
+                             axes)
+        keys = chain_keys_[members] if mesh.size == 1 else shard_population(chain_keys_[members], mesh)
         t0 = time.perf_counter()
         chain, kept = run_chunks(fn, state, keys, ctx.task.train_data, args, schedule, chunk_at)
         jax.block_until_ready(chain.samples)
-        seconds = (time.perf_counter() - t0) / size
+        seconds = (time.perf_counter() - t0) / real
+        host = chain._replace(state=jax.tree.map(np.asarray, chain.state),
+                              samples=jax.tree.map(np.asarray, chain.samples))
         info = jax.tree.map(lambda *xs: np.concatenate([np.asarray(x) for x in xs], axis=1), *kept)
-        for i, c in enumerate(members):
+        for i, c in enumerate(members[:real]):
             call = calls[owner[c]]
-            out[owner[c]].append(finalise_chain(ctx, chain, info, i, call.hp, schedule, seconds, flops,
-                                                 call.final_info))
+            out[owner[c]].append(finalise_chain(ctx, host, info, i, call.hp, schedule, seconds, flops,
+                                                call.final_info))
     return out
 
 
 def members_batched(ctx, keys: ChainBatch, hp: dict, schedule: ChainSchedule, cache_key: tuple, make_kernel,
                      init_state: Callable, args) -> MethodResult:
-    """run_members' K members (member m with its keys) as vmapped programs (batch_groups, sharded like run_calls'
-    batches), finalised together as run_members finalises them (each member judged against the others)."""
+    """run_members' K members (member m with its keys) as vmapped programs (equal batches of at most batch_width,
+    sharded like run_calls' batches), finalised together as run_members finalises them (each member judged against
+    the others)."""
     task, k = ctx.task, int(keys.init_keys.shape[0])
     states = [init_state(task.init_params(keys.init_keys[m])) for m in range(k)]
-    size = k // batch_groups(k, sum(np.asarray(x).nbytes for x in jax.tree.leaves(states[0])))
+    size = batch_width(k, sum(np.asarray(x).nbytes for x in jax.tree.leaves(states[0])))
+    while k % size:  # members split into equal batches (no padding: every member is a sample)
+        size -= 1
     axes = arg_axes(args)
     ck, fn = chunk_fn(ctx, cache_key, make_kernel, schedule, batched=True, arg_axes=axes)
     mesh = population_mesh(size)
-    per_chain = jax.tree.map(lambda x, a: x if a is None else jnp.stack([jnp.asarray(x)] * size), args, axes)
-    flops = flops_of_chunk(ctx, chunk_fn(ctx, cache_key, make_kernel, schedule)[0], make_kernel, states[0], args, schedule)
+    call = ChainCall(keys, hp, schedule, cache_key, make_kernel, init_state, args, None, None)
+    per_chain = _chain_args([call], axes, [0] * size, [0])
+    flops = flops_of_chunk(ctx, chunk_fn(ctx, cache_key, make_kernel, schedule)[0], make_kernel, states[0], args,
+                           schedule)
     samples, infos, seconds = [], [], 0.0
     for g in range(k // size):
         members = range(g * size, (g + 1) * size)
-        state, batch_args = _place(mesh, jax.tree.map(lambda *xs: jnp.stack(xs), *[states[m] for m in members]),
-                                   per_chain, axes)
+        state, batch_args = _place(mesh, _stack([states[m] for m in members]), per_chain, axes)
         ctx.cache.warm_up(ck, fn, state, task.train_data, batch_args, chains=size)
-        chain_keys_ = keys.chain_keys[g * size:(g + 1) * size]
+        chain_keys_ = np.asarray(keys.chain_keys)[g * size:(g + 1) * size]
         t0 = time.perf_counter()
         chain, kept = run_chunks(fn, state, chain_keys_ if mesh.size == 1 else shard_population(chain_keys_, mesh),
                                  task.train_data, batch_args, schedule)

@@ -156,7 +156,7 @@ def slice_chain(tree, c: int):
 def finalise_chain(ctx, chain, info, i: int, hp: dict, schedule: ChainSchedule, seconds: float, flops,
                     final_info) -> MethodResult:
     """Chain i of a batch as the one-at-a-time path finalises it (run_single_chain)."""
-    samples = jax.tree.map(lambda x: x[:, i], chain.samples)
+    samples = jax.tree.map(lambda x: np.asarray(x)[:, i], chain.samples)
     hp_i = dict(hp) if final_info is None else {**hp, **final_info(slice_chain(chain.state, i))}
     info_i = slice_chain(info, i)
     t_kin = kinetic_temperature(info_i, schedule, tree_size(slice_chain(chain.state, i).position))

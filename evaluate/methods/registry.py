@@ -49,8 +49,6 @@ METHOD_MODULES = (  # one line per method, in the order methods run and are repo
     "precond_sghmc:*",  # precond_rmsprop, precond_fisher
     "adaptive_sghmc",
     "warm_sghmc",
-    "sgld_cv",  # control variates: an SGD anchor and its full-data gradient inside the budget (2 gradients per step)
-    "sghmc_cv",
     "deep_ensemble",  # before the full-batch methods, which start from its members
     "noisy_de",
     "mile",
@@ -193,7 +191,8 @@ def run_method(name: str, task, key, hp: dict, cfg, split="test", cache: Compile
     return merge_chains(runs)
 
 
-def run_many(name: str, task, jobs: list[tuple], cfg, split="test", cache: CompileCache | None = None) -> list:
+def run_many(name: str, task, jobs: list[tuple], cfg, split="test", cache: CompileCache | None = None,
+             width: int | None = None) -> list:
     """[run_method(name, task, key, hp, cfg, split, cache) for key, hp in jobs], with every chain of every job —
     seeds, grid points, the M chains of a chain allocation — run as vmapped programs where the method declares
     Method.batch_chains and `use_batches` allows (else one job after another).
@@ -202,11 +201,13 @@ def run_many(name: str, task, jobs: list[tuple], cfg, split="test", cache: Compi
     own hyperparameters and records; the runner is called once per job and returns its chains' call
     (batched.Deferred); calls that share a compiled chunk (cache key, schedule, phases) run together
     (batched.run_calls: a scalar hyperparameter is a per-chain argument). The results equal the
-    one-at-a-time path's up to a vmapped program's rounding (tests/test_batch.py)."""
+    one-at-a-time path's up to a vmapped program's rounding (tests/test_batch.py). width: chains per vmapped program
+    (batch.batch_width; None: all of a group's chains in one) — a caller with calls of several sizes (the curves:
+    seeds × M) passes one width so that one compiled program serves them all."""
     method = get_method(name)
     cache = CompileCache() if cache is None else cache
     m = allocated_chains(name, cfg)
-    if len(jobs) * m <= 1 or not (method.batch_chains and use_batches(cfg, task)):
+    if (len(jobs) * m <= 1 and width is None) or not (method.batch_chains and use_batches(cfg, task)):
         return [run_method(name, task, key, hp, cfg, split, cache) for key, hp in jobs]
     sub = cfg if m == 1 else dataclasses.replace(cfg, num_steps=cfg.num_steps // m, num_samples=cfg.num_samples // m,
                                                  chains=1, methods=(name,), optional_methods=())
@@ -229,6 +230,6 @@ def run_many(name: str, task, jobs: list[tuple], cfg, split="test", cache: Compi
                            shared_fingerprint(call.args)), []).append(i)
     results: list = [None] * len(calls)
     for members in groups.values():
-        for i, runs in zip(members, run_calls(ctx, [calls[i] for i in members])):
+        for i, runs in zip(members, run_calls(ctx, [calls[i] for i in members], width)):
             results[i] = runs[0] if m == 1 else merge_chains(runs)
     return results
