@@ -56,12 +56,14 @@ def config_from_args(args, presets):
     """The MetaTrainConfig the command line names: the preset with the --set overrides, --seed and --num-outer applied
     at once (cli.apply_overrides: a key given twice, e.g. --seed and --set seed=…, is refused)."""
     from base.io import ConfigError
-    from cli import apply_overrides
+    from cli import apply_overrides, check_seed
 
     if args.preset not in presets:
         raise ConfigError(f"unknown preset {args.preset!r} (known: {', '.join(presets)})")
     if args.resume and args.overwrite:
         raise ConfigError("--resume and --overwrite exclude each other")
+    if args.seed is not None:
+        check_seed(args.seed, "--seed")
     flags = (("seed", args.seed), ("num_outer", args.num_outer))  # with --set: one set of overrides, each key once
     return apply_overrides(presets[args.preset], list(args.overrides) + [f"{k}={v}" for k, v in flags if v is not None])
 
