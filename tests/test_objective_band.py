@@ -156,6 +156,6 @@ def test_init_from_starts_at_a_checkpoint_and_refuses_a_mismatch():
     with pytest.raises(ConfigError, match="is not a transient checkpoint with hidden"):
         initial_meta_params(dataclasses.replace(base, hidden=(8,), init_from="transient"))
     with pytest.raises(ConfigError, match="is not a transient checkpoint"):
-        initial_meta_params(dataclasses.replace(base, init_from="default"))
+        initial_meta_params(dataclasses.replace(base, init_from="mass"))  # another kind
     with pytest.raises(ConfigError, match="init_from"):
         initial_meta_params(dataclasses.replace(base, init_from="/nonexistent/run"))
