@@ -2,7 +2,7 @@
 ÷ nine runs, per model family and sampler (issue "chains in batches"; the L2E paper's Table 15 setting on a GPU).
 
 Usage: python -m bench.batched_chains [--family mlp32-digits,cnn-digits,...] [--chains 1,10,100]
-                                      [--samplers sghmc,default,...] [--calls 10] [--repeats 5] [--json FILE]
+                                      [--samplers sghmc,mass,...] [--calls 10] [--repeats 5] [--json FILE]
 
 Families (random inputs and labels of the task's shapes, one minibatch per chain; bench.step_cost's harness):
   mlp32-digits  digits/mlp-32: 8×8 inputs → 32 → 10, batch 64, N = 1,437
@@ -17,7 +17,7 @@ Per family, sampler and M (all compiled first, then timed round-robin, each roun
   ÷ SGHMC      : median over rounds of (the sampler's time ÷ SGHMC's at the same M) — the paper's Table 15 ratio.
 Grid (SGHMC's build_kernel with lr and friction traced): the 9 points of the default 3 × 3 grid vmapped in one
 program ÷ 9 × the one-point program (the nine runs, which compile once and run one after another).
-Learned samplers: the shipped checkpoints named in --samplers ("default" = Mass-L2E, "paper-form", "transient",
+Learned samplers: the shipped checkpoints named in --samplers ("mass", "paper-form", "transient" — the default —,
 …); a sampler with phase kernels (Transient-L2E) is timed with its burn-in kernel, and "<name> (window)" with its
 window kernel.
 """
@@ -47,7 +47,7 @@ FAMILIES = {f.name: f for f in (
     STEP_FAMILIES["cnn-digits"],
     STEP_FAMILIES["resnet20"],
 )}
-DEFAULT_SAMPLERS = ("sghmc", "default", "paper-form", "transient")
+DEFAULT_SAMPLERS = ("sghmc", "mass", "paper-form", "transient")
 GRID = tuple((lr, c) for lr in (0.01, 0.03, 0.1) for c in (3.0, 10.0, 30.0))
 """SGHMC's default grid (evaluate.methods.sghmc): lr = ε²N × friction C."""
 

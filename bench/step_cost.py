@@ -20,7 +20,7 @@ Per sampler (all compiled first, then timed round-robin, each round running ever
                  L2E's two MLP passes on (d, 9) features; Kinetic-L2E's μ-MLP forward + vector–Jacobian
                  product), timed in the same rounds: its ms, GFLOP/s (its cost-analysis FLOPs ÷ its time) and
                  that as a fraction of this machine's measured f32 GEMM throughput (`gemm_gflops`, once per run).
-Learned samplers: every shipped checkpoint (`l2e.checkpoint.SHIPPED`, "default" counted once) and every kind of
+Learned samplers: every shipped checkpoint by its own name (`l2e.checkpoint.SHIPPED` less "default") and every kind of
 the learned-sampler registry (`l2e.learned.REGISTRY`) with no shipped checkpoint (its "random" φ₀, default config).
 A sampler with phase kernels (`LearnedSampler.phase_of`: Transient-L2E) is timed with the kernels the evaluation
 runs: the burn-in kernel in its own row, the adaptation window's (two half-batch gradients) in its "(adapt)" row,
@@ -170,7 +170,7 @@ def learned_samplers(post) -> tuple[dict[str, tuple], dict[str, str]]:
     once, then each registry kind without one (its "random" meta-parameters with hidden (32, 32), its default
     config)."""
     out, failed, seen_dirs, shipped_kinds = {}, {}, set(), set()
-    for name in SHIPPED:
+    for name in (n for n in SHIPPED if n != "default"):  # the default is one of them, by its own name
         step_dir = resolve_step_dir(shipped_checkpoint(name)).resolve()
         if step_dir in seen_dirs:
             continue
