@@ -305,8 +305,8 @@ def _tiny(name, **kw):
 
 
 def test_methods_registered_with_settings():
-    """sgld_cv / sghmc_cv are registered methods (the presets that run every method run them), tuned over SGLD's /
-    SGHMC's grids; a bad anchor setting is one ConfigError."""
+    """sgld_cv / sghmc_cv are registered methods (the presets that run every method run them), tuned over SGLD's
+    grid and SGHMC's learning rates × frictions {10, 100}; a bad anchor setting is one ConfigError."""
     from evaluate.config import ConfigError, apply_overrides, get_preset
     from evaluate.methods import METHODS, REGISTRY
 
@@ -314,7 +314,8 @@ def test_methods_registered_with_settings():
         assert name in METHODS and REGISTRY[name].tuned and not REGISTRY[name].batch_chains
         assert name in get_preset("full").methods
     assert REGISTRY["sgld_cv"].preset_grid("every") == REGISTRY["sgld"].preset_grid("every")
-    assert REGISTRY["sghmc_cv"].preset_grid("every") == REGISTRY["sghmc"].preset_grid("every")
+    grid = REGISTRY["sghmc_cv"].preset_grid("every")  # SGHMC's learning rates; frictions up to 100 (docs/samplers.md)
+    assert grid == {"lrs": REGISTRY["sghmc"].preset_grid("every")["lrs"], "frictions": (10.0, 100.0)}
     assert REGISTRY["sghmc_cv"].kinetic_check and not REGISTRY["sgld_cv"].kinetic_check
     cfg = apply_overrides(get_preset("smoke"), ["methods=sgld_cv", "settings.sgld_cv.anchor_fraction=0.5"])
     assert cfg.settings.sgld_cv.anchor_fraction == 0.5

@@ -49,6 +49,8 @@ METHOD_MODULES = (  # one line per method, in the order methods run and are repo
     "precond_sghmc:*",  # precond_rmsprop, precond_fisher
     "adaptive_sghmc",
     "warm_sghmc",
+    "sgld_cv",  # control variates: an SGD anchor and its full-data gradient inside the budget (2 gradients per step)
+    "sghmc_cv",
     "deep_ensemble",  # before the full-batch methods, which start from its members
     "noisy_de",
     "mile",
