@@ -181,6 +181,14 @@ def test_curve_command_end_to_end(tmp_path):
             pts = choice["seeds"]["0"]
             assert [p["budget"] for p in pts] == [100, 400] and [p["gradients"] for p in pts] == [100, 400]
             assert all(p["tv"] is not None and 0 <= p["tv"] <= 1 for p in pts)
+    # each row records the settings that ran and each choice its first run's record: what ran, not what was asked
+    assert task["methods"]["sghmc"]["settings"] == {"lrs": [0.03, 0.1], "frictions": [10.0]}
+    for name in ("sghmc", "sghmc@M=10"):
+        for choice in task["methods"][name]["choices"].values():
+            assert choice["ran"]["learning_rate"] == choice["hp"]["learning_rate"] > 0
+    for name, m in (("l2e_mass", 1), ("l2e_mass@M=10", 10)):  # the window rule set the freeze inside G / M = 100 / m
+        ran = task["methods"][name]["choices"]["oracle"]["ran"]
+        assert ran["learning_rate"] == 0.1 and 0 < ran["sampler"]["freeze_step"] < 100 // m
     assert (out / "curve.md").is_file() and (out / "curve_digits_mlp-32.png").is_file()
     # a full-batch method with no curve budget is named as left out, in the output and the report, not dropped silently
     assert list(res["off_curve"]) == ["nuts_bde"] and "nuts_bde left out" in proc.stdout

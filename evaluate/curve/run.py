@@ -239,8 +239,10 @@ def curve_task(task, task_index: int, ref_entry: dict, draws: dict, cfg, curve: 
         ensemble_hp) -> warm(cfg) for warm-started methods (the start of `method` from the deep ensemble run with
         ensemble_hp at that cfg's budget), None to skip them.
     Returns:
-      {"floors", "methods": {name or name@M=m: {"method", "chains", "tuning", "choices": {choice: {"hp", "seeds":
-      {seed: [points]}, "to_floor": {"tv": summary, "energy": summary}}}}}}; a warm-started row's tuning holds
+      {"floors", "methods": {name or name@M=m: {"method", "chains", "tuning", "settings" (the method's validated
+      settings that ran), "choices": {choice: {"hp", "ran" (the first run's hyperparameter record: what ran, e.g. a
+      learned sampler's configuration after its overrides), "seeds": {seed: [points]}, "to_floor": {"tv": summary,
+      "energy": summary}}}}}}; a warm-started row's tuning holds
       "warm_start" (`_ensemble_start`) and its "gradients" include the ensemble grid's.
     """
     ref = _Reference(task, ref_entry, draws, cfg.num_samples)
@@ -268,7 +270,8 @@ def curve_task(task, task_index: int, ref_entry: dict, draws: dict, cfg, curve: 
             if start is not None:  # the ensemble grid is part of what tuning this row cost
                 tuning.update(gradients=tuning["gradients"] + start["tuning"]["gradients"], warm_start=start)
             say(f"{task.spec.name} {name}: tuned ({len(tuning['grid'])} points, {time.perf_counter() - t0:.0f} s)")
-            row = {"method": method, "chains": chains, "tuning": tuning, "choices": {}}
+            row = {"method": method, "chains": chains, "tuning": tuning, "choices": {},
+                   "settings": record_of(dataclasses.asdict(getattr(cfg.settings, method)))}
             hps = {hp_label(tuning[choice]): tuning[choice] for choice in CHOICES}  # the choices share equal points
             done = _curves(task, task_index, method, hps, base, curve, cache, extra, ref, warm_of, say, name)
             for choice in CHOICES:
@@ -286,6 +289,7 @@ def _curves(task, task_index, method, hps: dict, base, curve: CurveConfig, cache
     warms = {seed: warm_of(keys[seed]) for seed in curve.seeds} if warm_of is not None else None
     jobs = [(label, seed) for label in hps for seed in curve.seeds]
     seeds: dict = {label: {str(seed): [] for seed in curve.seeds} for label in hps}
+    ran: dict = {}
     for g in curve.budgets:
         cfg = dataclasses.replace(base, num_steps=g)
         t0 = time.perf_counter()
@@ -296,8 +300,27 @@ def _curves(task, task_index, method, hps: dict, base, curve: CurveConfig, cache
         else:
             runs = [_run(task, keys[seed], method, hps[label], cfg, cache, extra, warms[seed]) for label, seed in jobs]
         for (label, seed), (res, spent) in zip(jobs, runs):
+            ran.setdefault(label, record_of(res.hyperparameters))  # what ran (its first run's own record)
             seeds[label][str(seed)].append({"budget": g, "gradients": spent, "seconds": res.seconds,
                                             "divergent_chains": res.divergent_chains, **ref.point(task, res)})
             say(f"{task.spec.name} {name} {label or 'default'} seed {seed} G={g}: tv "
                 f"{seeds[label][str(seed)][-1]['tv']} ({(time.perf_counter() - t0) / len(runs):.1f} s)")
-    return {label: {"seeds": per, "to_floor": to_floor(per, ref.floors)} for label, per in seeds.items()}
+    return {label: {"seeds": per, "to_floor": to_floor(per, ref.floors), "ran": ran.get(label)}
+            for label, per in seeds.items()}
+
+
+def record_of(value):
+    """The JSON part of a run's hyperparameter record (MethodResult.hyperparameters): numbers, strings, booleans,
+    None, lists and dicts of them (tuples as lists, numpy scalars as numbers); arrays and other objects (meta-
+    parameters, a warm start's positions) left out."""
+    if isinstance(value, dict):
+        return {str(k): record_of(v) for k, v in value.items() if _is_json(v)}
+    if isinstance(value, (list, tuple)):
+        return [record_of(v) for v in value if _is_json(v)]
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _is_json(value) -> bool:
+    if isinstance(value, (dict, list, tuple)):
+        return True
+    return value is None or isinstance(value, (str, bool, int, float, np.generic))

@@ -25,7 +25,8 @@ from l2e.chains import ChainSchedule
 from l2e.devices import population_mesh, replicate, shard_population
 from l2e.types import tree_size
 
-__all__ = ["ChainCall", "Deferred", "arg_axes", "members_batched", "run_batched", "run_calls", "shared_fingerprint"]
+__all__ = ["ChainCall", "Deferred", "arg_axes", "init_params_of", "members_batched", "run_batched", "run_calls",
+           "shared_fingerprint"]
 
 class ChainCall(NamedTuple):
     """One runner's call of `run_single_chain` for the chains `keys` (a ChainBatch): what `run_calls` needs to run
@@ -89,6 +90,13 @@ def _place(mesh, state, args, axes):
     return shard_population(state, mesh), jax.tree.unflatten(jax.tree.structure(args), leaves)
 
 
+def init_params_of(ctx, init_keys: np.ndarray):
+    """task.init_params of every key (n, 2), as host arrays (n, …): one vmapped, compiled call per task (the same
+    values as one call per key: the initialiser's random bits do not depend on the batch)."""
+    fn = ctx.cache.get(("init_params", ctx.task.spec), lambda: jax.jit(jax.vmap(ctx.task.init_params)))
+    return jax.tree.map(np.asarray, fn(init_keys))
+
+
 def _stack(trees: list):
     """The trees stacked on a new leading axis, on the host (no compilation per batch size, as jnp.stack has)."""
     return jax.tree.map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *trees)
@@ -113,7 +121,8 @@ def run_calls(ctx, calls: list[ChainCall], width: int | None = None) -> list[lis
     n = len(owner)
     init_keys = np.concatenate([np.asarray(c.keys.init_keys) for c in calls])
     chain_keys_ = np.concatenate([np.asarray(c.keys.chain_keys) for c in calls])
-    states = [calls[owner[c]].init_fn(ctx.task.init_params(init_keys[c])) for c in range(n)]
+    params = init_params_of(ctx, init_keys)
+    states = [calls[owner[c]].init_fn(jax.tree.map(lambda x, c=c: x[c], params)) for c in range(n)]
     size = batch_width(n, sum(np.asarray(x).nbytes for x in jax.tree.leaves(states[0])), width)
     batches = [list(range(b, min(b + size, n))) for b in range(0, n, size)]
     batches = [b + [b[0]] * (size - len(b)) for b in batches]  # the padding: copies of the batch's first chain
@@ -156,7 +165,8 @@ def members_batched(ctx, keys: ChainBatch, hp: dict, schedule: ChainSchedule, ca
     sharded like run_calls' batches), finalised together as run_members finalises them (each member judged against
     the others)."""
     task, k = ctx.task, int(keys.init_keys.shape[0])
-    states = [init_state(task.init_params(keys.init_keys[m])) for m in range(k)]
+    params = init_params_of(ctx, np.asarray(keys.init_keys))
+    states = [init_state(jax.tree.map(lambda x, m=m: x[m], params)) for m in range(k)]
     size = batch_width(k, sum(np.asarray(x).nbytes for x in jax.tree.leaves(states[0])))
     while k % size:  # members split into equal batches (no padding: every member is a sample)
         size -= 1
