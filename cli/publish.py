@@ -128,9 +128,16 @@ def _new_sibling(out: Path, what: str) -> tuple[Path, object, tuple[int, int]]:
 
     path = out.parent / f".{_stem(out)}.{what}-{uuid.uuid4().hex[:12]}"
     path.mkdir()
-    ident = _identity(path)
-    lock = DirectoryLock(path).acquire()
-    _write_record(path, out)
+    ident, lock = _identity(path), None
+    try:
+        lock = DirectoryLock(path).acquire()
+        _write_record(path, out)
+    except BaseException:  # a full disk while writing the record: the directory made just above goes, nothing else
+        if lock is not None:
+            lock.release()
+        if _identity(path) == ident:
+            remove_ours(path)
+        raise
     return path, lock, ident
 
 

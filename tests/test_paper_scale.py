@@ -83,7 +83,7 @@ failed. 2e-5 is 3.2x the largest spread measured across the levels, not x3 of th
 
 
 EVAL_SCRIPT = textwrap.dedent("""
-    import sys, jax, numpy as np
+    import dataclasses, sys, jax, numpy as np
     from evaluate.config import apply_overrides, get_preset
     from evaluate.methods.registry import run_method
     from tasks import build
@@ -93,13 +93,16 @@ EVAL_SCRIPT = textwrap.dedent("""
         "settings.nuts_bde.warmup=10", "settings.nuts_bde.samples=2", "settings.nuts_bde.thinning=1",
         "settings.nuts_bde.max_doublings=4"])
     task = build(cfg.tasks[0])
-    de = run_method("deep_ensemble", task, jax.random.PRNGKey(0), {"learning_rate": 0.01}, cfg)
+    de = run_method("deep_ensemble", task, jax.random.PRNGKey(0), {"learning_rate": 0.01},
+                    dataclasses.replace(cfg, batch_chains="never"))  # round robin: the members one at a time
+    batched = run_method("deep_ensemble", task, jax.random.PRNGKey(0), {"learning_rate": 0.01},
+                         dataclasses.replace(cfg, batch_chains="always"))  # vmapped, sharded over the devices
     init = jax.tree.map(np.asarray, de.samples)
     mile = run_method("mile", task, jax.random.PRNGKey(0), {"init_positions": init, "step_size0": 0.01}, cfg)
     nuts = run_method("nuts_bde", task, jax.random.PRNGKey(0), {"init_positions": init}, cfg)
     flat = lambda t: np.concatenate([np.ravel(np.asarray(x)) for x in jax.tree.leaves(t)])
     np.savez(sys.argv[1], de=flat(de.samples), mile=flat(mile.samples), pred=np.asarray(de.outputs),
-             nuts=flat(nuts.samples))
+             nuts=flat(nuts.samples), de_batched=flat(batched.samples))
     print("devices", len(jax.devices()))
 """)
 
@@ -126,7 +129,9 @@ are reverted as non-finite: the samples are the warm-up's end states.)"""
 def test_evaluation_chains_independent_of_device_count(tmp_path):
     """Deep-ensemble members and NUTS chains run round robin on 4 forced devices: the same numbers as on 1.
     MILE's vmapped chains are sharded over the 4 devices: equal to float32 rounding as MILE amplifies it
-    (MILE_ROUNDING_TOL below: a batch of 4 chains vs 1 per device rounds differently)."""
+    (MILE_ROUNDING_TOL below: a batch of 4 chains vs 1 per device rounds differently). The deep ensemble's members
+    vmapped (batch_chains "always") and sharded over the 4 devices: the one-device round-robin members within
+    test_batch.SAMPLE_ATOL (1e-5; measured 7.5e-8)."""
     out = {}
     for n in (1, 4):
         env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT), "XLA_FLAGS": xla_flags(n)}
@@ -139,6 +144,9 @@ def test_evaluation_chains_independent_of_device_count(tmp_path):
     np.testing.assert_array_equal(out[1]["pred"], out[4]["pred"])
     np.testing.assert_array_equal(out[1]["nuts"], out[4]["nuts"])
     np.testing.assert_allclose(out[1]["mile"], out[4]["mile"], rtol=0, atol=MILE_ROUNDING_TOL)
+    print("max |Δθ| batched deep ensemble, 4 devices vs one at a time on 1:",
+          float(np.abs(out[4]["de_batched"] - out[1]["de"]).max()))
+    np.testing.assert_allclose(out[4]["de_batched"], out[1]["de"], rtol=0, atol=1e-5)
 
 
 def test_population_mesh_divides_population():

@@ -29,7 +29,9 @@ META_SMOKE = apply_overrides(PRESETS["smoke"], ["num_outer=3", "checkpoint_every
 
 
 def tiny_cfg(*extra):
-    return apply_overrides(get_preset("smoke"), TINY + list(extra))
+    """The smoke preset with TINY, an `extra` override replacing TINY's of the same key (a key is given once)."""
+    keys = {o.split("=", 1)[0] for o in extra}
+    return apply_overrides(get_preset("smoke"), [o for o in TINY if o.split("=", 1)[0] not in keys] + list(extra))
 
 
 @pytest.fixture(scope="module")

@@ -34,5 +34,7 @@ METHOD = make_method(
     cost_hyper=(0.05, 15.0), kinetic_check=True,
     # SGHMC's lr grid; frictions up to 100: at large N the CV noise left away from θ̂ still heats a chain at C = 10
     # (power plant, lr 0.01, G = 8,000: T_kin 167 at C = 10, 1.30 at C = 100; docs/notebook.md, the CV pilot)
+    # (the full / references presets: FULL_GRID_POINTS = 4 points like every rival, the grid extended at its edges)
     grids=dict(every=dict(lrs=(0.003, 0.01, 0.03, 0.1), frictions=(10.0, 100.0)),
+               full=dict(lrs=(0.01, 0.03), frictions=(10.0, 100.0)),
                smoke=dict(lrs=(0.03,), frictions=(10.0,))))
