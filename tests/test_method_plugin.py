@@ -235,3 +235,17 @@ def test_method_flags_leave_the_environment_and_other_subcommands_alone(monkeypa
     with pytest.raises(ConfigError, match="registry is already loaded"):
         register_method_flags(["--preset", "smoke", "--method", "theirs.samplers:my_sgld"])
     assert METHODS_ENV not in os.environ
+
+
+def test_a_users_top_level_module_is_imported_as_given(tmp_path, monkeypatch):
+    """`--method mysamplers:my_sgld` names a top-level module of the user's (no package): it is imported as given,
+    not looked up among evaluate/methods/ (which a bare name of ours means)."""
+    from evaluate.methods.registry import _load
+
+    (tmp_path / "mysamplers_l2e_test.py").write_text(textwrap.dedent(SAMPLERS))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    methods = _load(["mysamplers_l2e_test:my_sgld"], {}, ours=False)
+    assert list(methods) == ["my_sgld"] and methods["my_sgld"].points(None) == [
+        {"learning_rate": 0.003}, {"learning_rate": 0.01}]
+    with pytest.raises(ModuleNotFoundError):
+        _load(["mysamplers_l2e_test:my_sgld"], {})  # ours: a bare name is evaluate.methods.<name>

@@ -73,11 +73,13 @@ def extra_modules() -> tuple[str, ...]:
     return tuple(e.strip() for e in os.environ.get(ENV, "").split(",") if e.strip())
 
 
-def _load(modules, methods: dict | None = None) -> dict[str, Method]:
+def _load(modules, methods: dict | None = None, ours: bool = True) -> dict[str, Method]:
+    """Register the methods of `modules` into `methods`; ours: a bare module name is one of evaluate/methods/ (a
+    user's entry, ours=False, is imported as given: a top-level module of theirs works too)."""
     methods = {} if methods is None else methods
     for entry in modules:
         module, _, name = entry.partition(":")  # "<module>": its METHOD; "<module>:<name>": METHOD_TABLE[name]
-        loaded = importlib.import_module(module if "." in module else f"evaluate.methods.{module}")
+        loaded = importlib.import_module(module if "." in module or not ours else f"evaluate.methods.{module}")
         table = getattr(loaded, "METHOD_TABLE", {})
         if name and name != "*" and name not in table:
             if not hasattr(loaded, name):
@@ -112,7 +114,7 @@ def _load_all() -> dict[str, Method]:
     methods = _load(METHOD_MODULES)
     for entry in EXTRA_ENTRIES:
         try:  # into a copy, kept whole or not at all (a table that fails half-way registers nothing)
-            methods = _load([entry], dict(methods))
+            methods = _load([entry], dict(methods), ours=False)
         except Exception as e:  # a user's module: reported by check_extra_methods as one line, not at import
             LOAD_ERRORS.append(f"{ENV} entry {entry!r}: {type(e).__name__}: {one_line(e)}")
     return methods
