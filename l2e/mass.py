@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from l2e.chains import freeze_at
-from l2e.checks import check_positive
+from l2e.checks import check_positive, check_step_count
 from l2e.diffusions import physical_step_size, sghmc_noise_std
 from l2e.meta_model import MetaMLP, check_mlp_shapes, hidden_sizes, mlp_layers_names
 from l2e.types import (
@@ -74,8 +74,7 @@ class MassConfig:
 
     def __post_init__(self):
         check_positive(learning_rate=self.learning_rate, friction=self.friction, temperature=self.temperature)
-        if isinstance(self.freeze_step, bool) or not isinstance(self.freeze_step, int) or self.freeze_step < 1:
-            raise ValueError(f"freeze_step must be an integer ≥ 1, got {self.freeze_step!r}")
+        check_step_count("freeze_step", self.freeze_step, 1)
 
 
 class MassState(NamedTuple):

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from l2e.chains import freeze_at
-from l2e.checks import check_positive
+from l2e.checks import check_positive, check_step_count
 from l2e.diffusions import physical_step_size, position_update, sghmc_momentum, sghmc_noise_std
 from l2e.meta_model import MetaMLP, check_mlp_shapes, hidden_sizes, mlp_layers_names
 from l2e.types import (
@@ -64,8 +64,7 @@ class StepScaleConfig:
 
     def __post_init__(self):
         check_positive(learning_rate=self.learning_rate, friction=self.friction, temperature=self.temperature)
-        if isinstance(self.freeze_step, bool) or not isinstance(self.freeze_step, int) or self.freeze_step < 1:
-            raise ValueError(f"freeze_step must be an integer ≥ 1, got {self.freeze_step!r}")
+        check_step_count("freeze_step", self.freeze_step, 1)
 
 
 class StepScaleState(NamedTuple):

@@ -60,7 +60,7 @@ import numpy as np
 
 from l2e.adaptation import halved_gradients, top_curvature, welford
 from l2e.chains import PHASES, adaptation_start, freeze_at, freeze_phase
-from l2e.checks import check_choice, check_flag, check_in_range, check_positive
+from l2e.checks import check_choice, check_flag, check_in_range, check_positive, check_step_count
 from l2e.mass import MASS_FEATURE_NAMES, mass_features
 from l2e.meta_model import MetaMLP, check_mlp_shapes, check_tree, hidden_sizes, mlp_layers_names
 from l2e.types import (
@@ -121,8 +121,7 @@ class TransientConfig:
         check_choice("burn_in", self.burn_in, BURN_INS), check_choice("constants", self.constants, CONSTANTS)
         check_positive(temperature=self.temperature, base_step=self.base_step, base_kappa=self.base_kappa,
                        base_damping=self.base_damping, rms_eps=self.rms_eps)
-        if isinstance(self.freeze_step, bool) or not isinstance(self.freeze_step, int) or self.freeze_step < 1:
-            raise ValueError(f"freeze_step must be an integer ≥ 1, got {self.freeze_step!r}")
+        check_step_count("freeze_step", self.freeze_step, 1)
         check_in_range("adapt_fraction", self.adapt_fraction, 0, 1, include_low=False)
         check_in_range("window_fraction", self.window_fraction, 0, 1, include_low=False, include_high=False)
         check_in_range("rms_decay", self.rms_decay, 0.0, 1.0, include_high=False)

@@ -80,8 +80,9 @@ class Method:
     step_cost: bench.step_cost's probe: (posterior, functional posterior) -> {row label: SamplingAlgorithm}, the
       steps (and phase kernels) the benchmark times against SGHMC's; None: not timed there.
     audit: bench.defaults_audit runs the method at its default settings.
-    batch_chains: its runner passes its key on to `driver.run_single_chain` unchanged, so the M chains of a chain
-      allocation can run as one vmapped program (evaluate.methods.batch; EvalConfig.batch_chains decides).
+    batch_chains: its runner passes its key on to `driver.run_single_chain` unchanged and returns its result
+      unchanged, so the M chains of a chain allocation, and several runs (registry.run_many: seeds, grid points),
+      can run as vmapped programs (evaluate.methods.batched; EvalConfig.batch_chains decides).
     """
 
     name: str

@@ -1,7 +1,7 @@
 """Chains in batches: the M chains of a chain allocation (EvalConfig.chains = M) as one vmapped, compiled program.
 
 `registry.run_method` hands a method that declares `Method.batch_chains` a `ChainBatch` of M key pairs instead of
-running it M times; its runner passes the keys on to `driver.run_single_chain`, which runs them (`driver.run_batched`). Chain
+running it M times; its runner passes the keys on to `driver.run_single_chain`, which runs them (`batched.run_batched`). Chain
 c has the keys of the one-at-a-time path (fold_in(init key, c), fold_in(chain key, c)), the same initial state, the
 same minibatches and noise; the vmapped program may round differently (tests/test_batch.py bounds the difference).
 Each chain is then finalised on its own and the M results pooled by `outputs.merge_chains`, exactly as the

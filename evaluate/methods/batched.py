@@ -137,8 +137,7 @@ def run_calls(ctx, calls: list[ChainCall], width: int | None = None) -> list[lis
         chunk_at = phase_chunks(ctx, cache_key, make_kernel, schedule, phase_of, stacked0, ctx.task.train_data,
                                 args0, batched=True, arg_axes=axes)
     ctx.cache.warm_up(ck, fn, stacked0, ctx.task.train_data, args0, chains=size)
-    flops = flops_of_chunk(ctx, chunk_fn(ctx, cache_key, flat_make, schedule)[0], flat_make, states[0], first.args,
-                           schedule)
+    flops = flops_of_chunk(ctx, cache_key, flat_make, states[0], first.args, schedule)
     out: list[list[MethodResult]] = [[] for _ in calls]
     for b, members in enumerate(batches):
         real = min(size, n - b * size)
@@ -175,8 +174,7 @@ def members_batched(ctx, keys: ChainBatch, hp: dict, schedule: ChainSchedule, ca
     mesh = population_mesh(size)
     call = ChainCall(keys, hp, schedule, cache_key, make_kernel, init_state, args, None, None)
     per_chain = _chain_args([call], axes, [0] * size, [0])
-    flops = flops_of_chunk(ctx, chunk_fn(ctx, cache_key, make_kernel, schedule)[0], make_kernel, states[0], args,
-                           schedule)
+    flops = flops_of_chunk(ctx, cache_key, make_kernel, states[0], args, schedule)
     samples, infos, seconds = [], [], 0.0
     for g in range(k // size):
         members = range(g * size, (g + 1) * size)

@@ -82,14 +82,15 @@ def kinetic_temperature(info, schedule: ChainSchedule, num_params: int) -> float
     return None if np.isnan(t_kin) else t_kin
 
 
-def flops_of_chunk(ctx, ck, make_kernel, state, args, schedule: ChainSchedule) -> float | None:
-    """FLOPs of one update (evaluate.budget.step_flops) on a minibatch of the task, once per chunk key with its
-    chunk length left out (one update's program does not depend on how many a chunk unrolls)."""
+def flops_of_chunk(ctx, cache_key: tuple, make_kernel, state, args,
+                   schedule: ChainSchedule) -> float | None:
+    """FLOPs of one update (evaluate.budget.step_flops) on a minibatch of the task, once per (kernel cache_key, task,
+    batch size): one update's program does not depend on how many a chunk unrolls, nor on a batch of chains."""
     def measure():
         batch = ctx.task.sample_batch(jax.random.PRNGKey(0), ctx.task.train_data, schedule.batch_size)
         return step_flops(make_kernel(), jax.random.PRNGKey(0), state, batch, args)
 
-    return ctx.cache.get(("flops",) + ck[:4] + ck[5:], measure)
+    return ctx.cache.get(("flops", cache_key, ctx.task.spec, schedule.batch_size), measure)
 
 
 def probe(ctx, fn, state, data, args, length: int, hp: dict, flops) -> MethodResult:

@@ -56,7 +56,7 @@ def run_single_chain(ctx, key, hp: dict, schedule: ChainSchedule, cache_key: tup
         make_kernel = functools.partial(make_kernel, None)
     ck, fn = chunk_fn(ctx, cache_key, make_kernel, schedule)
     ctx.cache.warm_up(ck, fn, state, task.train_data, args)
-    flops = flops_of_chunk(ctx, ck, make_kernel, state, args, schedule)
+    flops = flops_of_chunk(ctx, cache_key, make_kernel, state, args, schedule)
     if ctx.probe:
         return probe(ctx, fn if chunk_at is None else chunk_at(0), state, task.train_data, args,
                       schedule.chunk_length, hp, flops)
@@ -82,13 +82,13 @@ def run_members(ctx, key, hp: dict, schedule: ChainSchedule, cache_key: tuple, m
     def init(m):
         return init_state(task.init_params(jax.random.fold_in(init_key, m)))
 
-    ck, fn = chunk_fn(ctx, cache_key, make_kernel, schedule)
     if k > 1 and not ctx.probe and use_batches(ctx.cfg, task):
         return members_batched(ctx, chain_batch(init_key, key_chain, k), hp, schedule, cache_key, make_kernel,
                                 init_state, args)
+    ck, fn = chunk_fn(ctx, cache_key, make_kernel, schedule)
     for m in range(min(k, len(jax.local_devices()))):
         ctx.cache.warm_up(ck, fn, init(0), task.train_data, args, member_device(m))
-    flops = flops_of_chunk(ctx, ck, make_kernel, init(0), args, schedule)
+    flops = flops_of_chunk(ctx, cache_key, make_kernel, init(0), args, schedule)
     if ctx.probe:
         return probe(ctx, fn, init(0), task.train_data, args, schedule.chunk_length, hp, flops)
     t0 = time.perf_counter()

@@ -165,7 +165,7 @@ def _run_chains(ctx, key, init_positions, eps0: float, preconditioned: bool):
     ck, fn = chunk_fn(ctx, ("smile",) + static, make_kernel, schedule)
     for c in range(min(chains, len(jax.local_devices()))):
         ctx.cache.warm_up(ck, fn, states[0], task.train_data, args, member_device(c))
-    flops = chunks.flops_of_chunk(ctx, ck, make_kernel, states[0], args, schedule)
+    flops = chunks.flops_of_chunk(ctx, ("smile",) + static, make_kernel, states[0], args, schedule)
     if ctx.probe:
         res = chunks.probe(ctx, fn, states[0], task.train_data, args, schedule.chunk_length, {}, flops)
         return dataclasses.replace(res, measured_seconds_per_step=res.measured_seconds_per_step / 2)
