@@ -11,7 +11,7 @@ import numpy as np
 
 from tasks.data.base import Dataset, DatasetError, read_npz
 from tasks.data.images import MEDMNIST_CLASSES, digits, idx_dataset, medmnist, read_idx, read_npz_images, synthetic
-from tasks.data.tabular import tabular
+from tasks.data.tabular import synthetic_tabular, tabular
 from tasks.data.tfds import (
     CIFAR10_MEAN, CIFAR10_STD, CIFAR100_MEAN, CIFAR100_STD, TFDS_SOURCES, check_corruption, cifar10_corrupted,
     load_tfds, tfds_named,
@@ -28,6 +28,7 @@ DATASETS: dict[str, Callable[[Path | None], Dataset]] = {
     "breast_cancer": tabular("breast_cancer"),
     "wine": tabular("wine"),
     "iris": tabular("iris"),
+    "synthetic_tabular": lambda _: synthetic_tabular(),
     "mnist": idx_dataset("mnist", "mnist"),
     "fashion_mnist": idx_dataset("fashion_mnist", "fashion_mnist"),
     "kmnist": idx_dataset("kmnist"),
@@ -44,7 +45,7 @@ when no local copy exists and no data_dir is given), MedMNIST (MEDMNIST_CLASSES,
 TFDS (TFDS_SOURCES): emnist variants, cifar10, cifar100 (train[:40960], per-channel normalised), svhn_cropped.
 """
 
-TABULAR = frozenset({"breast_cancer", "wine", "iris"})
+TABULAR = frozenset({"breast_cancer", "wine", "iris", "synthetic_tabular"})
 """Registry names whose inputs are feature vectors (n, features), not images: only MLPs apply."""
 
 

@@ -115,10 +115,14 @@ class MLP(nn.Module):
 
 
 class RegressionMLP(nn.Module):
-    """[Dense(h) → activation] for h in hidden → Dense(2) ("head"); x (B, d) → (loc (B,), scale (B,)) (`loc_scale`)."""
+    """[Dense(h) → activation] for h in hidden → Dense(2) ("head"); x (B, d) → (loc (B,), scale (B,)) (`loc_scale`).
+
+    homoscedastic: the head is Dense(1) (the loc) and one parameter "log_noise" (initialised at 0) is every point's
+    raw log-scale: a homoscedastic Gaussian likelihood with a learned noise scale."""
 
     hidden: tuple[int, ...] = (16, 16)
     activation: str = "relu"
+    homoscedastic: bool = False
 
     @nn.compact
     def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -126,7 +130,11 @@ class RegressionMLP(nn.Module):
         act = getattr(nn, self.activation)
         for i, width in enumerate(self.hidden):
             h = act(nn.Dense(width, name=f"dense_{i}")(h))
-        return loc_scale(nn.Dense(2, name="head")(h))
+        if not self.homoscedastic:
+            return loc_scale(nn.Dense(2, name="head")(h))
+        loc = nn.Dense(1, name="head")(h)
+        log_noise = self.param("log_noise", nn.initializers.zeros, (1,))
+        return loc_scale(jnp.concatenate([loc, jnp.broadcast_to(log_noise, loc.shape)], axis=1))
 
 
 

@@ -17,6 +17,10 @@ from tasks.models import ACTIVATIONS, ModelSpec, RegressionMLP, mlp_name
 from tasks.splits import Data, Splits
 
 
+NOISE_MODELS = ("hetero", "homo")
+"""RegressionSpec.noise: the network predicts each point's noise scale (hetero), or one learned scale (homo)."""
+
+
 def _check_dataset(dataset: str) -> None:
     if dataset == "synthetic_1d":
         return
@@ -51,6 +55,7 @@ class RegressionSpec:
     factory: str | None = None
     valid: float | None = None
     max_train: int | None = None
+    noise: str = "hetero"
 
     def __post_init__(self):
         object.__setattr__(self, "hidden", tuple(int(h) for h in self.hidden))
@@ -69,6 +74,10 @@ class RegressionSpec:
                              f"got {self.activation!r}")
         if self.valid is not None and not 0 < self.valid < 1:
             raise ValueError(f"RegressionSpec.valid must be a fraction in (0, 1), got {self.valid!r}")
+        if self.noise not in NOISE_MODELS:
+            raise ValueError(f"RegressionSpec.noise must be one of {', '.join(NOISE_MODELS)}, got {self.noise!r}")
+        if self.noise == "homo" and self.factory is not None:
+            raise ValueError("RegressionSpec.noise='homo' applies to the built-in MLP, not a user factory")
         if self.max_train is not None and self.max_train < 1:
             raise ValueError(f"RegressionSpec.max_train must be positive, got {self.max_train!r}")
 
@@ -78,7 +87,8 @@ class RegressionSpec:
         data = self.dataset
         if data.startswith("uci:"):
             data += f"[mile-s{self.seed}]" if self.protocol == "mile" else f"[standard-{self.split}]"
-        return f"{data}/" + (self.factory or mlp_name(self.hidden, self.activation))
+        model = self.factory or mlp_name(self.hidden, self.activation)
+        return f"{data}/{model}" + ("-homo" if self.noise == "homo" else "")
 
 
 def load_regression_data(spec: RegressionSpec) -> RegressionData:
@@ -129,7 +139,7 @@ class RegressionTask(TaskBase):
 
             check_parameter_count(model_parameter_count(ModelSpec("mlp", hidden=spec.hidden), self.input_shape, 2),
                                   spec.name)
-            self.model = RegressionMLP(spec.hidden, spec.activation)
+            self.model = RegressionMLP(spec.hidden, spec.activation, spec.noise == "homo")
 
     def __repr__(self) -> str:
         return f"RegressionTask({self.spec.name}, N={self.data_size}, features={self.input_shape[0]})"

@@ -22,6 +22,8 @@ MODEL  := "mlp-" W{"x"W}["-" ACT] | "mlp-linear" | "cnn-c" C "-d" D ["-res"] | "
 ACT    := relu | tanh | gelu | silu | elu                          (default relu)
 KEY=VALUE (each at most once; they may also stand between DATA and "/MODEL"):
   prior=V          prior variance of p(θ) = N(0, V·I)  (default 0.2 classification, 1.0 regression)
+  noise=N          regression: hetero (the network predicts each point's noise scale, default) | homo (one
+                   learned noise scale for every point)
   likelihood=L     classification | regression  (default: registered and tfds sets classification, uci
                    regression, npz/csv inferred from the targets: integers -> classification, non-integers ->
                    regression; whole numbers stored as floats are ambiguous and need this option)
@@ -115,6 +117,7 @@ OPTIONS = {  # key -> (parser, what it expects, sources that take it; None: ever
     "split": (_natural, "a non-negative integer", ("uci",)),
     "data": (_text, "a folder", ("", "uci", "tfds")),
     "weight": (_positive_float, "a positive number", None),
+    "noise": (_choice(("hetero", "homo")), "hetero | homo", ("uci", "npz", "csv", "")),
 }
 
 

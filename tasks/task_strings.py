@@ -79,7 +79,8 @@ def _regression_spec(p: ParsedTask, model: ModelSpec) -> RegressionSpec:
     return RegressionSpec(p.dataset, hidden=model.hidden if model.kind == "mlp" else (),
                           prior_variance=o.get("prior", DEFAULT_PRIOR["regression"]), split=o.get("split", 0),
                           protocol=protocol, seed=uci_seed, data_dir=o.get("data"), activation=model.activation,
-                          factory=model.factory, valid=o.get("valid"), max_train=o.get("max"))
+                          factory=model.factory, valid=o.get("valid"), max_train=o.get("max"),
+                          noise=o.get("noise", "hetero"))
 
 
 def resolve_task(text: str, model: str | None = None, weighted: bool = False) -> ResolvedTask:
@@ -90,6 +91,8 @@ def resolve_task(text: str, model: str | None = None, weighted: bool = False) ->
         raise TaskStringError(f"task {text!r}: weight= is for meta-training task lists (--set tasks=...)")
     spec_model = _model(p, model)
     likelihood, why = _likelihood(p)
+    if "noise" in p.options and likelihood != "regression":
+        raise TaskStringError(f"task {text!r}: noise= applies to regression tasks only")
     try:
         if likelihood == "regression":
             spec = _regression_spec(p, spec_model)

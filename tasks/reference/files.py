@@ -2,6 +2,8 @@
 row-order check, writing (layout: the module doc of tasks.reference)."""
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import io
 import json
@@ -44,10 +46,14 @@ def task_name(spec) -> str:
       spec: a TaskSpec or RegressionSpec.
 
     Returns:
-      spec.name, + "-n<max_train>" when max_train is set (e.g. "mnist/mlp-8-n10000").
+      spec.name, + "-n<max_train>" when max_train is set (e.g. "mnist/mlp-8-n10000"), + "-p<prior variance>" when
+      the prior is not the spec's default (e.g. "digits/mlp-16-p0.05"; two priors of one model are two posteriors).
     """
     max_train = getattr(spec, "max_train", None)
-    return spec.name if max_train is None else f"{spec.name}-n{max_train}"
+    name = spec.name if max_train is None else f"{spec.name}-n{max_train}"
+    default = next((f.default for f in dataclasses.fields(spec) if f.name == "prior_variance"), None)
+    prior = getattr(spec, "prior_variance", default)
+    return name if prior == default else f"{name}-p{prior:g}"
 
 
 def slugify(name: str) -> str:

@@ -9,7 +9,7 @@ __all__ = ["SPEC_ADDED", "SPEC_IGNORED", "comparable_specs", "spec_dict"]
 SPEC_IGNORED = ("data_dir",)
 """Spec fields not compared (a location, not the data: the data are checked by the test-set size and label
 fingerprint / target statistics instead)."""
-SPEC_ADDED = {"activation": "relu", "factory": None, "valid": None, "max_train": None}
+SPEC_ADDED = {"activation": "relu", "factory": None, "valid": None, "max_train": None, "noise": "hetero"}
 """Spec fields added after references were first stored, with the value a spec stored without them had."""
 
 
