@@ -8,6 +8,7 @@
                        [--set key=value ...]
                        [--chains 4] [--warmup 200] [--samples 100] [--thinning 1] [--max-doublings 10]
                        [--seed N] [--init init_params|prior] [--overwrite] [--quiet]
+    python -m evaluate reference --suite zoo --output DIR [--task NAME ...] [--jobs N] [--overwrite] [--list]
 
     python -m evaluate card [--output DIR] [--sampler PATH] [--released PATH] [--set key=value ...] [--overwrite]
     python -m evaluate select RUN_DIR --output DIR [--preset P] [--task SPEC ...] [--metric nll|tv]
@@ -152,7 +153,17 @@ def build_reference_parser() -> argparse.ArgumentParser:
                    help="classification: the per-draw test probabilities on at most N evenly spaced test points "
                         "(their indices stored; default: every point): a large test set's file stays small")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--suite", default=None, choices=("zoo",),
+                   help="compute a suite's references, each with its own NUTS settings and key (zoo: tasks.zoo.ZOO), "
+                        "resuming an output directory that holds some of them (evaluate.zoo_build)")
+    p.add_argument("--jobs", type=int, default=1, help="--suite: entries computed at once, one process each")
+    p.add_argument("--list", action="store_true", help="--suite: list the entries, their split and state, and exit")
     return p
+
+
+SUITE_FIXED = ("--preset", "--model", "--set", "--chains", "--warmup", "--samples", "--thinning", "--max-doublings",
+               "--seed", "--init", "--keep-draws", "--keep-rows")
+"""Flags a --suite run refuses: the suite fixes each entry's task and NUTS settings."""
 
 
 def _reference_inputs(args):
@@ -238,6 +249,19 @@ def reference_main(argv) -> int:
     args = build_reference_parser().parse_args(argv)
     from tasks.datasets import DatasetError
 
+    if args.suite is not None:
+        fixed = [f for f in SUITE_FIXED if any(a == f or a.startswith(f + "=") for a in argv)]
+        if fixed:
+            print(f"error: {fixed[0]} does not apply with --suite (the suite fixes each entry's task and NUTS "
+                  "settings)", file=sys.stderr)
+            return 2
+        from evaluate.zoo_build import suite_main
+
+        return suite_main(args)
+    if args.jobs != 1 or args.list:
+        print("error: --jobs and --list apply with --suite only", file=sys.stderr)
+        return 2
+
     lock = None
     try:
         handle_sigterm()
@@ -292,6 +316,10 @@ def _main(argv: list[str]) -> int:
         from evaluate.card.cli import card_main
 
         return card_main(argv[1:])
+    if argv and argv[0] == "leaderboard":
+        from evaluate.leaderboard.cli import leaderboard_main
+
+        return leaderboard_main(argv[1:])
     if argv and argv[0] == "curve":
         from evaluate.curve.cli import curve_main
 
