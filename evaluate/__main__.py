@@ -158,6 +158,8 @@ def build_reference_parser() -> argparse.ArgumentParser:
                         "resuming an output directory that holds some of them (evaluate.zoo_build)")
     p.add_argument("--jobs", type=int, default=1, help="--suite: entries computed at once, one process each")
     p.add_argument("--list", action="store_true", help="--suite: list the entries, their split and state, and exit")
+    p.add_argument("--table", action="store_true", help="--suite: print the zoo's markdown table (task, family, N, "
+                   "parameters, R-hat, divergences, cost, device, split, converged) and exit")
     return p
 
 
@@ -258,8 +260,8 @@ def reference_main(argv) -> int:
         from evaluate.zoo_build import suite_main
 
         return suite_main(args)
-    if args.jobs != 1 or args.list:
-        print("error: --jobs and --list apply with --suite only", file=sys.stderr)
+    if args.jobs != 1 or args.list or args.table:
+        print("error: --jobs, --list and --table apply with --suite only", file=sys.stderr)
         return 2
 
     lock = None

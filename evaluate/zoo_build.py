@@ -81,6 +81,33 @@ def list_zoo(out: Path) -> None:
         print(f"{e.name}\t{stratum(e, DATA_SIZES[e.name])}\t{halves[e.name]}\t{state}")
 
 
+def zoo_table(out: Path) -> str:
+    """The markdown table of the zoo as `out` holds it: task, family, N, parameters, fn-space R̂ max, divergent,
+    chains × draws, full-batch gradients, wall seconds, where computed, split, converged by the zoo rule."""
+    from tasks.reference import INDEX, read_index
+    from tasks.reference.read import read_metadata
+    from tasks.zoo import DATA_SIZES, ZOO, families, split, zoo_converged
+
+    index = read_index(out) if (out / INDEX).is_file() else {}
+    halves = split()
+    rows = ["| task | family | N | parameters | fn-space R̂ max | divergent | chains × draws | gradients | wall s | "
+            "computed on | split | converged (R̂ < 1.05, 0 divergent) |", "|" + "---|" * 12]
+    for e in ZOO:
+        fam = ", ".join(families(e, DATA_SIZES[e.name]))
+        if e.name not in index:
+            rows.append(f"| `{e.name}` | {fam} | {DATA_SIZES[e.name]:,} | | | | | | | | {halves[e.name]} | missing |")
+            continue
+        m = read_metadata(out / index[e.name]["dir"], f"{out}: {e.name}")
+        rhat = m["function_space"]["split_rhat"]["max"]
+        smp = m["sampler"]
+        where = "GPU" if e.gpu else "CPU"
+        rows.append(f"| `{e.name}` | {fam} | {DATA_SIZES[e.name]:,} | {m['weight_space']['num_params']:,} | "
+                    f"{'nan' if rhat is None else f'{rhat:.3f}'} | {m['num_divergent']} | {smp['chains']} × "
+                    f"{smp['samples_per_chain']} | {m['num_grad_evals']:,} | {m['seconds']:.0f} | {where} | "
+                    f"{halves[e.name]} | {'yes' if zoo_converged(m) else '**no**'} |")
+    return "\n".join(rows)
+
+
 def run_suite(args) -> int:
     """Compute the selected entries that the output lacks (all selected with --overwrite), --jobs at a time."""
     from cli import write_marker
@@ -91,6 +118,9 @@ def run_suite(args) -> int:
     entries = select_entries(args.tasks)
     if args.list:
         list_zoo(out)
+        return 0
+    if args.table:
+        print(zoo_table(out))
         return 0
     index = check_output(out, args.overwrite)
     todo = [e for e in entries if args.overwrite or e.name not in index]

@@ -167,6 +167,15 @@ DATA_SIZES = {
 data."""
 
 
+def zoo_converged(metadata: dict) -> bool:
+    """The zoo's convergence rule on a reference's metadata: function-space split R̂ max below ZOO_RHAT, no
+    divergent transition, at least ZOO_MIN_CHAINS chains, finite draws."""
+    rhat = ((metadata.get("function_space") or {}).get("split_rhat") or {}).get("max")
+    chains = (metadata.get("sampler") or {}).get("chains", 0)
+    return bool(metadata.get("finite", False) and rhat is not None and rhat < ZOO_RHAT
+                and metadata.get("num_divergent", 1) == 0 and chains >= ZOO_MIN_CHAINS)
+
+
 def by_name() -> dict[str, ZooEntry]:
     """{task name: entry} of ZOO."""
     return {e.name: e for e in ZOO}
