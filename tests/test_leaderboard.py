@@ -165,6 +165,30 @@ def test_extension_appends_points_and_rereads_the_floor():
     assert merged["methods"]["b"] is task["methods"]["b"] and solved_any(merged)
 
 
+def test_markdown_and_profile_pngs(tmp_path):
+    from evaluate.leaderboard.report import leaderboard_markdown, plot_profiles
+
+    tasks = {"t1": _task({"a": (_same(100.0), None, 0), "b": (_same(200.0), None, 600)}),
+             "t2": _task({"a": (_same(100.0), None, 0), "b": ([None, None], None, 600)})}
+    conf = {"methods": ["a", "b"], "budgets": [100, 200], "extend": 400, "chains": [1], "seeds": [0, 1],
+            "tune_budget": 100, "k": 10, "preset": "references", "reference": "ref"}
+    doc = {"configuration": conf, "tasks": list(tasks), "skipped": {"t3": "no reference in ref (not computed yet)"},
+           "extended": {"t2": {"budget": 400, "rows": ["a"], "mismatched": ["b"]}}, "left_out": {},
+           "seconds": {"curves": 12.0, "this_run": 3.0}, "task_seconds": {"t1": 5.0, "t2": 7.0},
+           "command": "python -m evaluate leaderboard --output x", "partial": None,
+           **leaderboard(tasks, {"t1": ("linear", "classification"), "t2": ("mlp", "regression")})}
+    pngs = plot_profiles(doc, tmp_path)
+    assert pngs == ["profile_oracle.png", "profile_validation.png"]
+    assert all((tmp_path / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    md = leaderboard_markdown(doc, pngs)
+    table = md.split("## Table")[1].split("## By family")[0]
+    assert table.index("| 1 | a | 1 | oracle | 100 % (4/4) | 1.00 |") < table.index("| b | 1 | oracle | 50 % (2/4) |")
+    assert "| b | 1 | oracle | 50 % (2/4) | — |" in table  # median of (2, infinity) is infinite: —
+    assert "| t2 | mlp, regression | 2 | a/oracle: 100 |" in md and "to 400 (not: b)" in md
+    assert "- t3: no reference in ref (not computed yet)" in md and "![profile_oracle.png](profile_oracle.png)" in md
+    assert md.rstrip().endswith("`python -m evaluate leaderboard --output x`")
+
+
 def _meta(rhat=1.01, divergent=0, chains=4) -> dict:
     return {"function_space": {"split_rhat": {"max": rhat}}, "num_divergent": divergent,
             "sampler": {"chains": chains}, "created": "2026-01-01"}
