@@ -311,7 +311,7 @@ def test_methods_registered_with_settings():
     from evaluate.methods import METHODS, REGISTRY
 
     for name in ("sgld_cv", "sghmc_cv"):
-        assert name in METHODS and REGISTRY[name].tuned and not REGISTRY[name].batch_chains
+        assert name in METHODS and REGISTRY[name].tuned and REGISTRY[name].batch_chains
         assert name in get_preset("full").methods
     assert REGISTRY["sgld_cv"].preset_grid("every") == REGISTRY["sgld"].preset_grid("every")
     grid = REGISTRY["sghmc_cv"].preset_grid("every")  # SGHMC's learning rates; frictions up to 100 (docs/samplers.md)
@@ -376,3 +376,123 @@ def test_runner_is_the_l2e_chain(name):
     assert res.num_finite == 4 and res.grad_evals == 60
     for a, b in zip(jax.tree.leaves(res.samples), jax.tree.leaves(direct.samples)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+# ----------------------------------------------------------------------------- batched chains (issue 38, item 4)
+SAMPLE_ATOL = 1e-5
+"""|batched − one at a time| on every kept parameter (iris MLP-8, parameters of order 1): the batched path runs the
+same keys, starts, minibatches and noise, the anchor's SGD and full pass and the chain as vmapped programs, whose
+float32 sums may be ordered differently. Measured at most 1.8e-7 (a few float32 ulps; sgld_cv and sghmc_cv, M = 1
+and 3, run_many with and without padding, run_method's ChainBatch path); the bound, 1e-5 (tests/test_batch.py's),
+is 55× that; a chain paired with another's keys, start or learning rate differs by O(0.1)."""
+HP = {"sgld_cv": {"learning_rate": 0.03}, "sghmc_cv": {"learning_rate": 0.03, "friction": 10.0}}
+
+
+def _same(seq, bat):
+    """Each batched result is its one-at-a-time result: structure, gradients, divergence, record, samples, T_kin."""
+    assert len(bat) == len(seq)
+    for a, b in zip(seq, bat):
+        assert (b.num_chains, b.draws_per_chain, b.grad_evals, b.divergent_chains, b.num_finite) == (
+            a.num_chains, a.draws_per_chain, a.grad_evals, a.divergent_chains, a.num_finite)
+        np.testing.assert_array_equal(b.chain_ids, a.chain_ids)
+        assert b.hyperparameters == a.hyperparameters
+        for x, y in zip(jax.tree.leaves(a.samples), jax.tree.leaves(b.samples)):
+            np.testing.assert_allclose(np.asarray(y), np.asarray(x), rtol=0, atol=SAMPLE_ATOL)
+        if a.t_kin is not None:
+            assert [t is None for t in b.t_kin] == [t is None for t in a.t_kin]
+            np.testing.assert_allclose([t for t in b.t_kin if t is not None], [t for t in a.t_kin if t is not None],
+                                       rtol=1e-3)
+
+
+@pytest.mark.parametrize("chains", (1, 3))
+@pytest.mark.parametrize("name", ["sgld_cv", "sghmc_cv"])
+def test_batched_chains_equal_one_at_a_time(name, chains):
+    """Two seeds' runs (each M chains of G/M = 60 gradients: S = 14 SGD updates, F = 6, 20 CV updates) batched —
+    registry.run_many in batches of a width that needs padding (M = 1: 2 chains in a batch of 3; M = 3: 6 chains in
+    batches of 4), M = 1: run_many in one program of 2, M = 3: run_method's ChainBatch (one program of 3) — give the
+    one-at-a-time runs within SAMPLE_ATOL, with the same gradient count S + F + 2s = G, record, divergence and
+    T_kin."""
+    from evaluate.methods import run_many, run_method
+    from tasks import build
+
+    kw = dict(num_steps=60 * chains, num_samples=4 if chains == 1 else 6, chains=chains)
+    never, always = _tiny(name, batch_chains="never", **kw), _tiny(name, batch_chains="always", **kw)
+    task = build(never.tasks[0])
+    jobs = [(jax.random.PRNGKey(seed), HP[name]) for seed in (0, 1)]
+    seq = [run_method(name, task, key, hp, never) for key, hp in jobs]
+    assert all(r.grad_evals == 60 * chains and r.num_chains == chains for r in seq)
+    _same(seq, run_many(name, task, jobs, always, width=3 if chains == 1 else 4))
+    if chains == 1:
+        _same(seq, run_many(name, task, jobs, always))
+    else:
+        _same(seq, [run_method(name, task, key, hp, always) for key, hp in jobs])
+    firsts = [np.asarray(jax.tree.leaves(r.samples)[0]) for r in seq]  # the seeds are distinct runs
+    assert np.max(np.abs(firsts[0] - firsts[1])) > 1e-3
+
+
+def test_run_many_runs_one_program_per_chunk():
+    """registry.run_many("sghmc_cv") with 4 jobs (2 seeds × 2 frictions) runs every compiled program — the anchor's
+    SGD chunk, the full-data pass, the CV chunk — vmapped over all 4 chains: each called once to compile (warm-up)
+    plus once per chunk of one chain, every call carrying the 4 chains; no one-chain chunk is built (a Python loop over
+    the jobs would call each program 4 times as often, on one chain)."""
+    from collections import defaultdict
+
+    from evaluate.methods import CompileCache, run_many
+    from evaluate.methods.control_variates import cv_plan
+    from l2e.chains import ChainSchedule
+    from tasks import build
+
+    class Counting(CompileCache):
+        def __init__(self):
+            super().__init__()
+            self.calls, self.widths = defaultdict(int), defaultdict(set)
+
+        def get(self, key, build_fn):
+            if key not in self._values and key[0] in ("chunk", "cv_full_grad"):
+                fn = build_fn()
+                if callable(fn):
+                    def counted(*a, _key=key, _fn=fn):
+                        self.calls[_key] += 1
+                        self.widths[_key].add(int(np.shape(a[1] if _key[0] == "chunk" else
+                                                           jax.tree.leaves(a[0])[0])[0]))
+                        return _fn(*a)
+
+                    fn = counted
+                self._values[key] = fn
+            return super().get(key, build_fn)
+
+    cfg = _tiny("sghmc_cv", num_steps=60, batch_chains="always")
+    task = build(cfg.tasks[0])
+    jobs = [(jax.random.PRNGKey(seed), {"learning_rate": 0.03, "friction": c}) for seed in (0, 1) for c in (3.0, 10.0)]
+    cache = Counting()
+    results = run_many("sghmc_cv", task, jobs, cfg, cache=cache)
+    assert [r.grad_evals for r in results] == [60] * 4 and all(r.num_finite == 4 for r in results)
+    plan = cv_plan(60, 4, int(task.train_data[0].shape[0]), 16, 0.25)
+    sgd = ChainSchedule(plan.anchor_steps, 1, plan.anchor_steps, 16, cfg.chunk).chunk_length
+    chain = ChainSchedule(plan.steps, 4, plan.thinning, 16, cfg.chunk).chunk_length
+    assert plan.anchor_steps > 0
+    programs = {key[1][0] if key[0] == "chunk" else key[0]: key for key in cache.calls}
+    assert set(programs) == {"cv_anchor_sgd", "sghmc_cv", "cv_full_grad"}, list(cache.calls)
+    assert all("batched" in key for key in cache.calls)
+    assert cache.calls[programs["cv_anchor_sgd"]] == 1 + plan.anchor_steps // sgd
+    assert cache.calls[programs["sghmc_cv"]] == 1 + plan.steps // chain
+    assert cache.calls[programs["cv_full_grad"]] == 2
+    assert all(widths == {4} for widths in cache.widths.values()), dict(cache.widths)
+
+
+def test_divergent_chains_detected_in_a_batch():
+    """A job whose learning rate blows its chains up (lr 10⁴: the anchor's SGD diverges), batched with a sound one
+    (registry.run_many, M = 2): its chains are counted divergent and their samples left out, as one at a time; the
+    sound job's chains are untouched (same numbers)."""
+    from evaluate.methods import run_many, run_method
+    from tasks import build
+
+    kw = dict(num_steps=120, chains=2)
+    never, always = _tiny("sghmc_cv", batch_chains="never", **kw), _tiny("sghmc_cv", batch_chains="always", **kw)
+    task = build(never.tasks[0])
+    jobs = [(jax.random.PRNGKey(0), HP["sghmc_cv"]), (jax.random.PRNGKey(1), {"learning_rate": 1e4, "friction": 10.0})]
+    seq = [run_method("sghmc_cv", task, key, hp, never) for key, hp in jobs]
+    bat = run_many("sghmc_cv", task, jobs, always)
+    assert (seq[0].divergent_chains, seq[0].num_finite) == (0, 4)
+    assert (seq[1].divergent_chains, seq[1].num_finite) == (2, 0) and seq[1].t_kin == [None, None]
+    _same(seq, bat)

@@ -11,6 +11,7 @@ size. Memory and width: batch.batch_width. Devices: each batch's chains are shar
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Callable, NamedTuple
 
@@ -30,7 +31,13 @@ __all__ = ["ChainCall", "Deferred", "arg_axes", "init_params_of", "members_batch
 
 class ChainCall(NamedTuple):
     """One runner's call of `run_single_chain` for the chains `keys` (a ChainBatch): what `run_calls` needs to run
-    them with other calls' chains."""
+    them with other calls' chains.
+
+    start: None, or a batched start of the chains after init_fn, start(states, chain keys, args) -> (states, chain
+    keys, seconds) on a batch's stacked states, keys and per-chain args (padding included): the control-variate
+    rivals' anchor search (evaluate.methods.control_variates), its wall seconds (compilation excluded) added to the
+    batch's; the calls of one run_calls share the first call's (one runner, one Run). grad_evals: the gradients one
+    chain spends (None: one per update, schedule.num_steps)."""
 
     keys: ChainBatch
     hp: dict
@@ -41,6 +48,8 @@ class ChainCall(NamedTuple):
     args: Any
     final_info: Callable | None
     phase_of: Callable | None
+    start: Callable | None = None
+    grad_evals: int | None = None
 
 
 class Deferred(NamedTuple):
@@ -52,9 +61,11 @@ class Deferred(NamedTuple):
 
 
 def run_batched(ctx, keys: ChainBatch, hp: dict, schedule: ChainSchedule, cache_key: tuple, make_kernel, init_fn,
-                args, final_info: Callable | None = None, phase_of: Callable | None = None) -> MethodResult:
+                args, final_info: Callable | None = None, phase_of: Callable | None = None,
+                start: Callable | None = None, grad_evals: int | None = None) -> MethodResult:
     """The M chains of `keys`, each of `schedule`, as vmapped programs (module doc); their pooled MethodResult."""
-    call = ChainCall(keys, hp, schedule, cache_key, make_kernel, init_fn, args, final_info, phase_of)
+    call = ChainCall(keys, hp, schedule, cache_key, make_kernel, init_fn, args, final_info, phase_of, start,
+                     grad_evals)
     return merge_chains(run_calls(ctx, [call])[0])
 
 
@@ -88,6 +99,17 @@ def _place(mesh, state, args, axes):
     leaves = [shard_population(x, mesh) if a == 0 else replicate(x, mesh)
               for x, a in zip(jax.tree.leaves(args), flat_axes)]
     return shard_population(state, mesh), jax.tree.unflatten(jax.tree.structure(args), leaves)
+
+
+def _start(start, mesh, state, keys, args):
+    """(states, keys, seconds) a batch's chains start from: ChainCall.start's, re-placed on `mesh` (as `_place`
+    places them); the batch's own and 0.0 without one."""
+    if start is None:
+        return state, keys, 0.0
+    state, keys, seconds = start(state, keys, args)
+    if mesh.size > 1:
+        state, keys = shard_population(state, mesh), shard_population(keys, mesh)
+    return state, keys, seconds
 
 
 def init_params_of(ctx, init_keys: np.ndarray):
@@ -144,17 +166,19 @@ def run_calls(ctx, calls: list[ChainCall], width: int | None = None) -> list[lis
         state, args = _place(mesh, _stack([states[c] for c in members]), _chain_args(calls, axes, members, owner),
                              axes)
         keys = chain_keys_[members] if mesh.size == 1 else shard_population(chain_keys_[members], mesh)
+        state, keys, started = _start(first.start, mesh, state, keys, args)
         t0 = time.perf_counter()
         chain, kept = run_chunks(fn, state, keys, ctx.task.train_data, args, schedule, chunk_at)
         jax.block_until_ready(chain.samples)
-        seconds = (time.perf_counter() - t0) / real
+        seconds = (time.perf_counter() - t0 + started) / real
         host = chain._replace(state=jax.tree.map(np.asarray, chain.state),
                               samples=jax.tree.map(np.asarray, chain.samples))
         info = jax.tree.map(lambda *xs: np.concatenate([np.asarray(x) for x in xs], axis=1), *kept)
         for i, c in enumerate(members[:real]):
             call = calls[owner[c]]
-            out[owner[c]].append(finalise_chain(ctx, host, info, i, call.hp, schedule, seconds, flops,
-                                                call.final_info))
+            res = finalise_chain(ctx, host, info, i, call.hp, schedule, seconds, flops, call.final_info)
+            out[owner[c]].append(res if call.grad_evals is None else dataclasses.replace(res,
+                                                                                         grad_evals=call.grad_evals))
     return out
 
 

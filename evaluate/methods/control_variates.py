@@ -17,8 +17,14 @@ A budget that cannot pay F and K updates (G − F < 2K) is overspent, never hidd
 
 grad_evals = S + F + 2s; seconds: the anchor search and the chain, compilation excluded; flops_per_step: one CV update
 (two gradients); a probe run (Run.probe, wall-time budgets) reports seconds per gradient evaluation (half an update,
-the unit of G), the anchor's cost taken as that many gradients. The chains of a chain allocation run one at a time
-(Method.batch_chains False: the anchor search and the gradient count happen around the driver's one chain call).
+the unit of G), the anchor's cost taken as that many gradients.
+
+Batched (Method.batch_chains: the M chains of a chain allocation, registry.run_many's seeds and grid points): the
+runner hands run_single_chain its chains' keys with a start (`_anchors`, batched.ChainCall.start) that runs every
+chain's anchor search of a vmapped batch as one program — the SGD chunk vmapped over the chains (each its own start,
+minibatch key and learning rate), then the full-data pass vmapped — before the sampling chunks; chain c keeps the
+keys, start, minibatches and gradient count of the one-at-a-time path (tests/test_control_variates.py bounds the
+difference), its seconds the batch's anchor search and chain over its real chains.
 """
 from __future__ import annotations
 
@@ -29,9 +35,12 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from base.io import ConfigError
 from evaluate.methods.base import Method, always, check_in
+from evaluate.methods.batch import ChainBatch
+from evaluate.methods.batched import Deferred
 from evaluate.methods.driver import chain_keys, chunk_fn, run_single_chain
 from evaluate.methods.factory import ARG_NAMES
 from l2e import control_variates as cv
@@ -124,29 +133,75 @@ def _find_anchor(ctx, params, key, learning_rate: float, plan: CVPlan) -> tuple[
     return anchor, time.perf_counter() - t0
 
 
+def _anchors(ctx, sampler, plan: CVPlan, state, keys, args):
+    """The batched start of a vmapped batch of CV chains (batched.ChainCall.start): chain c's anchor searched from
+    its placeholder state's position (task.init_params of its init key) as `_find_anchor` searches it — the SGD
+    minibatches from the first half of split(chain key c), its learning rate args["lr"][c] — every chain's SGD
+    updates in one vmapped chunk and the full-data pass vmapped; -> (the sampler states at the anchors, the second
+    halves of the splits (the sampling chains' keys), wall seconds after compilation)."""
+    task, cfg = ctx.task, ctx.cfg
+    n = int(np.shape(keys)[0])
+    split = jax.vmap(jax.random.split)(keys)
+    anchor_keys, sample_keys = split[:, 0], split[:, 1]
+    position = state.position
+    sgd = cv.SGDState(position, jax.tree.map(jnp.zeros_like, position), jnp.zeros((n,), jnp.int32))
+    full = ctx.cache.get(("cv_full_grad", task.spec, "batched"), lambda: jax.jit(jax.vmap(functools.partial(
+        cv.anchor_at, task.posterior, chunk_size=FULL_CHUNK), in_axes=(0, None))))
+    # one discarded call per batch width, so that the timed pass below is not its compilation
+    ctx.cache.get(("cv_full_grad", task.spec, "batched", "warm", n),
+                  lambda: jax.block_until_ready(full(position, task.train_data)) is not None)
+    run = None
+    if plan.anchor_steps:
+        schedule = ChainSchedule(plan.anchor_steps, 1, plan.anchor_steps, cfg.batch_size, cfg.chunk)
+        sgd_args = {"lr": args["lr"], "momentum": jnp.full((n,), ctx.settings.anchor_momentum, jnp.float32),
+                    "num_steps": jnp.full((n,), plan.anchor_steps, jnp.int32)}
+        axes = jax.tree.map(lambda _: 0, sgd_args)  # every leaf per chain (batched.arg_axes of one chain's args)
+        ck, fn = chunk_fn(ctx, ("cv_anchor_sgd",), lambda: _sgd_kernel(task), schedule, batched=True, arg_axes=axes)
+        ctx.cache.warm_up(ck, fn, sgd, task.train_data, sgd_args, chains=n)
+        run = functools.partial(run_chain, fn, key=anchor_keys, data=task.train_data, args=sgd_args,
+                                schedule=schedule, info_axis=1)
+    t0 = time.perf_counter()
+    if run is not None:
+        sgd = run(sgd).state
+    anchor = jax.block_until_ready(full(sgd.position, task.train_data))
+    seconds = time.perf_counter() - t0
+    return jax.vmap(sampler.init)(anchor.position, anchor), sample_keys, seconds
+
+
+def _placeholder(sampler, params):
+    """The sampler's state at `params` with a zero anchor there: a probe's start (the step's cost does not depend on
+    where the anchor is) and a batched chain's before `_anchors`."""
+    return sampler.init(params, cv.Anchor(params, jax.tree.map(jnp.zeros_like, params)))
+
+
 def _run(ctx, key, hp: dict, name: str, sampler, grid, hyper: tuple[str, ...], make_kernel):
-    """One CV chain (module doc); hp: the grid's hyperparameters (default: its first point)."""
+    """One CV chain, or a batch of them (a ChainBatch or Deferred key: `_anchors`) (module doc); hp: the grid's
+    hyperparameters (default: its first point)."""
     s, cfg, task = ctx.settings, ctx.cfg, ctx.task
     first = grid(s)[0]
     values = {h: float(hp.get(h, first[h])) for h in hyper}
     plan = cv_plan(cfg.num_steps, cfg.num_samples, _rows(task.train_data), cfg.batch_size, s.anchor_fraction)
     schedule = ChainSchedule(plan.steps, cfg.num_samples, plan.thinning, cfg.batch_size, cfg.chunk)
-    init_key, chain_key = chain_keys(key)
-    anchor_key, sample_key = jax.random.split(chain_key)
-    spent = {"seconds": 0.0}
-
-    def init_fn(params):
-        if ctx.probe:  # the step's cost does not depend on where the anchor is
-            return sampler.init(params, cv.Anchor(params, jax.tree.map(jnp.zeros_like, params)))
-        anchor, spent["seconds"] = _find_anchor(ctx, params, anchor_key, values["learning_rate"], plan)
-        return sampler.init(anchor.position, anchor)
-
     record = {**hp, **values, "thinning": plan.thinning, "temperature": 1.0, "sampling_steps": plan.steps,
               "anchor": {"sgd_steps": plan.anchor_steps, "learning_rate": values["learning_rate"],
                          "momentum": s.anchor_momentum, "decay": "cosine to 0",
                          "full_gradient_examples": _rows(task.train_data)},
               "gradients": plan.record()}
     args = {ARG_NAMES.get(h, h): jnp.asarray(v, jnp.float32) for h, v in values.items()}
+    if isinstance(key, (ChainBatch, Deferred)):  # the runner's result is run_single_chain's (Method.batch_chains)
+        return run_single_chain(ctx, key, record, schedule, (name,), lambda: make_kernel(task),
+                                functools.partial(_placeholder, sampler), args,
+                                start=functools.partial(_anchors, ctx, sampler, plan), grad_evals=plan.total)
+    init_key, chain_key = chain_keys(key)
+    anchor_key, sample_key = jax.random.split(chain_key)
+    spent = {"seconds": 0.0}
+
+    def init_fn(params):
+        if ctx.probe:
+            return _placeholder(sampler, params)
+        anchor, spent["seconds"] = _find_anchor(ctx, params, anchor_key, values["learning_rate"], plan)
+        return sampler.init(anchor.position, anchor)
+
     res = run_single_chain(ctx, (init_key, sample_key), record, schedule, (name,), lambda: make_kernel(task),
                            init_fn, args)
     if ctx.probe:  # seconds per gradient evaluation (half an update), the unit of G
@@ -198,4 +253,4 @@ def make_method(name: str, sampler, settings: type, grid, hyper: tuple[str, ...]
 
     run.__name__ = run.__qualname__ = f"run_{name}"
     return Method(name, settings, run, grid=grid, card=card, step_cost=step_cost,
-                  batch_chains=False, **fields)
+                  batch_chains=True, **fields)

@@ -33,20 +33,26 @@ __all__ = ["PROBE_CALLS", "PROBE_REPEATS", "chain_keys", "chunk_fn", "kinetic_te
            "run_single_chain"]
 
 def run_single_chain(ctx, key, hp: dict, schedule: ChainSchedule, cache_key: tuple, make_kernel, init_fn,
-                     args, final_info: Callable | None = None, phase_of: Callable | None = None) -> MethodResult:
+                     args, final_info: Callable | None = None, phase_of: Callable | None = None,
+                     start: Callable | None = None, grad_evals: int | None = None) -> MethodResult:
     """One chain of `schedule` from init_fn(task.init_params(init key)); `final_info(final_state) -> dict` adds
     entries to the hyperparameter record; `phase_of(start, length)`: a sampler with phase kernels
     (l2e.types.LearnedSampler.phase_of), each chunk compiled for its phase, make_kernel(phase) building them (the
-    probe times the first chunk's).  seconds: the chain after compilation.
+    probe times the first chunk's).  seconds: the chain after compilation; grad_evals: the gradients the chain
+    spends (None: one per update).
 
     key: (init key, chain key), a key, or a `ChainBatch` of M key pairs: then the M chains run as one vmapped
-    program (`run_batched`) and the result is their pooled MethodResult."""
+    program (`run_batched`) and the result is their pooled MethodResult. start: the batched paths' start of the
+    chains after init_fn (batched.ChainCall.start); only with a ChainBatch or Deferred key."""
     if isinstance(key, Deferred):  # registry.run_many: recorded, run with the other jobs' chains
         key.calls.append(ChainCall(key.keys, hp, schedule, cache_key, make_kernel, init_fn, args, final_info,
-                                   phase_of))
+                                   phase_of, start, grad_evals))
         return None
     if isinstance(key, ChainBatch):
-        return run_batched(ctx, key, hp, schedule, cache_key, make_kernel, init_fn, args, final_info, phase_of)
+        return run_batched(ctx, key, hp, schedule, cache_key, make_kernel, init_fn, args, final_info, phase_of,
+                           start, grad_evals)
+    if start is not None:
+        raise ValueError("run_single_chain: start runs on a batch of chains (a ChainBatch or Deferred key)")
     task = ctx.task
     init_key, key_chain = chain_keys(key)
     state = init_fn(task.init_params(init_key))
@@ -68,7 +74,8 @@ def run_single_chain(ctx, key, hp: dict, schedule: ChainSchedule, cache_key: tup
         hp = {**hp, **final_info(chain.state)}
     info = host_info(kept)
     t_kin = kinetic_temperature(info, schedule, tree_size(state.position))
-    return finalise(ctx, chain.samples, [0] * schedule.num_samples, schedule.num_steps, seconds, hp,
+    return finalise(ctx, chain.samples, [0] * schedule.num_samples,
+                    schedule.num_steps if grad_evals is None else grad_evals, seconds, hp,
                     t_kin=None if not hasattr(info, "kinetic") else [t_kin], flops_per_step=flops)
 
 
