@@ -21,7 +21,8 @@ __all__ = ["KINDS", "MARKER", "OutputLock", "VCS_FOLDERS", "check_ours", "check_
 MARKER = ".l2e-output"
 """The marker file of an output directory: JSON {"kind": one of KINDS, "format": 1}."""
 KINDS = {"run": "a meta-training run", "report": "an evaluation report", "reference": "a NUTS reference directory",
-         "selection": "a checkpoint selection", "card": "a sampler card", "curve": "budget curves"}
+         "selection": "a checkpoint selection", "card": "a sampler card", "curve": "budget curves",
+         "leaderboard": "a leaderboard"}
 """Marker kinds and how messages name them."""
 DAMAGED = "?"
 VCS_FOLDERS = (".git", ".hg", ".svn", ".bzr", "_darcs", ".jj", ".pijul", "CVS", ".fslckout", "_FOSSIL_")

@@ -10,6 +10,8 @@
                        [--seed N] [--init init_params|prior] [--overwrite] [--quiet]
     python -m evaluate reference --suite zoo --output DIR [--task NAME ...] [--jobs N] [--overwrite] [--list]
 
+    python -m evaluate leaderboard --reference DIR --output DIR [--methods M1,M2,...] [--method PKG.MODULE:NAME]
+                       [--task NAME ...] [--budgets G1,...] [--extend G] [--chains 1,10] [--seeds 0,1,2] [--overwrite]
     python -m evaluate card [--output DIR] [--sampler PATH] [--released PATH] [--set key=value ...] [--overwrite]
     python -m evaluate select RUN_DIR --output DIR [--preset P] [--task SPEC ...] [--metric nll|tv]
                        [--reference [TASK=]PATH ...] [--method NAME] [--seed N] [--seeds 0,1,2] [--set key=value ...]

@@ -80,7 +80,7 @@ def method_flags(argv: list[str]) -> list[str]:
     return found
 
 
-PLUGIN_SUBCOMMANDS = (None, "curve", "card")
+PLUGIN_SUBCOMMANDS = (None, "curve", "card", "leaderboard")
 """The `python -m evaluate` subcommands whose --method names a user's sampler (`evaluate select --method` picks one
 of ours)."""
 

@@ -73,11 +73,15 @@ def list_zoo(out: Path) -> None:
     from tasks.reference import INDEX, read_index
     from tasks.zoo import DATA_SIZES, ZOO, split, stratum
 
+    from tasks.reference.read import read_metadata
+    from tasks.zoo import zoo_verdict
+
     index = read_index(out) if (out / INDEX).is_file() else {}
     halves = split()
     for e in ZOO:
         held = index.get(e.name)
-        state = "missing" if held is None else ("converged" if held.get("converged") else "not converged (<1.1)")
+        verdict = None if held is None else zoo_verdict(read_metadata(out / held["dir"], f"{out}: {e.name}"))
+        state = "missing" if held is None else ("converged" if verdict is None else f"not converged: {verdict}")
         print(f"{e.name}\t{stratum(e, DATA_SIZES[e.name])}\t{halves[e.name]}\t{state}")
 
 

@@ -167,13 +167,30 @@ DATA_SIZES = {
 data."""
 
 
-def zoo_converged(metadata: dict) -> bool:
-    """The zoo's convergence rule on a reference's metadata: function-space split R̂ max below ZOO_RHAT, no
-    divergent transition, at least ZOO_MIN_CHAINS chains, finite draws."""
+def zoo_verdict(metadata: dict) -> str | None:
+    """Why a reference's metadata fails the zoo's convergence rule (function-space split R̂ max below ZOO_RHAT, no
+    divergent transition, at least ZOO_MIN_CHAINS chains, finite draws), or None when it passes."""
+    import math
+
+    if not metadata.get("finite", False):
+        return "non-finite draws"
     rhat = ((metadata.get("function_space") or {}).get("split_rhat") or {}).get("max")
-    chains = (metadata.get("sampler") or {}).get("chains", 0)
-    return bool(metadata.get("finite", False) and rhat is not None and rhat < ZOO_RHAT
-                and metadata.get("num_divergent", 1) == 0 and chains >= ZOO_MIN_CHAINS)
+    if not isinstance(rhat, (int, float)) or not math.isfinite(rhat):
+        return "no function-space split R-hat in its metadata"
+    if rhat >= ZOO_RHAT:
+        return f"function-space split R-hat max {rhat:.3f} >= {ZOO_RHAT}"
+    divergent = metadata.get("num_divergent")
+    if not isinstance(divergent, int) or divergent:
+        return f"{divergent} divergent transitions"
+    chains = (metadata.get("sampler") or {}).get("chains")
+    if not isinstance(chains, int) or chains < ZOO_MIN_CHAINS:
+        return f"{chains} chains (< {ZOO_MIN_CHAINS})"
+    return None
+
+
+def zoo_converged(metadata: dict) -> bool:
+    """Whether a reference's metadata passes the zoo's convergence rule (`zoo_verdict`)."""
+    return zoo_verdict(metadata) is None
 
 
 def by_name() -> dict[str, ZooEntry]:

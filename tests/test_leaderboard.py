@@ -189,8 +189,8 @@ def test_markdown_and_profile_pngs(tmp_path):
     assert md.rstrip().endswith("`python -m evaluate leaderboard --output x`")
 
 
-def _meta(rhat=1.01, divergent=0, chains=4) -> dict:
-    return {"function_space": {"split_rhat": {"max": rhat}}, "num_divergent": divergent,
+def _meta(rhat=1.01, divergent=0, chains=4, finite=True) -> dict:
+    return {"function_space": {"split_rhat": {"max": rhat}}, "num_divergent": divergent, "finite": finite,
             "sampler": {"chains": chains}, "created": "2026-01-01"}
 
 
@@ -202,6 +202,7 @@ def test_zoo_convergence_rule():
     assert "1.070 >= 1.05" in zoo_verdict(ok, _meta(rhat=1.07))
     assert "divergent" in zoo_verdict(ok, _meta(divergent=3))
     assert "chains" in zoo_verdict(ok, _meta(chains=2))
+    assert "non-finite" in zoo_verdict(ok, _meta(finite=False))
     assert "converged false" in zoo_verdict({"converged": False}, _meta())
     assert "cannot be read" in zoo_verdict(ok, None)
 
@@ -282,7 +283,7 @@ def test_an_output_that_is_not_ours_or_of_another_configuration_is_refused(tmp_p
     assert proc.returncode == 2 and "not a leaderboard" in proc.stderr
     other = tmp_path / "other"  # a leaderboard of other seeds
     other.mkdir()
-    write_marker(other, "curve")
+    write_marker(other, "leaderboard")
     write_configuration(other, {"format": 1, "seeds": [7]})
     proc = run_cli(*base, "--output", other)
     assert proc.returncode == 2 and len(_errors(proc)) == 1 and "another configuration" in proc.stderr

@@ -20,9 +20,9 @@ from base.io import ConfigError
 
 __all__ = ["KIND", "build_parser", "leaderboard_inputs", "leaderboard_main"]
 
-KIND = "curve"
-"""The output marker kind (cli.outputs.KINDS) of a leaderboard directory: it holds budget curves, one file per task;
-configuration.json tells it from a `python -m evaluate curve` directory."""
+KIND = "leaderboard"
+"""The output marker kind (cli.outputs.KINDS) of a leaderboard directory (budget curves, one file per task, and the
+tables)."""
 
 
 def build_parser():
@@ -142,8 +142,9 @@ def check_output(out: Path, conf: dict, overwrite: bool) -> dict | None:
     check_ours(out, KIND, ConfigError, "write a leaderboard into it")
     old = read_configuration(out) if found == KIND else None
     if found == KIND and old is None and any(p.name != ".l2e-output" for p in out.iterdir()):
-        raise ConfigError(f"--output {out} holds budget curves, not a leaderboard (no configuration.json); choose "
-                          "another --output")
+        if not overwrite:
+            raise ConfigError(f"--output {out} holds a damaged leaderboard (no configuration.json); pass --overwrite "
+                              "or choose another --output")
     if old is not None and not overwrite:
         diff = config_differences(old, conf)
         if diff:

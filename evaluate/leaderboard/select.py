@@ -26,24 +26,13 @@ def zoo_verdict(entry: dict, metadata: dict | None) -> str | None:
     Returns:
       One phrase naming the first failed condition, or None.
     """
-    from tasks.zoo import ZOO_MIN_CHAINS, ZOO_RHAT
+    from tasks.zoo import zoo_verdict
 
     if not entry.get("converged"):
         return "not converged by the reference's own rule (index: converged false)"
     if not isinstance(metadata, dict):
         return "its metadata.json cannot be read"
-    rhat = ((metadata.get("function_space") or {}).get("split_rhat") or {}).get("max")
-    if not isinstance(rhat, (int, float)) or not math.isfinite(rhat):
-        return "no function-space split R-hat in its metadata"
-    if rhat >= ZOO_RHAT:
-        return f"function-space split R-hat max {rhat:.3f} >= {ZOO_RHAT}"
-    divergent = metadata.get("num_divergent")
-    if not isinstance(divergent, int) or divergent:
-        return f"{divergent} divergent transitions"
-    chains = (metadata.get("sampler") or {}).get("chains")
-    if not isinstance(chains, int) or chains < ZOO_MIN_CHAINS:
-        return f"{chains} chains (< {ZOO_MIN_CHAINS})"
-    return None
+    return zoo_verdict(metadata)
 
 
 def _metadata(root: Path, entry: dict) -> dict | None:
