@@ -70,7 +70,7 @@ def test_split_follows_the_written_rule():
 def test_families_tag_model_likelihood_and_size():
     e = by_name()["uci:kin8nm[mile-s1]/mlp-linear-homo"]
     assert families(e, DATA_SIZES[e.name]) == ("linear", "regression", "homoscedastic", "large-n")
-    e = by_name()["digits/cnn-c2-d1"]
+    e = by_name()["digits/cnn-c2-d1-n300"]
     assert families(e, DATA_SIZES[e.name]) == ("cnn", "classification", "multiclass")
     assert by_name()["breast_cancer/mlp-linear"].likelihood == "binary"
 
