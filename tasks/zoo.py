@@ -108,6 +108,8 @@ ZOO: tuple[ZooEntry, ...] = (
     ZooEntry("digits/cnn-c2-d1:max=300:prior=0.05", 104, warmup=150, max_doublings=8, keep_rows=250),
     ZooEntry("synthetic_images/cnn-c2-d1:max=300", 105, warmup=150, max_doublings=8, keep_rows=250),
     ZooEntry("synthetic_images_b/cnn-c2-d1:max=300", 106, warmup=150, max_doublings=8, keep_rows=250),
+    ZooEntry("digits/cnn-c2-d1-res:max=300", 107, warmup=150, max_doublings=8, keep_rows=250),
+    ZooEntry("synthetic_images/cnn-c4-d1-res:max=300", 108, warmup=150, max_doublings=8, keep_rows=250),
     # MLPs and linear models on images and tables
     ZooEntry("digits/mlp-linear", 110, keep_rows=250),
     ZooEntry("digits/mlp-8-tanh", 111, keep_rows=250),
@@ -123,6 +125,9 @@ ZOO: tuple[ZooEntry, ...] = (
     ZooEntry("breast_cancer/mlp-linear", 121),
     ZooEntry("breast_cancer/mlp-8-tanh", 122),
     ZooEntry("breast_cancer/mlp-16x16-tanh:prior=0.05", 123),
+    ZooEntry("synthetic_images_b/mlp-linear", 124, keep_rows=250),
+    ZooEntry("iris/mlp-4-tanh", 125),
+    ZooEntry("breast_cancer/mlp-4-tanh", 126),
     # large N
     ZooEntry("synthetic_tabular/mlp-linear", 130, keep_rows=500),
     ZooEntry("synthetic_tabular/mlp-8-tanh", 131, keep_rows=500),
@@ -142,6 +147,9 @@ ZOO: tuple[ZooEntry, ...] = (
     ZooEntry(_UCI + "yacht/mlp-linear:noise=homo", 147),
     ZooEntry(_UCI + "concrete/mlp-8-tanh:noise=homo:prior=0.1", 148),
     ZooEntry(_UCI + "energy/mlp-8-tanh:noise=homo:prior=0.1", 149),
+    ZooEntry(_UCI + "bostonHousing/mlp-linear", 150),
+    ZooEntry(_UCI + "airfoil/mlp-linear:noise=homo", 151),
+    ZooEntry(_UCI + "wine-quality-red/mlp-linear:noise=homo", 152),
 )
 """Every zoo posterior, in the order the suite computes them (CNNs first: the longest jobs start first)."""
 
@@ -163,7 +171,10 @@ DATA_SIZES = {
     "uci:airfoil[mile-s1]/mlp-linear": 1052, "uci:wine-quality-red[mile-s1]/mlp-linear": 1119,
     "uci:bostonHousing[mile-s1]/mlp-8-tanh-p0.1": 354, "uci:yacht[mile-s1]/mlp-8-tanh-p0.1": 215,
     "uci:power-plant[mile-s1]/mlp-linear-homo": 6697, "uci:kin8nm[mile-s1]/mlp-linear-homo": 5734,
-    "uci:yacht[mile-s1]/mlp-linear-homo": 215, "uci:concrete[mile-s1]/mlp-8-tanh-homo-p0.1": 721,
+    "uci:yacht[mile-s1]/mlp-linear-homo": 215, "digits/cnn-c2-d1-res-n300": 240,
+    "synthetic_images/cnn-c4-d1-res-n300": 240, "synthetic_images_b/mlp-linear": 1600, "iris/mlp-4-tanh": 96,
+    "breast_cancer/mlp-4-tanh": 364, "uci:bostonHousing[mile-s1]/mlp-linear": 354,
+    "uci:airfoil[mile-s1]/mlp-linear-homo": 1052, "uci:wine-quality-red[mile-s1]/mlp-linear-homo": 1119, "uci:concrete[mile-s1]/mlp-8-tanh-homo-p0.1": 721,
     "uci:energy[mile-s1]/mlp-8-tanh-homo-p0.1": 537,
 }
 """{task name: training points} of every entry (the tests check them against the built tasks): the split needs no
