@@ -74,16 +74,29 @@ def list_zoo(out: Path) -> None:
     from tasks.reference import INDEX, read_index
     from tasks.zoo import DATA_SIZES, ZOO, split, stratum
 
-    from tasks.reference.read import read_metadata
     from tasks.zoo import zoo_verdict
 
     index = read_index(out) if (out / INDEX).is_file() else {}
     halves = split()
     for e in ZOO:
-        held = index.get(e.name)
-        verdict = None if held is None else zoo_verdict(read_metadata(out / held["dir"], f"{out}: {e.name}"))
-        state = "missing" if held is None else ("converged" if verdict is None else f"not converged: {verdict}")
+        meta = _metadata(out, index, e.name)
+        verdict = None if meta is None else zoo_verdict(meta)
+        state = "missing" if meta is None else ("converged" if verdict is None else f"not converged: {verdict}")
         print(f"{e.name}\t{stratum(e, DATA_SIZES[e.name])}\t{halves[e.name]}\t{state}")
+
+
+def _metadata(out: Path, index: dict, name: str) -> dict | None:
+    """A zoo entry's metadata: from its reference folder, else from not_converged/<slug>.json (evaluate.zoo_files),
+    else None."""
+    import json
+
+    from tasks.reference.files import slugify
+    from tasks.reference.read import read_metadata
+
+    if name in index:
+        return read_metadata(out / index[name]["dir"], f"{out}: {name}")
+    kept = out / "not_converged" / f"{slugify(name)}.json"
+    return json.loads(kept.read_text()) if kept.is_file() else None
 
 
 def zoo_table(out: Path) -> str:
@@ -99,10 +112,10 @@ def zoo_table(out: Path) -> str:
             "computed on | split | converged (R̂ < 1.05, 0 divergent) |", "|" + "---|" * 12]
     for e in ZOO:
         fam = ", ".join(families(e, DATA_SIZES[e.name]))
-        if e.name not in index:
+        m = _metadata(out, index, e.name)
+        if m is None:
             rows.append(f"| `{e.name}` | {fam} | {DATA_SIZES[e.name]:,} | | | | | | | | {halves[e.name]} | missing |")
             continue
-        m = read_metadata(out / index[e.name]["dir"], f"{out}: {e.name}")
         rhat = m["function_space"]["split_rhat"]["max"]
         smp = m["sampler"]
         where = "GPU" if e.gpu else "CPU"
