@@ -110,7 +110,8 @@ ZOO: tuple[ZooEntry, ...] = (
     ZooEntry("synthetic_images/cnn-c2-d1:max=300", 105, warmup=150, max_doublings=8, keep_rows=250),
     ZooEntry("synthetic_images_b/cnn-c2-d1:max=300", 106, warmup=300, thinning=2, max_doublings=8, keep_rows=250,
              note="warm-up 300 and every 2nd transition kept: at warm-up 150 R-hat max read 1.106"),
-    ZooEntry("digits/cnn-c2-d1-res:max=300", 107, warmup=150, max_doublings=8, keep_rows=250),
+    ZooEntry("digits/cnn-c2-d1-res:max=300", 107, warmup=300, thinning=2, max_doublings=8, keep_rows=250,
+             note="warm-up 300 and every 2nd transition kept: at warm-up 150 R-hat max read 1.182"),
     ZooEntry("synthetic_images/cnn-c4-d1-res:max=300", 108, warmup=150, max_doublings=8, keep_rows=250),
     # MLPs and linear models on images and tables
     ZooEntry("digits/mlp-linear", 110, keep_rows=250),

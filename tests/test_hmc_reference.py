@@ -268,15 +268,17 @@ def test_function_space_rhat_flags_chains_that_disagree():
 
 
 def test_committed_references_load_for_their_tasks():
-    """results/references (README there) holds one NUTS reference per task of evaluate.reference.REFERENCE_TASKS:
-    each loads for its task (spec, test data and row order checked by load_references) with its dispersion
+    """results/references (README there) holds one NUTS reference per task of evaluate.reference.REFERENCE_TASKS
+    (MNIST MLP-8, not converged, as metadata only: not_converged/): each loads for its task (spec, test data and row order checked by load_references) with its dispersion
     statistics; the UCI one and the MNIST softmax-regression one meet the function-space convergence bar of
     issue 12 (max split R̂ < 1.05, no divergence)."""
     from evaluate.config import EvalConfig
     from evaluate.reference import REFERENCE_TASKS
+    from tasks.reference.files import task_name
 
     root = ROOT / "results" / "references"
-    cfg = EvalConfig(tasks=tuple(t for t, _ in REFERENCE_TASKS), held_out=tuple(h for _, h in REFERENCE_TASKS))
+    converged = [(t, h) for t, h in REFERENCE_TASKS if task_name(t) != "mnist/mlp-8-n10000"]  # metadata only
+    cfg = EvalConfig(tasks=tuple(t for t, _ in converged), held_out=tuple(h for _, h in converged))
     names = cfg.task_names()
     try:
         tasks = [build(spec) for spec in cfg.tasks]
