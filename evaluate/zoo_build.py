@@ -146,8 +146,9 @@ def run_suite(args) -> int:
         raise ConfigError(f"--jobs must be ≥ 1, got {args.jobs}")
     lock = OutputLock(out, ConfigError)
     write_marker(out, "reference")
-    print(f"zoo: {len(entries) - len(todo)} of {len(entries)} selected entries already in {out}; computing "
-          f"{len(todo)} with {args.jobs} process(es)", flush=True)
+    held = sum(e.name in index for e in entries)
+    print(f"zoo: {held} of {len(entries)} selected entries already in {out}; computing {len(todo)}"
+          + (" (--overwrite)" if args.overwrite else "") + f" with {args.jobs} process(es)", flush=True)
     try:
         for entry, (arrays, meta), seconds in _results(todo, args.jobs):
             task_dir = write_reference(out, entry.name, arrays, meta)
