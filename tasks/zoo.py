@@ -113,6 +113,8 @@ ZOO: tuple[ZooEntry, ...] = (
     ZooEntry("digits/cnn-c2-d1-res:max=300", 107, warmup=300, thinning=2, max_doublings=8, keep_rows=250,
              note="warm-up 300 and every 2nd transition kept: at warm-up 150 R-hat max read 1.182"),
     ZooEntry("synthetic_images/cnn-c4-d1-res:max=300", 108, warmup=150, max_doublings=8, keep_rows=250),
+    ZooEntry("synthetic_images_b/cnn-c4-d1-res:max=300", 109, warmup=150, max_doublings=8, keep_rows=250),
+    ZooEntry("digits/cnn-c8-d1-res:max=300", 99, warmup=150, max_doublings=8, keep_rows=250),
     # MLPs and linear models on images and tables
     ZooEntry("digits/mlp-linear", 110, keep_rows=250),
     ZooEntry("digits/mlp-8-tanh", 111, keep_rows=250),
@@ -180,7 +182,8 @@ DATA_SIZES = {
     "uci:power-plant[mile-s1]/mlp-linear-homo": 6697, "uci:kin8nm[mile-s1]/mlp-linear-homo": 5734,
     "uci:yacht[mile-s1]/mlp-linear-homo": 215, "synthetic_tabular/mlp-4-tanh": 10000,
     "synthetic_tabular/mlp-linear-p1": 10000, "uci:power-plant[mile-s1]/mlp-linear-p0.1": 6697,
-    "uci:kin8nm[mile-s1]/mlp-linear-p0.1": 5734, "digits/cnn-c2-d1-res-n300": 240,
+    "uci:kin8nm[mile-s1]/mlp-linear-p0.1": 5734,
+    "synthetic_images_b/cnn-c4-d1-res-n300": 240, "digits/cnn-c8-d1-res-n300": 240, "digits/cnn-c2-d1-res-n300": 240,
     "synthetic_images/cnn-c4-d1-res-n300": 240, "synthetic_images_b/mlp-linear": 1600, "iris/mlp-4-tanh": 96,
     "breast_cancer/mlp-4-tanh": 364, "uci:bostonHousing[mile-s1]/mlp-linear": 354,
     "uci:airfoil[mile-s1]/mlp-linear-homo": 1052, "uci:wine-quality-red[mile-s1]/mlp-linear-homo": 1119, "uci:concrete[mile-s1]/mlp-8-tanh-homo-p0.1": 721,
