@@ -245,6 +245,10 @@ relative changes of the floor far above float64's 1e-16. Measured on curve_power
 OpenBLAS's kernels (OPENBLAS_CORETYPE = SkylakeX, Zen, Haswell, Sandybridge, Prescott; the stored run equals
 SkylakeX's bit for bit): up to 1.05e-6 relative (q10); 1e-5 is ~10x that. The TV and predictive-variance floors were
 equal across the kernels."""
+FLOAT16_FLOOR_RTOL = 3e-3
+"""The same, where the stored run's floors came from float32 draws and the committed reference now stores them as
+float16 (the zoo, tasks.reference.files): power plant's energy-floor quantiles moved by 1.24e-3 (median), 1.20e-3
+(q10), -5.3e-4 (q90); 3e-3 is 2.4x the largest, and 300x ENERGY_FLOOR_RTOL, the rounding it also covers."""
 
 
 def test_merge_with_reference_rereads_a_run_against_the_recomputed_floors(tmp_path):
@@ -262,8 +266,9 @@ def test_merge_with_reference_rereads_a_run_against_the_recomputed_floors(tmp_pa
     new = json.loads((out / "curve.json").read_text())
     for name, task in new["tasks"].items():
         f = task["floors"]
-        for q, want in old["tasks"][name]["floors"]["energy"].items():  # ENERGY_FLOOR_RTOL: the BLAS kernel's rounding
-            assert f["energy"][q] == pytest.approx(want, rel=ENERGY_FLOOR_RTOL, abs=0), (q, f["energy"][q], want)
+        for q, want in old["tasks"][name]["floors"]["energy"].items():  # float16 draws since the zoo, + BLAS rounding
+            assert f["energy"][q] == pytest.approx(want, rel=FLOAT16_FLOOR_RTOL, abs=0), (q, f["energy"][q], want)
+            assert f["energy"][q] != pytest.approx(want, rel=ENERGY_FLOOR_RTOL, abs=0)  # the draws did change
         assert "predictive_variance" in f
         assert f["predictive_variance"]["q05"] < f["predictive_variance"]["median"] < 1.0
         for row in task["methods"].values():
