@@ -334,3 +334,10 @@ def test_leaderboard_end_to_end_and_resume(tmp_path, monkeypatch):
     assert (out / "tasks" / "iris_mlp-linear.json").read_bytes() == before
     again = json.loads((out / "leaderboard.json").read_text())
     assert again["rows"] == board["rows"] and again["per_task"] == board["per_task"]
+    # --report-only runs nothing and rewrites the tables; the command it records is the run's
+    (out / "leaderboard.md").unlink()
+    proc = run_cli(*cmd, "--report-only")
+    assert proc.returncode == 0, proc.stderr
+    third = json.loads((out / "leaderboard.json").read_text())
+    assert third["rows"] == board["rows"] and "--report-only" not in third["command"]
+    assert (out / "leaderboard.md").is_file()

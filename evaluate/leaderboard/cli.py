@@ -58,6 +58,9 @@ def build_parser():
                    "(default: %(default)s)")
     p.add_argument("--overwrite", action="store_true", help="discard a leaderboard in --output and start again")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: rewrite leaderboard.json / .md and the profiles from the finished tasks of the "
+                        "held-out half selected now (same configuration as the run's)")
     return p
 
 
@@ -221,7 +224,8 @@ def _prepare(args, out: Path) -> dict:
     finished = load_finished(out, state["names"], state["conf"], state["created"]) if old is not None else {}
     todo = [n for n in state["names"] if n not in finished]
     state.update(cfg=cfg, left_out=left_out, samplers=samplers, finished=finished, todo=todo,
-                 inputs=load_curve_inputs(cfg, state["conf"]["reference"], todo) if todo else None)
+                 inputs=load_curve_inputs(cfg, state["conf"]["reference"], todo) if todo and not args.report_only
+                 else None)
     return state
 
 
@@ -238,7 +242,8 @@ def leaderboard_main(argv) -> int:
     try:
         handle_sigterm()
         state = _prepare(args, out)
-        state.update(t0=t0, command="python -m evaluate leaderboard " + shlex.join(list(argv)))
+        run_argv = [a for a in argv if a != "--report-only"]
+        state.update(t0=t0, command="python -m evaluate leaderboard " + shlex.join(run_argv))
         lock = OutputLock(out, ConfigError, KIND)
         if args.overwrite:
             clear(out)
@@ -247,8 +252,9 @@ def leaderboard_main(argv) -> int:
         finished = dict(state["finished"])
         for m, why in state["left_out"].items():
             say(f"{m} left out: {why}")
-        say(f"{len(finished)} of {len(state['names'])} tasks already finished; running {len(state['todo'])}")
-        for i, name in enumerate(state["todo"], 1):
+        say(f"{len(finished)} of {len(state['names'])} tasks already finished; running "
+            f"{0 if args.report_only else len(state['todo'])}")
+        for i, name in enumerate([] if args.report_only else state["todo"], 1):
             finished[name] = _run_task(name, state, say)
             write_task(out, finished[name])
             write_aggregate(out, state, finished)
