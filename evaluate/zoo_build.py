@@ -130,6 +130,7 @@ def run_suite(args) -> int:
     """Compute the selected entries that the output lacks (all selected with --overwrite), --jobs at a time."""
     from cli import write_marker
     from evaluate.cli_common import OutputLock
+    from evaluate.hmc_reference import summary_line
     from tasks.reference import write_reference
 
     out = Path(args.output)
@@ -152,8 +153,6 @@ def run_suite(args) -> int:
     try:
         for entry, (arrays, meta), seconds in _results(todo, args.jobs):
             task_dir = write_reference(out, entry.name, arrays, meta)
-            from evaluate.hmc_reference import summary_line
-
             print(summary_line(meta) + f" ({seconds:.0f} s wall) -> {task_dir}", flush=True)
         lock.release(failed=False)
     except BaseException:

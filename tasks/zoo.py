@@ -67,19 +67,24 @@ class ZooEntry:
     def model(self) -> str:
         """"linear", "mlp" or "cnn"."""
         spec = self.spec
-        hidden = getattr(spec, "hidden", None)
-        if hidden is None:
-            if spec.model.kind == "cnn":
-                return "cnn"
-            hidden = spec.model.hidden
-        return "mlp" if hidden else "linear"
+        if self.kind == "regression":
+            return "mlp" if spec.hidden else "linear"
+        if spec.model.kind == "cnn":
+            return "cnn"
+        return "mlp" if spec.model.hidden else "linear"
+
+    @property
+    def kind(self) -> str:
+        """"regression" or "classification"."""
+        from tasks.regression import RegressionSpec
+
+        return "regression" if isinstance(self.spec, RegressionSpec) else "classification"
 
     @property
     def likelihood(self) -> str:
         """"binary", "multiclass", "heteroscedastic" or "homoscedastic"."""
-        spec = self.spec
-        if hasattr(spec, "hidden"):  # RegressionSpec
-            return "homoscedastic" if getattr(spec, "noise", "hetero") == "homo" else "heteroscedastic"
+        if self.kind == "regression":
+            return "homoscedastic" if self.spec.noise == "homo" else "heteroscedastic"
         return "binary" if self.task.split("/")[0].split(":")[0] in BINARY else "multiclass"
 
 
@@ -234,8 +239,7 @@ def stratum(entry: ZooEntry, data_size: int) -> str:
 def families(entry: ZooEntry, data_size: int) -> tuple[str, ...]:
     """The leaderboard's family tags of an entry: its model (linear / mlp / cnn), "classification" or "regression",
     its likelihood, and "large-n" when data_size ≥ LARGE_N."""
-    kind = "regression" if entry.likelihood.endswith("scedastic") else "classification"
-    return (entry.model, kind, entry.likelihood) + (("large-n",) if data_size >= LARGE_N else ())
+    return (entry.model, entry.kind, entry.likelihood) + (("large-n",) if data_size >= LARGE_N else ())
 
 
 def split(data_sizes: dict[str, int] | None = None) -> dict[str, str]:
