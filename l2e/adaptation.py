@@ -1,7 +1,8 @@
 """Burn-in statistics shared by the samplers that adapt a diagonal preconditioner and then freeze it
 (l2e.precond_sghmc, l2e.transient): Welford's running moments of a pytree, and the minibatch gradient with the
 variance of its minibatch noise estimated from two half-batches; and the top curvature of the preconditioned
-minibatch Hessian (power method)."""
+minibatch Hessian (power method); and the frozen window's update, SGHMC with a diagonal mass whose injected noise is
+corrected for the estimated minibatch noise (l2e.transient, l2e.policy)."""
 from __future__ import annotations
 
 import jax
@@ -9,7 +10,7 @@ import jax.numpy as jnp
 
 from l2e.types import Posterior, PyTree, normal_like, tree_vdot
 
-__all__ = ["halved_gradients", "top_curvature", "welford"]
+__all__ = ["corrected_sghmc", "halved_gradients", "top_curvature", "welford"]
 
 
 def welford(count, mean: PyTree, m2: PyTree, x: PyTree) -> tuple[PyTree, PyTree]:
@@ -62,3 +63,21 @@ def top_curvature(posterior: Posterior, position: PyTree, minibatch, inv_mass: P
     v0 = normal_like(key, position)
     v = jax.lax.fori_loop(0, iterations, body, jax.tree.map(lambda x: x / norm(v0), v0))
     return jnp.abs(tree_vdot(v, apply(v)))
+
+
+def corrected_sghmc(position: PyTree, momentum: PyTree, grad_u: PyTree, inv_mass: PyTree, friction: PyTree,
+                    noise_var: PyTree, eps, temperature, z: PyTree) -> tuple[PyTree, PyTree, PyTree]:
+    """One SGHMC update with mass M (M⁻¹ = `inv_mass`, diagonal), per-coordinate friction γᵢ (`friction`; the
+    friction matrix γᵢ·Mᵢ) and the minibatch noise's estimated variance ε²V̂ᵢ (`noise_var`) subtracted from the
+    thermostat's (Chen et al., 2014):
+
+        r' = r − ε·∇Ũ − ε·γᵢ·r + N(0, 2·γᵢ·ε·T·Mᵢ − ε²V̂ᵢ)  (at least 0),     θ' = θ + ε·M⁻¹r'.
+
+    `z`: standard normal draws like `position`. Returns (θ', r', M⁻¹r')."""
+    def kick(r, g, m, zi, gi, v):
+        var = jnp.maximum(2.0 * gi * eps * temperature / m - eps**2 * v, 0.0)  # momentum units (M = 1/m)
+        return r - eps * g - eps * gi * r + jnp.sqrt(var) * zi
+
+    mom = jax.tree.map(kick, momentum, grad_u, inv_mass, z, friction, noise_var)
+    velocity = jax.tree.map(jnp.multiply, inv_mass, mom)
+    return jax.tree.map(lambda x, v: x + eps * v, position, velocity), mom, velocity

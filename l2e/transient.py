@@ -58,7 +58,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from l2e.adaptation import halved_gradients, top_curvature, welford
+from l2e.adaptation import corrected_sghmc, halved_gradients, top_curvature, welford
 from l2e.chains import PHASES, adaptation_start, freeze_at, freeze_phase
 from l2e.checks import check_choice, check_flag, check_in_range, check_positive, check_step_count
 from l2e.mass import MASS_FEATURE_NAMES, mass_features
@@ -289,16 +289,8 @@ def _burn_in(state: TransientState, grad_u, noise, key, phi, config: TransientCo
 def _window(state: TransientState, grad_u, key, temperature) -> tuple[TransientState, jax.Array]:
     """One window update: SGHMC with mass M, friction γᵢ·Mᵢ, the gradient noise's variance ε²V̂ subtracted from the
     injected noise (module docstring)."""
-    eps = state.eps
-    z = normal_like(key, state.position)
-
-    def kick(r, g, m, zi, gi, v):
-        var = jnp.maximum(2.0 * gi * eps * temperature / m - eps**2 * v, 0.0)  # momentum units (M = 1/m)
-        return r - eps * g - eps * gi * r + jnp.sqrt(var) * zi
-
-    mom = jax.tree.map(kick, state.momentum, grad_u, state.inv_mass, z, state.friction, state.noise_var)
-    velocity = jax.tree.map(jnp.multiply, state.inv_mass, mom)
-    pos = jax.tree.map(lambda x, v: x + eps * v, state.position, velocity)
+    pos, mom, velocity = corrected_sghmc(state.position, state.momentum, grad_u, state.inv_mass, state.friction,
+                                         state.noise_var, state.eps, temperature, normal_like(key, state.position))
     return state._replace(position=pos, momentum=mom), tree_vdot(*settled((mom, velocity)))
 
 

@@ -1,0 +1,397 @@
+"""Policy-L2E: a learned adaptation policy over M parallel chains — learn the adaptation, not the dynamics
+(docs/sampling.md, "Learning the adaptation").
+
+M chains run together; their state holds every chain (leaves with a leading axis M) and each update takes one
+minibatch per chain (leaves with a leading axis M). The burn-in of `freeze_step` updates is cut into `phases` equal
+phases. Phase 0 is preconditioned Langevin at a constant step η₀ (pSGLD's RMSprop form, Γ dropped, as
+Transient-L2E's burn-in): it only has to reach the typical set. Every later phase, and the sampling window after
+`freeze_step`, is SGHMC with a mass, step and friction shared by the chains, set at the phase's start — an
+*adaptation point* — from statistics the chains gathered over the last `gather_fraction` of the phase before:
+
+    per coordinate i (pooled over the M chains' gathered states): Var θᵢ = Wᵢ + Bᵢ (within- and between-chain
+    variance), Var ∇ᵢŨ, the minibatch noise V̂ᵢ (two half-batches, l2e.adaptation.halved_gradients), the mean
+    gradient; globally: the phase's kinetic temperature, the energy's pooled variance, the loss trend and an R̂-like
+    between/within ratio.
+
+The hand-designed rule (`policy="rule"`, or φ with zero output layers: the "rule" start) reads them as
+
+    log M⁻¹ᵢ = w·(log σ̂²ᵢ − mean) + mean,   σ̂²ᵢ = sqrt(Var θᵢ / Var ∇ᵢŨ)  (mass_rule "fisher": the Fisher-divergence
+    diagonal; "variance": Var θᵢ, Stan's; "scale": 1/sqrt(E[∇ᵢŨ²]) at the Fisher diagonal's geometric mean,
+    Springenberg et al.'s scale adaptation), w = n/(n + SHRINK) for n pooled states;
+    ε = κ₀·lr, capped by ε·sqrt(λ_max(M^{-1/2}HM^{-1/2})) ≤ STABILITY (power method on chain 0's minibatch Hessian);
+    γ = δ₀/ε; γᵢ = min(max(γ, NOISE_MARGIN·ε·V̂ᵢ·M⁻¹ᵢ/(2T)), MAX_DAMPING/ε), the noise-corrected SGHMC of
+    l2e.adaptation.corrected_sghmc; fresh momenta r ~ N(0, T·M).
+
+The learned policy (`policy="learned"`) adds bounded corrections: a per-coordinate network h_φ (φ["mass"]) of the
+coordinate's features and the global ones adds B·tanh(h/B) to log M⁻¹ᵢ; a global network (φ["window"], two outputs)
+multiplies κ₀ and δ₀ by exp(B·tanh(·/B)). After the freeze the constants stay fixed and the chains are SGHMC with
+mass M and friction γᵢ·Mᵢ at temperature T: stationary for the posterior whatever φ is, up to the noise estimate —
+correct by construction. A step costs one minibatch gradient per chain (halved in the gathering windows: the same
+work); each adaptation point adds POWER_ITERATIONS Hessian-vector products on one chain (`adaptation_gradients`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from l2e.adaptation import corrected_sghmc, halved_gradients, top_curvature, welford
+from l2e.checks import check_choice, check_flag, check_in_range, check_positive, check_step_count
+from l2e.meta_model import MetaMLP, check_stack, hidden_sizes, mlp_layers_names
+from l2e.transient import MAX_DAMPING, NOISE_MARGIN, SHRINK, STABILITY
+from l2e.types import PyTree, Posterior, SamplingAlgorithm, all_finite, normal_like, settled, window_temperature
+
+__all__ = ["COORD_FEATURES", "GLOBAL_FEATURES", "PolicyConfig", "PolicyInfo", "PolicyState", "adaptation_gradients",
+           "adaptation_points", "build_kernel", "check_meta_params", "features", "init", "init_meta_params",
+           "per_chain_batches", "policy"]
+
+LOG_BOUND = 3.0
+COORD_FEATURES = ("log_fisher_scale", "log_within_share", "log_noise_share", "grad_mean_z", "log_inv_mass")
+GLOBAL_FEATURES = ("progress", "log_t_kin", "loss_trend", "log_rhat", "log_energy_var")
+MASS_RULES, POLICIES = ("fisher", "variance", "scale"), ("learned", "rule")
+_TINY = 1e-30
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyConfig:
+    """temperature: T; freeze_step: the window's first update (per chain); phases: burn-in phases (≥ 2: phase 0's
+    pSGLD, then phases − 1 adapted SGHMC phases; the last adaptation point is the freeze); gather_fraction: the last
+    fraction of each phase whose states the statistics gather; base_step: η₀ of phase 0 (parameter units);
+    base_kappa: κ₀, the SGHMC step in whitened units; base_damping: δ₀ = γε; rms_decay, rms_eps: phase 0's RMSprop
+    ρ and λ; mass_rule: the rule's diagonal (module docstring); policy: "learned" (φ's corrections) or "rule" (φ
+    unused: the hand-designed rule); noise_halves: estimate the minibatch noise from two half-batches in the
+    gathering windows (an even batch) and correct SGHMC for it (False: exact gradients); power_iterations: for the
+    stability cap; window_fraction: the share of a chain of G updates the evaluation samples from (a protocol
+    choice the kernel does not read)."""
+
+    temperature: float = 1.0
+    freeze_step: int = 1000
+    phases: int = 3
+    gather_fraction: float = 0.5
+    base_step: float = 1e-3
+    base_kappa: float = 0.3
+    base_damping: float = 0.1
+    rms_decay: float = 0.99
+    rms_eps: float = 1e-4
+    mass_rule: str = "fisher"
+    policy: str = "learned"
+    noise_halves: bool = True
+    power_iterations: int = 10
+    window_fraction: float = 0.5
+
+    def __post_init__(self):
+        check_choice("mass_rule", self.mass_rule, MASS_RULES), check_choice("policy", self.policy, POLICIES)
+        check_positive(temperature=self.temperature, base_step=self.base_step, base_kappa=self.base_kappa,
+                       base_damping=self.base_damping, rms_eps=self.rms_eps)
+        check_step_count("phases", self.phases, 2)
+        check_step_count("freeze_step", self.freeze_step, 2 * self.phases)
+        check_step_count("power_iterations", self.power_iterations, 1)
+        check_in_range("gather_fraction", self.gather_fraction, 0, 1, include_low=False)
+        check_in_range("window_fraction", self.window_fraction, 0, 1, include_low=False, include_high=False)
+        check_in_range("rms_decay", self.rms_decay, 0.0, 1.0, include_high=False)
+        check_flag(noise_halves=self.noise_halves)
+
+
+def adaptation_points(config: PolicyConfig) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(ends, gather_starts): the adaptation points b₁ < … < b_P = freeze_step (b_p = round(p·freeze/P)) and, for
+    each phase p < P, the first update of its gathering window [g_p, b_{p+1})."""
+    ends = tuple(int(round(p * config.freeze_step / config.phases)) for p in range(1, config.phases + 1))
+    starts = (0,) + ends[:-1]
+    gathers = tuple(e - max(1, int(round(config.gather_fraction * (e - s)))) for s, e in zip(starts, ends))
+    return ends, gathers
+
+
+def adaptation_gradients(config: PolicyConfig) -> int:
+    """Gradient-equivalents the adaptation points spend beyond the chains' updates: 2 per Hessian-vector product
+    (forward over reverse), POWER_ITERATIONS + 1 of them at each of the `phases` points."""
+    return 2 * (config.power_iterations + 1) * config.phases
+
+
+class PolicyState(NamedTuple):
+    """position, momentum, sq, mean_x, m2_x, mean_g, m2_g: per chain (leading axis M) — θ, r, phase 0's RMSprop
+    average of ḡ², Welford statistics of θ and ∇Ũ over the phase's gathering window; inv_mass, friction,
+    noise_var: shared M⁻¹, γᵢ and the V̂ the SGHMC phases correct for (no chain axis); eps: ε (0 in phase 0);
+    noise_acc: the gathering window's running mean V̂ (pooled over chains); count: states gathered (f32);
+    loss_mean, loss_m2: per chain, Welford moments of the minibatch loss; loss_early: per chain, the mean loss over
+    the window's first half; kin: the window's running mean T_kin; step: updates done (int32)."""
+
+    position: PyTree
+    momentum: PyTree
+    step: jax.Array
+    inv_mass: PyTree
+    eps: jax.Array
+    friction: PyTree
+    noise_var: PyTree
+    sq: PyTree
+    count: jax.Array
+    mean_x: PyTree
+    m2_x: PyTree
+    mean_g: PyTree
+    m2_g: PyTree
+    noise_acc: PyTree
+    loss_mean: jax.Array
+    loss_m2: jax.Array
+    loss_early: jax.Array
+    kin: jax.Array
+
+
+class PolicyInfo(NamedTuple):
+    """Per chain (shape (M,)): loss, the mean minibatch NLL at the pre-update θ; is_finite; kinetic, Σ r'·M⁻¹r' after
+    an SGHMC update (0 in phase 0); t_kin, l2e.types.window_temperature's; sampling: the update is in the window."""
+
+    loss: jax.Array
+    is_finite: jax.Array
+    kinetic: jax.Array
+    t_kin: jax.Array
+    sampling: jax.Array
+
+
+def _shared(tree: PyTree, fill: float) -> PyTree:
+    return jax.tree.map(lambda x: jnp.full(x.shape[1:], fill, jnp.float32), tree)
+
+
+def init(positions: PyTree) -> PolicyState:
+    """The state before the first update of M chains at θ₀ = `positions` (leaves (M, …)): zero momenta and
+    statistics, M⁻¹ = 1."""
+    zeros = jax.tree.map(jnp.zeros_like, positions)
+    chains = jax.tree.leaves(positions)[0].shape[0]
+    z, zm = jnp.zeros((), jnp.float32), jnp.zeros((chains,), jnp.float32)
+    return PolicyState(positions, zeros, jnp.zeros((), jnp.int32), _shared(positions, 1.0), z,
+                       _shared(positions, 0.0), _shared(positions, 0.0), zeros, z, zeros, zeros, zeros, zeros,
+                       _shared(positions, 0.0), zm, zm, zm, z)
+
+
+def init_meta_params(key: jax.Array, hidden: Sequence[int] = (16,), start: str = "rule") -> PyTree:
+    """φ = {"mass": a Dense stack |COORD_FEATURES| + |GLOBAL_FEATURES| → hidden → 1, "window": |GLOBAL_FEATURES| →
+    hidden → 2}; start "rule": both output layers 0 (the hand-designed rule exactly), "random": all random."""
+    if start not in ("rule", "random"):
+        raise ValueError(f"start must be 'rule' or 'random', got {start!r}")
+    k_mass, k_window = jax.random.split(key)
+    n_c, n_g = len(COORD_FEATURES), len(GLOBAL_FEATURES)
+    phi = {"mass": MetaMLP(tuple(hidden), outputs=1).init(k_mass, jnp.zeros((1, n_c + n_g)))["params"],
+           "window": MetaMLP(tuple(hidden), outputs=2).init(k_window, jnp.zeros((1, n_g)))["params"]}
+    if start == "rule":
+        phi = {head: {**p, mlp_layers_names(p)[-1]: jax.tree.map(jnp.zeros_like, p[mlp_layers_names(p)[-1]])}
+               for head, p in phi.items()}
+    return phi
+
+
+def check_meta_params(tree: Any, where: str) -> PyTree:
+    """A restored φ checked (ValueError naming `where`): the two Dense stacks of `init_meta_params`, finite."""
+    n_c, n_g = len(COORD_FEATURES), len(GLOBAL_FEATURES)
+    if not isinstance(tree, dict) or sorted(tree) != ["mass", "window"]:
+        raise ValueError(f"{where}: not a Policy-L2E meta-parameter tree (expected heads mass, window)")
+    return {"mass": check_stack(tree["mass"], f"{where} (mass)", n_c + n_g, 1),
+            "window": check_stack(tree["window"], f"{where} (window)", n_g, 2)}
+
+
+def _bounded(x):
+    return LOG_BOUND * jnp.tanh(x / LOG_BOUND)
+
+
+def _flat(tree: PyTree) -> jax.Array:
+    return jnp.concatenate([jnp.reshape(v, (-1,)) for v in jax.tree.leaves(tree)])
+
+
+def _unflat(vector: jax.Array, like: PyTree) -> PyTree:
+    leaves, treedef = jax.tree.flatten(like)
+    bounds = np.cumsum([0] + [x.size for x in leaves])
+    return jax.tree.unflatten(treedef, [vector[lo:hi].reshape(x.shape) for x, lo, hi in
+                                        zip(leaves, bounds[:-1], bounds[1:])])
+
+
+def _pooled(mean: PyTree, m2: PyTree, n) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(within W, between B, pooled mean) per coordinate (flat) from per-chain Welford moments of n states each:
+    W the mean within-chain variance, B the variance of the chain means (ddof 1); W + B ≈ the pooled variance."""
+    means = jax.vmap(_flat)(mean)
+    within = jnp.mean(jax.vmap(_flat)(m2), axis=0) / jnp.maximum(n - 1.0, 1.0)
+    between = jnp.var(means, axis=0, ddof=1) if means.shape[0] > 1 else jnp.zeros_like(within)
+    return within, between, jnp.mean(means, axis=0)
+
+
+def _log_scales(config: PolicyConfig, var_x, var_g, mean_g, count) -> tuple[jax.Array, jax.Array]:
+    """(log σ̂² of the mass rule shrunk toward its geometric mean, the Fisher diagonal's log σ̂² less its mean)."""
+    fisher = 0.5 * (jnp.log(var_x) - jnp.log(var_g))
+    if config.mass_rule == "variance":
+        log_s2 = jnp.log(var_x)
+    elif config.mass_rule == "scale":  # the shape of 1/sqrt(E[∇Ũ²]) at the Fisher diagonal's geometric mean
+        log_s2 = -0.5 * jnp.log(var_g + jnp.square(mean_g))
+        log_s2 = log_s2 - jnp.mean(log_s2) + jnp.mean(fisher)
+    else:
+        log_s2 = fisher
+    mean = jnp.mean(log_s2)
+    w = count / (count + SHRINK)
+    return w * (log_s2 - mean) + mean, fisher - jnp.mean(fisher)
+
+
+def features(state: PolicyState, config: PolicyConfig, n_data: int, progress) -> tuple[jax.Array, jax.Array, dict]:
+    """(per-coordinate features (d, |COORD_FEATURES|), global features (|GLOBAL_FEATURES|,), the rule's statistics)
+    at an adaptation point from the gathering window's statistics (module docstring)."""
+    n = jnp.maximum(state.count, 1.0)
+    chains = state.loss_mean.shape[0]
+    w_x, b_x, _ = _pooled(state.mean_x, state.m2_x, n)
+    w_g, b_g, mu_g = _pooled(state.mean_g, state.m2_g, n)
+    var_x, var_g = w_x + b_x + _TINY, w_g + b_g + _TINY
+    noise = _flat(state.noise_acc)
+    log_s2, fisher = _log_scales(config, var_x, var_g, mu_g, n * chains)
+    log_m = jnp.log(_flat(state.inv_mass))
+    coord = jnp.stack([fisher, jnp.log((w_x + _TINY) / var_x), jnp.log((noise + _TINY) / var_g),
+                       jnp.clip(mu_g / jnp.sqrt(var_g), -10.0, 10.0), log_m - jnp.mean(log_m)], axis=1)
+    d = var_x.shape[0]
+    loss_var = jnp.mean(state.loss_m2) / jnp.maximum(n - 1.0, 1.0) + jnp.var(state.loss_mean)
+    trend = 2.0 * jnp.mean(state.loss_mean - state.loss_early) * n_data / jnp.sqrt(0.5 * d)
+    t_kin = jnp.where(state.eps > 0, jnp.log(jnp.maximum(state.kin, _TINY) / config.temperature), 0.0)
+    glob = jnp.stack([jnp.asarray(progress, jnp.float32), t_kin, jnp.arcsinh(trend),
+                      jnp.mean(0.5 * jnp.log(var_x / (w_x + _TINY))),
+                      jnp.log(float(n_data) ** 2 * loss_var / (0.5 * d) + _TINY)])
+    return coord, glob, {"log_s2": log_s2, "noise": noise}
+
+
+def _adapt(state: PolicyState, phi, config: PolicyConfig, posterior: Posterior, minibatch, key, scale,
+           progress) -> PolicyState:
+    """The next phase's constants at an adaptation point (module docstring), fresh momenta, statistics reset."""
+    coord, glob, stats = features(state, config, posterior.data_size, progress)
+    log_s2, k_adj, d_adj = stats["log_s2"], 0.0, 0.0
+    if config.policy == "learned":
+        g = jnp.broadcast_to(glob, (coord.shape[0], glob.shape[0]))
+        h = MetaMLP(hidden_sizes(phi["mass"]), outputs=1).apply({"params": phi["mass"]},
+                                                               jnp.concatenate([coord, g], axis=1))[:, 0]
+        out = MetaMLP(hidden_sizes(phi["window"]), outputs=2).apply({"params": phi["window"]}, glob[None])[0]
+        log_s2, k_adj, d_adj = log_s2 + _bounded(h), _bounded(out[0]), _bounded(out[1])
+    inv_mass = _unflat(jnp.exp(log_s2), state.inv_mass)
+    k_power, k_mom = jax.random.split(key)
+    first = jax.tree.map(lambda x: x[0], (state.position, minibatch))
+    lam = top_curvature(posterior, first[0], first[1], inv_mass, k_power, config.power_iterations)
+    eps = jnp.minimum(config.base_kappa * jnp.exp(k_adj) * scale, STABILITY / jnp.sqrt(lam + _TINY))
+    gamma = config.base_damping / eps * jnp.exp(d_adj)
+    noise = _unflat(stats["noise"], state.inv_mass)
+    friction = jax.tree.map(lambda v, m: jnp.minimum(jnp.maximum(
+        gamma, NOISE_MARGIN * eps * v * m / (2.0 * config.temperature)), MAX_DAMPING / eps), noise, inv_mass)
+    z = normal_like(k_mom, state.position)
+    mom = jax.tree.map(lambda zi, m: zi * jnp.sqrt(config.temperature / m), z, inv_mass)
+    zeros = jax.tree.map(jnp.zeros_like, state.position)
+    zc = jnp.zeros_like(state.loss_mean)
+    return state._replace(momentum=mom, inv_mass=inv_mass, eps=eps.astype(jnp.float32), noise_var=noise,
+                          friction=jax.tree.map(lambda f: f.astype(jnp.float32), friction),
+                          count=jnp.zeros((), jnp.float32), mean_x=zeros, m2_x=zeros, mean_g=zeros, m2_g=zeros,
+                          noise_acc=jax.tree.map(jnp.zeros_like, state.noise_acc), loss_mean=zc, loss_m2=zc,
+                          loss_early=zc, kin=jnp.zeros((), jnp.float32))
+
+
+def _psgld(state: PolicyState, grad_u, key, config: PolicyConfig, n_data: int, scale, temperature) -> PolicyState:
+    """Phase 0's update of every chain: RMSprop-preconditioned Langevin at η₀ (Γ dropped)."""
+    eta = config.base_step * scale
+    rho, lam = config.rms_decay, config.rms_eps
+    sq = jax.tree.map(lambda v, g: rho * v + (1.0 - rho) * jnp.square(g / n_data), state.sq, grad_u)
+    z = normal_like(key, state.position)
+
+    def move(x, g, v, zi):
+        precond = 1.0 / (lam + jnp.sqrt(v))
+        return x - (eta / n_data) * precond * g + jnp.sqrt(2.0 * (eta / n_data) * temperature * precond) * zi
+
+    return state._replace(position=jax.tree.map(move, state.position, grad_u, sq, z), sq=sq)
+
+
+def _gather(state: PolicyState, pre: PyTree, grad_u, noise, loss, t_kin, early) -> PolicyState:
+    """The gathering window's statistics with one more state per chain (θ before the update, its ∇Ũ, V̂, loss)."""
+    count = state.count + 1.0
+    mx, sx = jax.vmap(welford, in_axes=(None, 0, 0, 0))(count, state.mean_x, state.m2_x, pre)
+    mg, sg = jax.vmap(welford, in_axes=(None, 0, 0, 0))(count, state.mean_g, state.m2_g, grad_u)
+    nv = jax.tree.map(lambda m, v: m + (jnp.mean(v, axis=0) - m) / count, state.noise_acc, noise)
+    delta = loss - state.loss_mean
+    lm = state.loss_mean + delta / count
+    early_mean = jnp.where(early, state.loss_early + (loss - state.loss_early) / count, state.loss_early)
+    return state._replace(count=count, mean_x=mx, m2_x=sx, mean_g=mg, m2_g=sg, noise_acc=nv, loss_mean=lm,
+                          loss_m2=state.loss_m2 + delta * (loss - lm), loss_early=early_mean,
+                          kin=state.kin + (jnp.mean(t_kin) - state.kin) / count)
+
+
+def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig()):
+    """kernel(key, state, minibatches, meta_params, learning_rate=1.0, temperature=config.temperature) ->
+    (PolicyState, PolicyInfo) — one update of all M chains.
+
+    Args:
+      posterior: the target (l2e.Posterior).
+      config: PolicyConfig (static).
+    Returns:
+      The kernel: minibatches one per chain (every leaf's leading axis M; `per_chain_batches`); meta_params (φ) and
+      learning_rate (a dimensionless multiplier of η₀ and κ₀: 1, the sampler as configured) are traced arguments.
+    """
+    ends, gathers = adaptation_points(config)
+    ends_a, gathers_a = jnp.asarray(ends, jnp.int32), jnp.asarray(gathers, jnp.int32)
+    halves = jnp.asarray([max(1, (e - g) // 2) for e, g in zip(ends, gathers)], jnp.float32)
+    n_data, phases, freeze = posterior.data_size, config.phases, int(config.freeze_step)
+
+    def gradients(positions, minibatches, gather):
+        if config.noise_halves:
+            return jax.vmap(lambda p, mb: halved_gradients(posterior, p, mb, gather))(positions, minibatches)
+        loss, _, grad_u = jax.vmap(posterior.value_and_potential_grad)(positions, minibatches)
+        return loss, grad_u, jax.tree.map(jnp.zeros_like, grad_u)
+
+    def kernel(key, state: PolicyState, minibatches, meta_params, learning_rate=1.0, temperature=config.temperature):
+        k_step, k_adapt = jax.random.split(key)
+        hit = state.step == ends_a
+        progress = (jnp.argmax(hit) + 1).astype(jnp.float32) / phases
+        state = jax.lax.cond(jnp.any(hit), lambda s: _adapt(s, meta_params, config, posterior, minibatches, k_adapt,
+                                                            learning_rate, progress), lambda s: s, state)
+        phase = jnp.sum(state.step >= ends_a)
+        p = jnp.minimum(phase, phases - 1)
+        gather = (phase < phases) & (state.step >= gathers_a[p])
+        early = state.count < halves[p]
+        loss, grad_u, noise = gradients(state.position, minibatches, gather)
+        pre = state.position
+
+        def sghmc(s):
+            pos, mom, _ = corrected_sghmc(s.position, s.momentum, grad_u, s.inv_mass, s.friction, s.noise_var, s.eps,
+                                          temperature, normal_like(k_step, s.position))
+            return s._replace(position=pos, momentum=mom)
+
+        state = jax.lax.cond(phase == 0, lambda s: _psgld(s, grad_u, k_step, config, n_data, learning_rate,
+                                                          temperature), sghmc, state)
+        damping = jax.tree.map(lambda g: state.eps * g, state.friction)
+        t_kin, sampling = jax.vmap(lambda r: window_temperature(r, state.inv_mass, damping, state.step, freeze)
+                                   )(state.momentum)
+        kinetic = jax.vmap(lambda r: sum(jnp.sum(ri * ri * mi) for ri, mi in zip(
+            jax.tree.leaves(settled(r)), jax.tree.leaves(state.inv_mass))))(state.momentum)
+        state = jax.lax.cond(gather, lambda s: _gather(s, pre, grad_u, noise, loss, t_kin, early), lambda s: s, state)
+        finite = jax.vmap(lambda l, x: all_finite(l, sum(jnp.sum(v * v) for v in jax.tree.leaves(settled(x))))
+                          )(loss, state.position)
+        return state._replace(step=state.step + 1), PolicyInfo(loss, finite, kinetic, t_kin, sampling)
+
+    return kernel
+
+
+def per_chain_batches(sample_batch, chains: int):
+    """sample_batch(key, data, batch_size) -> minibatch made into one that draws `chains` independent minibatches
+    (leaves with a leading axis `chains`), what the kernel takes (l2e.chains.make_chunk's BatchFn)."""
+    def batches(key, data, batch_size):
+        return jax.vmap(lambda k: sample_batch(k, data, batch_size))(jax.random.split(key, chains))
+
+    return batches
+
+
+def policy(posterior: Posterior, meta_params: PyTree | None = None, config: PolicyConfig = PolicyConfig()
+           ) -> SamplingAlgorithm:
+    """A ready Policy-L2E sampler of M chains (no learning rate).
+
+    Args:
+      posterior: the target (l2e.Posterior).
+      meta_params: φ (`init_meta_params`); None: the hand-designed rule (φ unused).
+      config: PolicyConfig (freeze_step: the window's first update).
+    Returns:
+      SamplingAlgorithm: init(positions, leaves (M, …)) -> PolicyState; step(key, state, minibatches, leaves
+      (M, …)) -> (state, PolicyInfo).
+    """
+    if meta_params is None:
+        config = dataclasses.replace(config, policy="rule")
+        meta_params = init_meta_params(jax.random.PRNGKey(0))
+    meta_params = check_meta_params(meta_params, "meta_params")
+    kernel = build_kernel(posterior, config)
+
+    def step(key, state, minibatches):
+        return kernel(key, state, minibatches, meta_params)
+
+    return SamplingAlgorithm(init, step)
