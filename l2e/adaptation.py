@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from l2e.types import Posterior, PyTree, normal_like, tree_vdot
 
-__all__ = ["corrected_sghmc", "halved_gradients", "top_curvature", "welford"]
+__all__ = ["corrected_sghmc", "flat", "halved_gradients", "pooled_moments", "top_curvature", "unflat", "welford"]
 
 
 def welford(count, mean: PyTree, m2: PyTree, x: PyTree) -> tuple[PyTree, PyTree]:
@@ -81,3 +82,25 @@ def corrected_sghmc(position: PyTree, momentum: PyTree, grad_u: PyTree, inv_mass
     mom = jax.tree.map(kick, momentum, grad_u, inv_mass, z, friction, noise_var)
     velocity = jax.tree.map(jnp.multiply, inv_mass, mom)
     return jax.tree.map(lambda x, v: x + eps * v, position, velocity), mom, velocity
+
+
+def flat(tree: PyTree) -> jax.Array:
+    """The leaves of `tree` raveled and joined (a vector)."""
+    return jnp.concatenate([jnp.reshape(v, (-1,)) for v in jax.tree.leaves(tree)])
+
+
+def unflat(vector: jax.Array, like: PyTree) -> PyTree:
+    """`flat`'s inverse: a vector cut into the leaves of `like`."""
+    leaves, treedef = jax.tree.flatten(like)
+    bounds = np.cumsum([0] + [x.size for x in leaves])
+    return jax.tree.unflatten(treedef, [vector[lo:hi].reshape(x.shape) for x, lo, hi in
+                                        zip(leaves, bounds[:-1], bounds[1:])])
+
+
+def pooled_moments(mean: PyTree, m2: PyTree, n) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(within W, between B, pooled mean) per coordinate (flat) from per-chain Welford moments of n states each:
+    W the mean within-chain variance, B the variance of the chain means (ddof 1); W + B ≈ the pooled variance."""
+    means = jax.vmap(flat)(mean)
+    within = jnp.mean(jax.vmap(flat)(m2), axis=0) / jnp.maximum(n - 1.0, 1.0)
+    between = jnp.var(means, axis=0, ddof=1) if means.shape[0] > 1 else jnp.zeros_like(within)
+    return within, between, jnp.mean(means, axis=0)

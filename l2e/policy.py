@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from l2e.adaptation import corrected_sghmc, halved_gradients, top_curvature, welford
+from l2e.adaptation import corrected_sghmc, flat, halved_gradients, pooled_moments, top_curvature, unflat, welford
 from l2e.checks import check_choice, check_flag, check_in_range, check_positive, check_step_count
 from l2e.meta_model import MetaMLP, check_stack, hidden_sizes, mlp_layers_names
 from l2e.transient import MAX_DAMPING, NOISE_MARGIN, SHRINK, STABILITY
@@ -46,7 +46,7 @@ from l2e.types import PyTree, Posterior, SamplingAlgorithm, all_finite, normal_l
 
 __all__ = ["COORD_FEATURES", "GLOBAL_FEATURES", "PolicyConfig", "PolicyInfo", "PolicyState", "adaptation_gradients",
            "adaptation_points", "build_kernel", "check_meta_params", "features", "init", "init_meta_params",
-           "per_chain_batches", "policy"]
+           "load_meta_params", "per_chain_batches", "policy", "save_meta_params"]
 
 LOG_BOUND = 3.0
 COORD_FEATURES = ("log_fisher_scale", "log_within_share", "log_noise_share", "grad_mean_z", "log_inv_mass")
@@ -188,28 +188,29 @@ def check_meta_params(tree: Any, where: str) -> PyTree:
             "window": check_stack(tree["window"], f"{where} (window)", n_g, 2)}
 
 
+def save_meta_params(path, meta_params: PyTree) -> None:
+    """Write φ to `path` (.npz, one array per leaf under its "/"-joined key path)."""
+    flat = {"/".join(str(k.key) for k in kp): np.asarray(v, np.float32)
+            for kp, v in jax.tree_util.tree_leaves_with_path(check_meta_params(meta_params, "meta_params"))}
+    with open(path, "wb") as f:
+        np.savez(f, **flat)
+
+
+def load_meta_params(path) -> PyTree:
+    """φ read back from `save_meta_params`' file and checked (ValueError naming the file otherwise)."""
+    tree: dict = {}
+    with np.load(path, allow_pickle=False) as z:
+        for name in z.files:
+            node = tree
+            *heads, leaf = name.split("/")
+            for h in heads:
+                node = node.setdefault(h, {})
+            node[leaf] = z[name]
+    return check_meta_params(tree, str(path))
+
+
 def _bounded(x):
     return LOG_BOUND * jnp.tanh(x / LOG_BOUND)
-
-
-def _flat(tree: PyTree) -> jax.Array:
-    return jnp.concatenate([jnp.reshape(v, (-1,)) for v in jax.tree.leaves(tree)])
-
-
-def _unflat(vector: jax.Array, like: PyTree) -> PyTree:
-    leaves, treedef = jax.tree.flatten(like)
-    bounds = np.cumsum([0] + [x.size for x in leaves])
-    return jax.tree.unflatten(treedef, [vector[lo:hi].reshape(x.shape) for x, lo, hi in
-                                        zip(leaves, bounds[:-1], bounds[1:])])
-
-
-def _pooled(mean: PyTree, m2: PyTree, n) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(within W, between B, pooled mean) per coordinate (flat) from per-chain Welford moments of n states each:
-    W the mean within-chain variance, B the variance of the chain means (ddof 1); W + B ≈ the pooled variance."""
-    means = jax.vmap(_flat)(mean)
-    within = jnp.mean(jax.vmap(_flat)(m2), axis=0) / jnp.maximum(n - 1.0, 1.0)
-    between = jnp.var(means, axis=0, ddof=1) if means.shape[0] > 1 else jnp.zeros_like(within)
-    return within, between, jnp.mean(means, axis=0)
 
 
 def _log_scales(config: PolicyConfig, var_x, var_g, mean_g, count) -> tuple[jax.Array, jax.Array]:
@@ -232,20 +233,20 @@ def features(state: PolicyState, config: PolicyConfig, n_data: int, progress) ->
     at an adaptation point from the gathering window's statistics (module docstring)."""
     n = jnp.maximum(state.count, 1.0)
     chains = state.loss_mean.shape[0]
-    w_x, b_x, _ = _pooled(state.mean_x, state.m2_x, n)
-    w_g, b_g, mu_g = _pooled(state.mean_g, state.m2_g, n)
-    var_x, var_g = w_x + b_x + _TINY, w_g + b_g + _TINY
-    noise = _flat(state.noise_acc)
+    w_x, b_x, _ = pooled_moments(state.mean_x, state.m2_x, n)
+    w_g, b_g, mu_g = pooled_moments(state.mean_g, state.m2_g, n)
+    var_x, var_g = w_x + _TINY, w_g + _TINY  # within chains: chains in different modes do not widen the mass
+    noise = flat(state.noise_acc)
     log_s2, fisher = _log_scales(config, var_x, var_g, mu_g, n * chains)
-    log_m = jnp.log(_flat(state.inv_mass))
-    coord = jnp.stack([fisher, jnp.log((w_x + _TINY) / var_x), jnp.log((noise + _TINY) / var_g),
+    log_m = jnp.log(flat(state.inv_mass))
+    coord = jnp.stack([fisher, jnp.log(var_x / (var_x + b_x)), jnp.log((noise + _TINY) / var_g),
                        jnp.clip(mu_g / jnp.sqrt(var_g), -10.0, 10.0), log_m - jnp.mean(log_m)], axis=1)
     d = var_x.shape[0]
     loss_var = jnp.mean(state.loss_m2) / jnp.maximum(n - 1.0, 1.0) + jnp.var(state.loss_mean)
     trend = 2.0 * jnp.mean(state.loss_mean - state.loss_early) * n_data / jnp.sqrt(0.5 * d)
     t_kin = jnp.where(state.eps > 0, jnp.log(jnp.maximum(state.kin, _TINY) / config.temperature), 0.0)
     glob = jnp.stack([jnp.asarray(progress, jnp.float32), t_kin, jnp.arcsinh(trend),
-                      jnp.mean(0.5 * jnp.log(var_x / (w_x + _TINY))),
+                      jnp.mean(0.5 * jnp.log((var_x + b_x) / var_x)),
                       jnp.log(float(n_data) ** 2 * loss_var / (0.5 * d) + _TINY)])
     return coord, glob, {"log_s2": log_s2, "noise": noise}
 
@@ -261,13 +262,16 @@ def _adapt(state: PolicyState, phi, config: PolicyConfig, posterior: Posterior, 
                                                                jnp.concatenate([coord, g], axis=1))[:, 0]
         out = MetaMLP(hidden_sizes(phi["window"]), outputs=2).apply({"params": phi["window"]}, glob[None])[0]
         log_s2, k_adj, d_adj = log_s2 + _bounded(h), _bounded(out[0]), _bounded(out[1])
-    inv_mass = _unflat(jnp.exp(log_s2), state.inv_mass)
+    inv_mass = unflat(jnp.exp(log_s2), state.inv_mass)
     k_power, k_mom = jax.random.split(key)
     first = jax.tree.map(lambda x: x[0], (state.position, minibatch))
     lam = top_curvature(posterior, first[0], first[1], inv_mass, k_power, config.power_iterations)
-    eps = jnp.minimum(config.base_kappa * jnp.exp(k_adj) * scale, STABILITY / jnp.sqrt(lam + _TINY))
+    noise = unflat(stats["noise"], state.inv_mass)
+    heat = jnp.max(stats["noise"] * jnp.exp(log_s2))  # the largest V̂ᵢ·M⁻¹ᵢ: where the minibatch noise heats most
+    eps = jnp.minimum(config.base_kappa * jnp.exp(k_adj) * scale, jnp.minimum(
+        STABILITY / jnp.sqrt(lam + _TINY), jnp.sqrt(2.0 * config.temperature * MAX_DAMPING / (NOISE_MARGIN * heat
+                                                                                             + _TINY))))
     gamma = config.base_damping / eps * jnp.exp(d_adj)
-    noise = _unflat(stats["noise"], state.inv_mass)
     friction = jax.tree.map(lambda v, m: jnp.minimum(jnp.maximum(
         gamma, NOISE_MARGIN * eps * v * m / (2.0 * config.temperature)), MAX_DAMPING / eps), noise, inv_mass)
     z = normal_like(k_mom, state.position)

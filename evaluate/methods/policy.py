@@ -1,0 +1,130 @@
+"""Policy-L2E (l2e.policy): M parallel chains whose shared mass, step and friction are adapted from the chains'
+pooled statistics at a few points of the burn-in, then frozen (docs/samplers.md, Policy-L2E).
+
+Tuning-free: no grid. The budget G minibatch gradients is split by the method itself (Method.chain_allocation is
+False): the adaptation points' Hessian-vector products first (`l2e.policy.adaptation_gradients`), the rest as
+S = ⌊(G − those)/M⌋ updates of each of the M chains; K/M draws per chain, evenly over the last window_fraction of its
+updates, the freeze where they start (as Transient-L2E's window rule). Settings: chains M; phases, mass_rule,
+gather_fraction, base_step, base_kappa, base_damping: l2e.policy.PolicyConfig's; meta_params: "rule" (the hand-designed rule, φ unused) or the path of
+a saved φ (an .npz of `policy_meta_params`' flat keys; the learned policy)."""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from base.io import ConfigError
+from evaluate.methods.base import Method
+from evaluate.methods.chunks import chain_keys, host_info, run_chunks
+from evaluate.methods.outputs import finalise
+from l2e import policy as P
+from l2e.chains import ChainSchedule, make_chunk
+from l2e.types import tree_size
+
+__all__ = ["METHOD", "PolicySettings", "policy_schedule", "run_policy"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicySettings:
+    """chains: M; phases, gather_fraction, mass_rule, window_fraction, base_step, base_kappa, base_damping:
+    PolicyConfig's; meta_params: "rule" or the
+    path of a saved φ (module docstring)."""
+
+    chains: int = 10
+    phases: int = 3
+    gather_fraction: float = 0.5
+    mass_rule: str = "fisher"
+    window_fraction: float = 0.5
+    meta_params: str = "rule"
+    base_step: float = 1e-3
+    base_kappa: float = 0.3
+    base_damping: float = 0.1
+
+    def __post_init__(self):
+        if not isinstance(self.chains, int) or self.chains < 2:
+            raise ConfigError(f"settings.policy.chains must be an integer >= 2, got {self.chains!r}")
+        try:
+            _config(self, 100 * self.phases)
+        except ValueError as e:
+            raise ConfigError(f"settings.policy: {e}") from None
+
+
+def _config(s: PolicySettings, freeze: int, noise_halves: bool = True) -> P.PolicyConfig:
+    """The sampler's PolicyConfig with the window starting at update `freeze`."""
+    return P.PolicyConfig(freeze_step=freeze, phases=s.phases, gather_fraction=s.gather_fraction,
+                          mass_rule=s.mass_rule, window_fraction=s.window_fraction, noise_halves=noise_halves,
+                          base_step=s.base_step, base_kappa=s.base_kappa, base_damping=s.base_damping,
+                          policy="rule" if s.meta_params == "rule" else "learned")
+
+
+def policy_schedule(cfg, s: PolicySettings) -> tuple[ChainSchedule, int]:
+    """(each chain's ChainSchedule, freeze_step) at G = cfg.num_steps, K = cfg.num_samples (module docstring)."""
+    overhead = P.adaptation_gradients(_config(s, 100 * s.phases))
+    steps = (cfg.num_steps - overhead) // s.chains
+    draws = max(1, cfg.num_samples // s.chains)
+    window = int(s.window_fraction * steps)
+    thinning = max(1, window // draws)
+    freeze = steps - draws * thinning
+    if freeze < 2 * s.phases:
+        raise ConfigError(f"settings.policy: a budget of {cfg.num_steps} gradients leaves {steps} updates per chain "
+                          f"for {s.chains} chains, too few for {s.phases} adaptation phases")
+    return ChainSchedule(steps, draws, thinning, cfg.batch_size, cfg.chunk), freeze
+
+
+def _meta_params(s: PolicySettings):
+    if s.meta_params == "rule":
+        return P.init_meta_params(jax.random.PRNGKey(0))
+    try:
+        return P.load_meta_params(s.meta_params)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"settings.policy.meta_params: {str(e).splitlines()[0]}") from None
+
+
+def _chunk(ctx, s: PolicySettings, schedule: ChainSchedule, freeze: int):
+    task = ctx.task
+    config = _config(s, freeze, noise_halves=schedule.batch_size % 2 == 0)
+
+    def build():
+        kernel = P.build_kernel(task.posterior, config)
+        chunk = make_chunk(lambda k, st, mb, args: kernel(k, st, mb, args), P.per_chain_batches(
+            task.sample_batch, s.chains), schedule.batch_size, schedule.chunk_length)
+        return jax.jit(chunk)
+
+    return config, ctx.cache.get(("policy", task.spec, s, schedule, freeze), build)
+
+
+def run_policy(ctx, key, hp: dict):
+    """M chains of S updates from M prior draws (module docstring); grad_evals: M·S + the adaptation points'."""
+    s, task = ctx.settings, ctx.task
+    schedule, freeze = policy_schedule(ctx.cfg, s)
+    config, fn = _chunk(ctx, s, schedule, freeze)
+    phi = _meta_params(s)
+    init_key, key_chain = chain_keys(key)
+    state = P.init(jax.vmap(task.init_params)(jax.random.split(init_key, s.chains)))
+    fn(state, key_chain, jnp.asarray(0, jnp.int32), task.train_data, phi)  # compile and warm up, not timed
+    t0 = time.perf_counter()
+    chain, kept = run_chunks(fn, state, key_chain, task.train_data, phi, schedule)
+    jax.block_until_ready(chain.samples)
+    seconds = time.perf_counter() - t0
+    info = host_info(kept)
+    d = tree_size(jax.tree.map(lambda x: x[0], state.position))
+    sampling = np.asarray(info.sampling, bool)
+    t_kin = [float(np.mean(np.asarray(info.t_kin)[sampling[:, c], c])) if sampling[:, c].any() else None
+             for c in range(s.chains)]
+    draws = schedule.num_samples
+    flat = jax.tree.map(lambda x: x.reshape((draws * s.chains,) + x.shape[2:]), chain.samples)
+    chain_ids = [c for _ in range(draws) for c in range(s.chains)]
+    record = {**hp, "chains": s.chains, "steps_per_chain": schedule.num_steps, "freeze_step": freeze,
+              "thinning": schedule.thinning, "phases": s.phases, "mass_rule": s.mass_rule,
+              "meta_params": s.meta_params, "temperature": config.temperature, "eps": float(chain.state.eps),
+              "noise_halves": config.noise_halves, "num_params": d}
+    grads = schedule.num_steps * s.chains + P.adaptation_gradients(config)
+    return finalise(ctx, flat, chain_ids, grads, seconds, record, num_chains=s.chains, t_kin=t_kin)
+
+
+METHOD = Method("policy", PolicySettings, run_policy, chain_allocation=False, kinetic_check=True,
+                check=lambda cfg, s: policy_schedule(cfg, s) and None,
+                grids=dict(smoke=dict(chains=2, phases=2)))

@@ -1,0 +1,180 @@
+"""Policy-L2E (l2e.policy): M chains adapted together at a few points of the burn-in, then frozen SGHMC.
+
+- the adaptation points and gathering windows are where the config says;
+- zero output is the hand-designed rule: φ with zero output layers ("rule" start) runs bit for bit the chains of
+  policy="rule" with a random φ, and a random φ under policy="learned" changes the mass;
+- the rule recovers the Fisher diagonal σ² on an anisotropic Gaussian (median M⁻¹/σ² within 15 %) at ε = κ₀, γε = δ₀;
+  the "variance" rule recovers Var θ = σ² too, the "scale" rule the shape of σ (slope ½ of log M⁻¹ on log σ²);
+- after the freeze the constants are fixed and θ' − θ = ε·M⁻¹r' (SGHMC with mass M);
+- stationarity with a random φ: the variance ratios on the 10-D Gaussian and the banana lie inside SGHMC's 3-seed
+  band ± SLACK, E[θ1²θ2] on the banana too, T_kin within 10 % of T (slow); on a large-N logistic regression (N =
+  5,000, B = 32) where plain SGHMC runs hot, the rule's variance ratio is in the dispersion band (slow);
+- a saved φ loads back; a bad φ or configuration is refused with one line;
+- the evaluation method's budget split (gradients = M·S + the adaptation points' Hessian-vector products).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import l2e
+from l2e import policy as P
+from test_control_variates import BAND, _batch, _logistic, _logistic_truth, _ratio
+
+N, D, M = 100, 10, 8
+SD = np.geomspace(0.3, 3.0, D)
+SLACK = 0.08
+"""Distance allowed from SGHMC's 3-seed band (as tests/test_transient.py)."""
+
+
+def gaussian_posterior(noise=0.3):
+    return l2e.Posterior(lambda th, b: (0.5 * jnp.sum(th**2 / SD**2) + noise * jnp.dot(jnp.mean(b, 0), th)) / N,
+                         lambda th: jnp.zeros(()), N)
+
+
+def banana_posterior(noise=0.3):
+    def nll(th, b):
+        lp = -0.5 * th[0] ** 2 - 0.5 * (th[1] - th[0] ** 2 + 1.0) ** 2 / 0.25
+        return (-lp + noise * jnp.dot(jnp.mean(b, 0), th)) / N
+    return l2e.Posterior(nll, lambda th: jnp.zeros(()), N)
+
+
+def run(alg, dim, steps, chains=M, start=2.0, seed=0, keep=None):
+    """(final state, positions (steps, chains, dim), infos) of one Policy-L2E run (lax.scan: toy targets)."""
+    def body(st, k):
+        kb, ks = jax.random.split(k)
+        st, info = alg.step(ks, st, jax.random.normal(kb, (chains, 8, dim)))
+        return st, (st.position, info)
+
+    init = alg.init(jnp.full((chains, dim), start) + jnp.arange(chains)[:, None] * 0.1)
+    st, (xs, info) = jax.jit(lambda k: jax.lax.scan(body, init, jax.random.split(k, steps)))(
+        jax.random.PRNGKey(seed))
+    return st, np.asarray(xs, np.float64), info
+
+
+def test_adaptation_points_and_gathering_windows():
+    ends, gathers = P.adaptation_points(P.PolicyConfig(freeze_step=300, phases=3, gather_fraction=0.5))
+    assert ends == (100, 200, 300) and gathers == (50, 150, 250)
+    assert P.adaptation_gradients(P.PolicyConfig(phases=3, power_iterations=10)) == 66
+
+
+def test_zero_output_is_the_rule_and_phi_is_read():
+    post, cfg = gaussian_posterior(), P.PolicyConfig(freeze_step=60, base_step=1e-2)
+    random = P.init_meta_params(jax.random.PRNGKey(3), start="random")
+    a, xa, _ = run(P.policy(post, P.init_meta_params(jax.random.PRNGKey(0)), cfg), D, 90)
+    b, xb, _ = run(P.policy(post, random, dataclasses.replace(cfg, policy="rule")), D, 90)
+    c, _, _ = run(P.policy(post, random, cfg), D, 90)
+    np.testing.assert_array_equal(xa, xb)
+    assert float(a.eps) == float(b.eps) and np.array_equal(np.asarray(a.inv_mass), np.asarray(b.inv_mass))
+    assert not np.allclose(np.asarray(c.inv_mass), np.asarray(a.inv_mass), rtol=0.05)
+
+
+@pytest.mark.parametrize("rule", ["fisher", "variance", "scale"])
+def test_rule_recovers_the_mass_it_names(rule):
+    cfg = P.PolicyConfig(freeze_step=1500, base_step=1e-2, mass_rule=rule)
+    st, _, _ = run(P.policy(gaussian_posterior(noise=0.05), None, cfg), D, 1501)
+    m = np.asarray(st.inv_mass)
+    if rule == "scale":
+        slope = np.polyfit(np.log(SD**2), np.log(m), 1)[0]
+        assert abs(slope - 0.5) < 0.1, slope
+    else:
+        assert abs(np.median(m / SD**2) - 1) < 0.15, m / SD**2
+    assert float(st.eps) == pytest.approx(0.3) and np.allclose(np.asarray(st.friction) * float(st.eps), 0.1)
+
+
+def test_window_is_sghmc_with_frozen_constants():
+    post = gaussian_posterior()
+    alg = P.policy(post, P.init_meta_params(jax.random.PRNGKey(3), start="random"), P.PolicyConfig(freeze_step=30))
+    step = jax.jit(alg.step)
+    state = alg.init(jnp.ones((M, D)))
+    for t in range(36):
+        new, info = step(jax.random.PRNGKey(t), state, jax.random.normal(jax.random.PRNGKey(500 + t), (M, 8, D)))
+        if t > 30:
+            assert np.array_equal(np.asarray(new.inv_mass), np.asarray(state.inv_mass))
+            assert float(new.eps) == float(state.eps) and bool(np.all(info.sampling))
+            np.testing.assert_allclose(new.position - state.position, new.eps * new.inv_mass * new.momentum,
+                                       rtol=1e-4, atol=1e-7)
+            np.testing.assert_allclose(info.kinetic, np.sum(new.momentum**2 * new.inv_mass, axis=1), rtol=1e-5)
+        state = new
+
+
+def test_saved_phi_loads_and_bad_input_is_refused(tmp_path):
+    phi = P.init_meta_params(jax.random.PRNGKey(1), start="random")
+    P.save_meta_params(tmp_path / "phi.npz", phi)
+    back = P.load_meta_params(tmp_path / "phi.npz")
+    for a, b in zip(jax.tree.leaves(phi), jax.tree.leaves(back)):
+        np.testing.assert_array_equal(np.asarray(a), b)
+    with pytest.raises(ValueError, match="mass, window"):
+        P.check_meta_params({"mass": phi["mass"]}, "phi")
+    np.savez(tmp_path / "bad.npz", **{"mass/Dense_0/kernel": np.ones((3, 3))})
+    with pytest.raises(ValueError, match="bad.npz"):
+        P.load_meta_params(tmp_path / "bad.npz")
+    for bad in (dict(phases=1), dict(mass_rule="stan"), dict(policy="net"), dict(freeze_step=4, phases=3),
+                dict(gather_fraction=0.0)):
+        with pytest.raises(ValueError):
+            P.PolicyConfig(**bad)
+
+
+def test_evaluation_method_splits_the_budget():
+    from base.io import ConfigError
+    from evaluate.methods.policy import PolicySettings, policy_schedule
+
+    cfg = type("Cfg", (), dict(num_steps=1000, num_samples=10, batch_size=64, chunk=10))
+    schedule, freeze = policy_schedule(cfg, PolicySettings())
+    assert (schedule.num_steps, schedule.num_samples, schedule.thinning, freeze) == (93, 1, 46, 47)
+    cfg.num_steps = 150
+    with pytest.raises(ConfigError, match="too few"):
+        policy_schedule(cfg, PolicySettings())
+    with pytest.raises(ConfigError, match="chains"):
+        PolicySettings(chains=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["gauss", "banana"])
+def test_window_samples_inside_sghmc_band(target):
+    post, dim = (gaussian_posterior(), D) if target == "gauss" else (banana_posterior(), 2)
+    var = SD**2 if target == "gauss" else np.array([1.0, 2.25])
+    cfg = P.PolicyConfig(freeze_step=2000, base_step=1e-2, base_kappa=0.1)
+    _, xs, info = run(P.policy(post, P.init_meta_params(jax.random.PRNGKey(3), start="random"), cfg), dim, 8000,
+                      chains=32)
+    xs = xs[2000:].reshape(-1, dim)
+    from test_transient import run as run_single
+
+    band = [run_single(l2e.sghmc(post, 0.5, 3.0), dim, seed=s)[1] for s in range(3)]
+    ratios = np.stack([b.var(0) / var for b in band])
+    got = xs.var(0) / var
+    assert np.all(got >= ratios.min(0) - SLACK) and np.all(got <= ratios.max(0) + SLACK), (got, ratios)
+    t_kin = float(np.mean(np.asarray(info.t_kin)[2000:]))
+    assert abs(t_kin - 1.0) < 0.1, t_kin
+    if target == "banana":
+        e = [np.mean(b[:, 0] ** 2 * b[:, 1]) for b in band]
+        assert min(e) - 2 * SLACK <= np.mean(xs[:, 0] ** 2 * xs[:, 1]) <= max(e) + 2 * SLACK
+
+
+@pytest.mark.slow
+def test_large_n_logistic_regression_in_band():
+    """N = 5,000, d = 5, B = 32 (where plain SGHMC runs hot: tests/test_control_variates.py): the rule's chains, 16
+    of them from 0, freeze at 2,000 updates, then 8,000 window updates: the variance ratio about the exact mean
+    (importance sampling) in the dispersion band, per coordinate and its 3-s.e. interval."""
+    post, data = _logistic(5_000, 5)
+    _, mean, var = _logistic_truth(data)
+    chains, steps, freeze = 16, 10_000, 2_000
+    alg = P.policy(post, None, P.PolicyConfig(freeze_step=freeze))
+
+    def body(st, t):
+        keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(2), t), chains + 1)
+        batches = jax.vmap(lambda k: _batch(k, data, 32))(keys[1:])
+        st, info = alg.step(keys[0], st, batches)
+        return st, (st.position["w"], info.t_kin)
+
+    st, (xs, t_kin) = jax.jit(lambda: jax.lax.scan(body, alg.init({"w": jnp.zeros((chains, 5))}),
+                                                   jnp.arange(steps)))()
+    xs = np.moveaxis(np.asarray(xs, np.float64)[freeze:], 1, 0)
+    per, avg, se = _ratio(xs, mean, var)
+    assert np.all((per > BAND[0]) & (per < BAND[1])), per
+    assert BAND[0] < avg - 3 * se and avg + 3 * se < BAND[1], (avg, se)
+    assert abs(float(np.mean(np.asarray(t_kin)[freeze:])) - 1.0) < 0.1
