@@ -38,19 +38,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from l2e.adaptation import corrected_sghmc, flat, halved_gradients, pooled_moments, top_curvature, unflat, welford
+from l2e.adaptation import corrected_sghmc, halved_gradients, top_curvature, unflat, welford
+from l2e.policy_features import COORD_FEATURES, GLOBAL_FEATURES, features
 from l2e.checks import check_choice, check_flag, check_in_range, check_positive, check_step_count
 from l2e.meta_model import MetaMLP, check_stack, hidden_sizes, mlp_layers_names
-from l2e.transient import MAX_DAMPING, NOISE_MARGIN, SHRINK, STABILITY
+from l2e.transient import MAX_DAMPING, NOISE_MARGIN, STABILITY
 from l2e.types import PyTree, Posterior, SamplingAlgorithm, all_finite, normal_like, settled, window_temperature
 
 __all__ = ["COORD_FEATURES", "GLOBAL_FEATURES", "PolicyConfig", "PolicyInfo", "PolicyState", "adaptation_gradients",
            "adaptation_points", "build_kernel", "check_meta_params", "features", "init", "init_meta_params",
-           "load_meta_params", "per_chain_batches", "policy", "save_meta_params"]
+           "load_meta_params", "per_chain_batches", "policy", "save_meta_params",
+           "split_budget"]
 
 LOG_BOUND = 3.0
-COORD_FEATURES = ("log_fisher_scale", "log_within_share", "log_noise_share", "grad_mean_z", "log_inv_mass")
-GLOBAL_FEATURES = ("progress", "log_t_kin", "loss_trend", "log_rhat", "log_energy_var")
 MASS_RULES, POLICIES = ("fisher", "variance", "scale"), ("learned", "rule")
 _TINY = 1e-30
 
@@ -108,6 +108,21 @@ def adaptation_gradients(config: PolicyConfig) -> int:
     """Gradient-equivalents the adaptation points spend beyond the chains' updates: 2 per Hessian-vector product
     (forward over reverse), POWER_ITERATIONS + 1 of them at each of the `phases` points."""
     return 2 * (config.power_iterations + 1) * config.phases
+
+
+def split_budget(config: PolicyConfig, gradients: int, draws: int, chains: int) -> tuple[int, int, int, int]:
+    """(updates per chain S, draws per chain k, thinning, freeze_step) of a run of `gradients` minibatch gradients
+    and `draws` draws over `chains` chains: the adaptation points' gradients first, S = ⌊(G − those)/M⌋, k =
+    max(1, ⌊K/M⌋) draws per chain evenly over the last window_fraction of its updates, the freeze where they start.
+    ValueError when the freeze would leave fewer than 2 updates per phase."""
+    steps = (gradients - adaptation_gradients(config)) // chains
+    per_chain = max(1, draws // chains)
+    thinning = max(1, int(config.window_fraction * steps) // per_chain)
+    freeze = steps - per_chain * thinning
+    if freeze < 2 * config.phases:
+        raise ValueError(f"a budget of {gradients} gradients leaves {steps} updates per chain for {chains} chains, "
+                         f"too few for {config.phases} adaptation phases")
+    return steps, per_chain, thinning, freeze
 
 
 class PolicyState(NamedTuple):
@@ -211,44 +226,6 @@ def load_meta_params(path) -> PyTree:
 
 def _bounded(x):
     return LOG_BOUND * jnp.tanh(x / LOG_BOUND)
-
-
-def _log_scales(config: PolicyConfig, var_x, var_g, mean_g, count) -> tuple[jax.Array, jax.Array]:
-    """(log σ̂² of the mass rule shrunk toward its geometric mean, the Fisher diagonal's log σ̂² less its mean)."""
-    fisher = 0.5 * (jnp.log(var_x) - jnp.log(var_g))
-    if config.mass_rule == "variance":
-        log_s2 = jnp.log(var_x)
-    elif config.mass_rule == "scale":  # the shape of 1/sqrt(E[∇Ũ²]) at the Fisher diagonal's geometric mean
-        log_s2 = -0.5 * jnp.log(var_g + jnp.square(mean_g))
-        log_s2 = log_s2 - jnp.mean(log_s2) + jnp.mean(fisher)
-    else:
-        log_s2 = fisher
-    mean = jnp.mean(log_s2)
-    w = count / (count + SHRINK)
-    return w * (log_s2 - mean) + mean, fisher - jnp.mean(fisher)
-
-
-def features(state: PolicyState, config: PolicyConfig, n_data: int, progress) -> tuple[jax.Array, jax.Array, dict]:
-    """(per-coordinate features (d, |COORD_FEATURES|), global features (|GLOBAL_FEATURES|,), the rule's statistics)
-    at an adaptation point from the gathering window's statistics (module docstring)."""
-    n = jnp.maximum(state.count, 1.0)
-    chains = state.loss_mean.shape[0]
-    w_x, b_x, _ = pooled_moments(state.mean_x, state.m2_x, n)
-    w_g, b_g, mu_g = pooled_moments(state.mean_g, state.m2_g, n)
-    var_x, var_g = w_x + _TINY, w_g + _TINY  # within chains: chains in different modes do not widen the mass
-    noise = flat(state.noise_acc)
-    log_s2, fisher = _log_scales(config, var_x, var_g, mu_g, n * chains)
-    log_m = jnp.log(flat(state.inv_mass))
-    coord = jnp.stack([fisher, jnp.log(var_x / (var_x + b_x)), jnp.log((noise + _TINY) / var_g),
-                       jnp.clip(mu_g / jnp.sqrt(var_g), -10.0, 10.0), log_m - jnp.mean(log_m)], axis=1)
-    d = var_x.shape[0]
-    loss_var = jnp.mean(state.loss_m2) / jnp.maximum(n - 1.0, 1.0) + jnp.var(state.loss_mean)
-    trend = 2.0 * jnp.mean(state.loss_mean - state.loss_early) * n_data / jnp.sqrt(0.5 * d)
-    t_kin = jnp.where(state.eps > 0, jnp.log(jnp.maximum(state.kin, _TINY) / config.temperature), 0.0)
-    glob = jnp.stack([jnp.asarray(progress, jnp.float32), t_kin, jnp.arcsinh(trend),
-                      jnp.mean(0.5 * jnp.log((var_x + b_x) / var_x)),
-                      jnp.log(float(n_data) ** 2 * loss_var / (0.5 * d) + _TINY)])
-    return coord, glob, {"log_s2": log_s2, "noise": noise}
 
 
 def _adapt(state: PolicyState, phi, config: PolicyConfig, posterior: Posterior, minibatch, key, scale,

@@ -61,16 +61,12 @@ def _config(s: PolicySettings, freeze: int, noise_halves: bool = True) -> P.Poli
 
 
 def policy_schedule(cfg, s: PolicySettings) -> tuple[ChainSchedule, int]:
-    """(each chain's ChainSchedule, freeze_step) at G = cfg.num_steps, K = cfg.num_samples (module docstring)."""
-    overhead = P.adaptation_gradients(_config(s, 100 * s.phases))
-    steps = (cfg.num_steps - overhead) // s.chains
-    draws = max(1, cfg.num_samples // s.chains)
-    window = int(s.window_fraction * steps)
-    thinning = max(1, window // draws)
-    freeze = steps - draws * thinning
-    if freeze < 2 * s.phases:
-        raise ConfigError(f"settings.policy: a budget of {cfg.num_steps} gradients leaves {steps} updates per chain "
-                          f"for {s.chains} chains, too few for {s.phases} adaptation phases")
+    """(each chain's ChainSchedule, freeze_step) at G = cfg.num_steps, K = cfg.num_samples (l2e.policy.split_budget)."""
+    try:
+        steps, draws, thinning, freeze = P.split_budget(_config(s, 100 * s.phases), cfg.num_steps, cfg.num_samples,
+                                                        s.chains)
+    except ValueError as e:
+        raise ConfigError(f"settings.policy: {e}") from None
     return ChainSchedule(steps, draws, thinning, cfg.batch_size, cfg.chunk), freeze
 
 

@@ -1,0 +1,53 @@
+"""The statistics Policy-L2E's adaptation points read (l2e.policy): per coordinate and globally, from the M chains'
+gathering-window moments; and the mass rule's log σ̂² (module docstring of l2e.policy)."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from l2e.adaptation import flat, pooled_moments
+from l2e.transient import SHRINK
+
+__all__ = ["COORD_FEATURES", "GLOBAL_FEATURES", "features"]
+
+COORD_FEATURES = ("log_fisher_scale", "log_within_share", "log_noise_share", "grad_mean_z", "log_inv_mass")
+GLOBAL_FEATURES = ("progress", "log_t_kin", "loss_trend", "log_rhat", "log_energy_var")
+_TINY = 1e-30
+
+
+def _log_scales(config, var_x, var_g, mean_g, count) -> tuple[jax.Array, jax.Array]:
+    """(log σ̂² of the mass rule shrunk toward its geometric mean, the Fisher diagonal's log σ̂² less its mean)."""
+    fisher = 0.5 * (jnp.log(var_x) - jnp.log(var_g))
+    if config.mass_rule == "variance":
+        log_s2 = jnp.log(var_x)
+    elif config.mass_rule == "scale":  # the shape of 1/sqrt(E[∇Ũ²]) at the Fisher diagonal's geometric mean
+        log_s2 = -0.5 * jnp.log(var_g + jnp.square(mean_g))
+        log_s2 = log_s2 - jnp.mean(log_s2) + jnp.mean(fisher)
+    else:
+        log_s2 = fisher
+    mean = jnp.mean(log_s2)
+    w = count / (count + SHRINK)
+    return w * (log_s2 - mean) + mean, fisher - jnp.mean(fisher)
+
+
+def features(state, config, n_data: int, progress) -> tuple[jax.Array, jax.Array, dict]:
+    """(per-coordinate features (d, |COORD_FEATURES|), global features (|GLOBAL_FEATURES|,), the rule's statistics)
+    at an adaptation point from the gathering window's statistics (module docstring)."""
+    n = jnp.maximum(state.count, 1.0)
+    chains = state.loss_mean.shape[0]
+    w_x, b_x, _ = pooled_moments(state.mean_x, state.m2_x, n)
+    w_g, b_g, mu_g = pooled_moments(state.mean_g, state.m2_g, n)
+    var_x, var_g = w_x + _TINY, w_g + _TINY  # within chains: chains in different modes do not widen the mass
+    noise = flat(state.noise_acc)
+    log_s2, fisher = _log_scales(config, var_x, var_g, mu_g, n * chains)
+    log_m = jnp.log(flat(state.inv_mass))
+    coord = jnp.stack([fisher, jnp.log(var_x / (var_x + b_x)), jnp.log((noise + _TINY) / var_g),
+                       jnp.clip(mu_g / jnp.sqrt(var_g), -10.0, 10.0), log_m - jnp.mean(log_m)], axis=1)
+    d = var_x.shape[0]
+    loss_var = jnp.mean(state.loss_m2) / jnp.maximum(n - 1.0, 1.0) + jnp.var(state.loss_mean)
+    trend = 2.0 * jnp.mean(state.loss_mean - state.loss_early) * n_data / jnp.sqrt(0.5 * d)
+    t_kin = jnp.where(state.eps > 0, jnp.log(jnp.maximum(state.kin, _TINY) / config.temperature), 0.0)
+    glob = jnp.stack([jnp.asarray(progress, jnp.float32), t_kin, jnp.arcsinh(trend),
+                      jnp.mean(0.5 * jnp.log((var_x + b_x) / var_x)),
+                      jnp.log(float(n_data) ** 2 * loss_var / (0.5 * d) + _TINY)])
+    return coord, glob, {"log_s2": log_s2, "noise": noise}
