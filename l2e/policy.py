@@ -72,7 +72,7 @@ class PolicyConfig:
     phases: int = 3
     gather_fraction: float = 0.5
     base_step: float = 1e-3
-    base_kappa: float = 0.3
+    base_kappa: float = 0.15
     base_damping: float = 0.1
     rms_decay: float = 0.99
     rms_eps: float = 1e-4

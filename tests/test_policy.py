@@ -83,7 +83,7 @@ def test_rule_recovers_the_mass_it_names(rule):
         assert abs(slope - 0.5) < 0.1, slope
     else:
         assert abs(np.median(m / SD**2) - 1) < 0.15, m / SD**2
-    assert float(st.eps) == pytest.approx(0.3) and np.allclose(np.asarray(st.friction) * float(st.eps), 0.1)
+    assert float(st.eps) == pytest.approx(0.15) and np.allclose(np.asarray(st.friction) * float(st.eps), 0.1)
 
 
 def test_window_is_sghmc_with_frozen_constants():

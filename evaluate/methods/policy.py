@@ -40,7 +40,7 @@ class PolicySettings:
     window_fraction: float = 0.5
     meta_params: str = "rule"
     base_step: float = 1e-3
-    base_kappa: float = 0.3
+    base_kappa: float = 0.15
     base_damping: float = 0.1
 
     def __post_init__(self):

@@ -1,0 +1,261 @@
+"""python -m meta_train.policy_train: meta-train Policy-L2E's adaptation policy (l2e.policy) on the zoo's
+meta-training half only (tasks.zoo.train_names), by antithetic ES (evosax Open_ES, σ constant, clipped Adam) with
+common random numbers: every member of a generation runs the same inits and minibatches on the same tasks.
+
+A generation draws `tasks_per_generation` of the configured tasks; each member's fitness is its meta-loss
+(meta_train.policy_task) averaged over those tasks and the budgets. Every `eval_every` generations the mean φ is
+scored on every configured task and budget with fixed keys: the meta-loss curve (log.jsonl, "eval" rows). The run
+directory holds config.json, log.jsonl, state.npz (the ES state after the last finished generation: a rerun with
+the same configuration resumes there; `generations` may grow) and phi.npz (the mean φ; `python -m evaluate ... --set
+settings.policy.meta_params=DIR/phi.npz`). `--gradient-variance R` instead measures, at φ₀, the relative variance
+E‖ĝ − ḡ‖² / ‖ḡ‖² of R independent generation-sized ES estimates ĝ (and their mean cosine to ḡ).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax import flatten_util  # noqa: F401  (jax.flatten_util)
+
+from l2e import policy as P
+
+__all__ = ["DEFAULT_TASKS", "PolicyTrainConfig", "gradient_variance", "train"]
+
+DEFAULT_TASKS = ("digits/mlp-16", "wine/mlp-16", "breast_cancer/mlp-16", "digits/mlp-linear", "digits/mlp-8-tanh",
+                 "digits/mlp-64-p0.05", "iris/mlp-8-tanh", "breast_cancer/mlp-8-tanh",
+                 "breast_cancer/mlp-16x16-tanh-p0.05", "synthetic_tabular/mlp-8-tanh", "synthetic_images/mlp-linear",
+                 "wine/mlp-linear-p1")
+"""The shipped preset's tasks: classification MLPs and linear models of the meta-training half (CNNs cost too much
+for the 60-minute CPU budget; they stay for the held-out judgement)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyTrainConfig:
+    """reference: the zoo's reference directory; tasks: meta-training tasks (each in tasks.zoo.train_names());
+    budgets: G per run; chains M; draws K; batch_size B; population, sigma, learning_rate, clip_norm: the ES;
+    generations; tasks_per_generation; eval_every; hidden: the policy networks' widths; base_kappa: κ₀ of the rule
+    the policy corrects; dispersion_weight, temperature_weight: the meta-loss's; seed."""
+
+    reference: str = "results/references"
+    tasks: tuple[str, ...] = DEFAULT_TASKS
+    budgets: tuple[int, ...] = (2000,)
+    chains: int = 10
+    draws: int = 10
+    batch_size: int = 64
+    population: int = 16
+    sigma: float = 0.1
+    learning_rate: float = 0.03
+    clip_norm: float = 1.0
+    generations: int = 150
+    tasks_per_generation: int = 4
+    eval_every: int = 10
+    hidden: tuple[int, ...] = (16,)
+    base_kappa: float = 0.15
+    dispersion_weight: float = 1.0
+    temperature_weight: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self):
+        from tasks.zoo import train_names
+
+        for name in ("tasks", "budgets", "hidden"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        outside = [t for t in self.tasks if t not in set(train_names())]
+        if outside:
+            raise ValueError(f"tasks outside the zoo's meta-training half: {', '.join(outside)}")
+        if not self.tasks or not self.budgets or self.population < 2 or self.population % 2:
+            raise ValueError("need tasks, budgets and an even population >= 2")
+        if not 0 < self.tasks_per_generation <= len(self.tasks):
+            raise ValueError(f"tasks_per_generation must be in [1, {len(self.tasks)}]")
+
+    def sampler(self) -> P.PolicyConfig:
+        return P.PolicyConfig(base_kappa=self.base_kappa)
+
+
+class Programs:
+    """The loaded tasks and their compiled population programs, one per (task, budget), built on first use."""
+
+    def __init__(self, config: PolicyTrainConfig):
+        from meta_train.policy_task import load_policy_task
+
+        self.config = config
+        self.tasks = {t: load_policy_task(t, config.reference, config.draws, config.seed) for t in config.tasks}
+        self.programs: dict = {}
+
+    def losses(self, name: str, budget: int, phis, key) -> tuple[np.ndarray, dict]:
+        from meta_train.policy_task import population_losses, population_program
+
+        c = self.config
+        if (name, budget) not in self.programs:
+            self.programs[name, budget] = population_program(self.tasks[name], c.sampler(), budget, c.draws,
+                                                             c.chains, c.batch_size)
+        probs, t_kin = self.programs[name, budget](phis, key)
+        return population_losses(self.tasks[name], probs, t_kin, c.dispersion_weight, c.temperature_weight)
+
+    def fitness(self, names, phis, key) -> tuple[np.ndarray, dict]:
+        """Mean meta-loss per member over `names` × budgets (same key for every member: common random numbers)."""
+        rows, stats = [], {}
+        for i, name in enumerate(names):
+            for budget in self.config.budgets:
+                loss, s = self.losses(name, budget, phis, jax.random.fold_in(key, i))
+                rows.append(loss)
+                stats[f"{name}@{budget}"] = {k: float(np.median(v)) for k, v in s.items()}
+        return np.mean(rows, axis=0), stats
+
+
+def _strategy(config: PolicyTrainConfig, phi0):
+    from evosax.algorithms import Open_ES
+    from evosax.core.fitness_shaping import identity_fitness_shaping_fn
+
+    return Open_ES(population_size=config.population, solution=phi0, use_antithetic_sampling=True,
+                   optimizer=optax.chain(optax.clip_by_global_norm(config.clip_norm), optax.adam(config.learning_rate)),
+                   std_schedule=optax.constant_schedule(config.sigma), fitness_shaping_fn=identity_fitness_shaping_fn)
+
+
+def _generation_tasks(config: PolicyTrainConfig, g: int) -> list[str]:
+    rng = np.random.default_rng([config.seed, g])
+    return [config.tasks[i] for i in sorted(rng.choice(len(config.tasks), config.tasks_per_generation, replace=False))]
+
+
+def _save_state(path: Path, state) -> None:
+    leaves = {f"leaf_{i:04d}": np.asarray(v) for i, v in enumerate(jax.tree.leaves(state))}
+    tmp = path.with_suffix(".tmp.npz")
+    with open(tmp, "wb") as f:
+        np.savez(f, **leaves)
+    tmp.replace(path)
+
+
+def _load_state(path: Path, template):
+    leaves, treedef = jax.tree.flatten(template)
+    with np.load(path, allow_pickle=False) as z:
+        got = [z[f"leaf_{i:04d}"] for i in range(len(leaves))]
+    if any(np.shape(a) != np.shape(b) for a, b in zip(got, leaves)):
+        raise ValueError(f"{path}: not a state of this configuration")
+    return jax.tree.unflatten(treedef, [jnp.asarray(a, dtype=jnp.asarray(b).dtype) for a, b in zip(got, leaves)])
+
+
+def _mean_phi(strategy, state):
+    return strategy.get_mean(state)
+
+
+def _evaluate(programs: Programs, phi, seed: int) -> dict:
+    """The mean φ's meta-loss on every configured task and budget, fixed keys (the meta-loss curve)."""
+    phis = jax.tree.map(lambda v: jnp.asarray(v)[None], phi)
+    loss, stats = programs.fitness(programs.config.tasks, phis, jax.random.PRNGKey(10_000 + seed))
+    return {"loss": float(loss[0]), "tasks": stats}
+
+
+def train(config: PolicyTrainConfig, output, progress=print) -> dict:
+    """Run (or resume) the meta-training in directory `output` (module docstring); returns the last log row."""
+    out = Path(output)
+    conf = {"kind": "policy_train", **dataclasses.asdict(config)}
+    conf = json.loads(json.dumps(conf))
+    same = {k: v for k, v in conf.items() if k != "generations"}  # a run may be extended
+    if out.exists():
+        stored = json.loads((out / "config.json").read_text()) if (out / "config.json").is_file() else None
+        if not isinstance(stored, dict) or {k: v for k, v in stored.items() if k != "generations"} != same:
+            raise ValueError(f"--output {out} holds something else (another configuration or not a policy run)")
+    else:
+        out.mkdir(parents=True)
+    (out / "config.json").write_text(json.dumps(conf, indent=1) + "\n")
+    phi0 = P.init_meta_params(jax.random.PRNGKey(config.seed), config.hidden)
+    strategy = _strategy(config, phi0)
+    params = strategy.default_params
+    state = strategy.init(jax.random.PRNGKey(config.seed), phi0, params)
+    log = out / "log.jsonl"
+    done = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
+    start = max([r["generation"] + 1 for r in done if r["kind"] == "train"], default=0)
+    if start:
+        state = _load_state(out / "state.npz", state)
+    programs = Programs(config)
+    row = {}
+    for g in range(start, config.generations + 1):
+        t0 = time.perf_counter()
+        if g % config.eval_every == 0 or g == config.generations:
+            if not any(r["kind"] == "eval" and r["generation"] == g for r in done):
+                row = {"kind": "eval", "generation": g, **_evaluate(programs, _mean_phi(strategy, state), config.seed),
+                       "seconds": time.perf_counter() - t0}
+                with open(log, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+                progress(f"policy_train: generation {g} eval meta-loss {row['loss']:.4f}")
+        if g == config.generations:
+            break
+        key = jax.random.fold_in(jax.random.PRNGKey(config.seed), g)
+        k_ask, k_run = jax.random.split(key)
+        population, new = strategy.ask(k_ask, state, params)
+        names = _generation_tasks(config, g)
+        fitness, stats = programs.fitness(names, population, k_run)
+        state, _ = strategy.tell(k_ask, population, jnp.asarray(fitness, jnp.float32), new, params)
+        _save_state(out / "state.npz", state)
+        P.save_meta_params(out / "phi.npz", _mean_phi(strategy, state))
+        row = {"kind": "train", "generation": g, "tasks": names, "fitness_mean": float(np.mean(fitness)),
+               "fitness_min": float(np.min(fitness)), "seconds": time.perf_counter() - t0}
+        with open(log, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        progress(f"policy_train: generation {g} mean fitness {row['fitness_mean']:.4f} ({row['seconds']:.1f} s)")
+    return row
+
+
+def gradient_variance(config: PolicyTrainConfig, repeats: int) -> dict:
+    """At φ₀: `repeats` independent generation-sized antithetic ES estimates ĝ_r = mean_i z_i·f_i/σ (own
+    perturbations, tasks and minibatch keys each); relative variance E‖ĝ − ḡ‖²/‖ḡ‖² and mean cosine(ĝ_r, ḡ)."""
+    phi0 = P.init_meta_params(jax.random.PRNGKey(config.seed), config.hidden)
+    flat0, unravel = jax.flatten_util.ravel_pytree(phi0)
+    programs = Programs(config)
+    grads = []
+    for r in range(repeats):
+        key = jax.random.fold_in(jax.random.PRNGKey(config.seed + 1), r)
+        z = jax.random.normal(key, (config.population // 2, flat0.size))
+        z = jnp.concatenate([z, -z])
+        phis = jax.vmap(unravel)(flat0 + config.sigma * z)
+        fitness, _ = programs.fitness(_generation_tasks(config, 1_000_000 + r), phis, jax.random.fold_in(key, 1))
+        grads.append(np.asarray(z).T @ (fitness - fitness.mean()) / (len(fitness) * config.sigma))
+    g = np.stack(grads)
+    mean = g.mean(0)
+    rel = float(np.mean(np.sum((g - mean) ** 2, axis=1)) / np.sum(mean**2))
+    cos = float(np.mean(g @ mean / (np.linalg.norm(g, axis=1) * np.linalg.norm(mean) + 1e-30)))
+    return {"repeats": repeats, "relative_variance": rel, "mean_cosine": cos, "population": config.population,
+            "sigma": config.sigma, "tasks_per_generation": config.tasks_per_generation, "budgets": list(config.budgets)}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m meta_train.policy_train", description=__doc__.splitlines()[0])
+    p.add_argument("--output", required=True, help="run directory (resumed when it holds this configuration)")
+    p.add_argument("--reference", default="results/references", help="the zoo's reference directory")
+    p.add_argument("--generations", type=int, default=PolicyTrainConfig.generations)
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                   help="a PolicyTrainConfig field (tuples comma-separated), e.g. budgets=1000,4000")
+    p.add_argument("--gradient-variance", type=int, default=0, metavar="R",
+                   help="measure the ES gradient's relative variance over R estimates at φ₀ instead of training")
+    args = p.parse_args(argv)
+    try:
+        fields = {f.name: f for f in dataclasses.fields(PolicyTrainConfig)}
+        kw = {"reference": args.reference, "generations": args.generations}
+        for item in args.overrides:
+            name, _, value = item.partition("=")
+            if name not in fields:
+                raise ValueError(f"--set {item}: unknown field {name!r}")
+            default = fields[name].default
+            kw[name] = (tuple(type(default[0])(v) for v in value.split(",")) if isinstance(default, tuple)
+                        else type(default)(value))
+        config = PolicyTrainConfig(**kw)
+        if args.gradient_variance:
+            print(json.dumps(gradient_variance(config, args.gradient_variance)))
+            return 0
+        train(config, args.output)
+    except (ValueError, OSError) as e:
+        print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

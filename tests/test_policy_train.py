@@ -1,0 +1,65 @@
+"""Meta-training Policy-L2E (meta_train.policy_task, meta_train.policy_train).
+
+- the meta-loss: log(TV/TV_K) for draws whose dispersion is in the band and whose T_kin is at T; the dispersion
+  and temperature penalties add where they leave their bands; a member with a non-finite draw scores DIVERGED;
+- the configuration refuses a task of the held-out half (meta-training reads the training half only);
+- a run resumes and may be extended: one generation, then a call for two, logs the fitness of a two-generation run
+  in one call (slow: it compiles a task); another configuration in the same directory is refused.
+"""
+from __future__ import annotations
+
+import json
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from meta_train.policy_task import DIVERGED, PolicyTask, population_losses
+from meta_train.policy_train import PolicyTrainConfig, main, train
+
+
+def _task(ref_bma, ref_var=0.01, floor=0.05, band=(0.8, 1.2)):
+    return PolicyTask("t", None, jnp.zeros((ref_bma.shape[0], 1)), ref_bma, ref_var, floor, band)
+
+
+def test_meta_loss_terms():
+    rng = np.random.default_rng(0)
+    ref = np.full((4, 2), 0.5)
+    probs = np.clip(0.5 + 0.1 * rng.normal(size=(3, 10, 4, 1)), 0.01, 0.99)
+    probs = np.concatenate([probs, 1 - probs], axis=-1)
+    var = float(np.mean(np.var(probs[0], axis=0, ddof=1)))
+    pt = _task(ref, ref_var=var)
+    probs[2, 0, 0, 0] = np.nan
+    loss, stats = population_losses(pt, probs, np.array([1.0, 1.5, 1.0]))
+    tv = np.mean(0.5 * np.sum(np.abs(probs[0].mean(0) - ref), axis=-1))
+    assert loss[0] == pytest.approx(np.log(tv / 0.05)) and stats["var_ratio"][0] == pytest.approx(1.0)
+    assert loss[1] > np.log(stats["tv_ratio"][1]) + 0.39  # T_kin 1.5: penalty 0.4
+    assert loss[2] == DIVERGED
+    wide = _task(ref, ref_var=var / 4)  # the draws 4 × the reference's variance: log(4 / 1.2) added
+    assert population_losses(wide, probs[:1], np.ones(1))[0][0] == pytest.approx(np.log(tv / 0.05) + np.log(4 / 1.2))
+
+
+def test_configuration_refuses_the_held_out_half(capsys):
+    with pytest.raises(ValueError, match="outside the zoo's meta-training half"):
+        PolicyTrainConfig(tasks=("digits/mlp-32",))
+    assert main(["--output", "x", "--set", "tasks=digits/mlp-32"]) == 2
+    assert capsys.readouterr().err.startswith("error: tasks outside")
+
+
+@pytest.mark.slow
+def test_run_resumes_and_refuses_another_configuration(tmp_path):
+    config = PolicyTrainConfig(tasks=("wine/mlp-16",), budgets=(500,), population=2, generations=1,
+                               tasks_per_generation=1, eval_every=5)
+    train(config, tmp_path / "run", progress=lambda s: None)
+    with pytest.raises(ValueError, match="another configuration"):
+        train(PolicyTrainConfig(tasks=("wine/mlp-16",), budgets=(1000,), population=2, generations=1,
+                                tasks_per_generation=1), tmp_path / "run")
+    import dataclasses
+
+    train(dataclasses.replace(config, generations=2), tmp_path / "run2", progress=lambda s: None)
+    train(dataclasses.replace(config, generations=2), tmp_path / "run", progress=lambda s: None)
+    rows = [json.loads(x) for x in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    again = [json.loads(x) for x in (tmp_path / "run2" / "log.jsonl").read_text().splitlines()]
+    assert [r["generation"] for r in rows if r["kind"] == "train"] == [0, 1]
+    assert [r["fitness_mean"] for r in rows if r["kind"] == "train"] == [
+        r["fitness_mean"] for r in again if r["kind"] == "train"]
