@@ -1,5 +1,5 @@
 """Policy-L2E: a learned adaptation policy over M parallel chains — learn the adaptation, not the dynamics
-(docs/sampling.md, "Learning the adaptation").
+(docs/samplers.md, "Policy-L2E").
 
 M chains run together; their state holds every chain (leaves with a leading axis M) and each update takes one
 minibatch per chain (leaves with a leading axis M). The burn-in of `freeze_step` updates is cut into `phases` equal

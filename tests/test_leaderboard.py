@@ -9,7 +9,8 @@
 - the zoo's convergence rule and the task selection (skipped tasks with why; a meta-training task refused);
 - bad input: one `error:` line, status 2, nothing written (unknown method, meta-training task without
   --allow-train, an output directory that is not ours, a resume of another configuration);
-- end to end on a tiny reference built in tmp_path (slow): the files, and a rerun that skips the finished task.
+- end to end on a tiny reference built in tmp_path (slow): the files, and a rerun that skips the finished task;
+- --merge of hand-made leaderboards: the union of rows on the common tasks; bad merges refused with one line.
 """
 from __future__ import annotations
 
@@ -341,3 +342,53 @@ def test_leaderboard_end_to_end_and_resume(tmp_path, monkeypatch):
     third = json.loads((out / "leaderboard.json").read_text())
     assert third["rows"] == board["rows"] and "--report-only" not in third["command"]
     assert (out / "leaderboard.md").is_file()
+
+
+def _board(root, methods: list[str], rows: dict, created="c1", floors=None, **conf):
+    """A leaderboard directory of hand-made task results (the --merge input)."""
+    from cli import write_marker
+    from evaluate.leaderboard.store import FORMAT, write_configuration, write_task
+
+    root.mkdir()
+    write_marker(root, "leaderboard")
+    config = {"format": FORMAT, "preset": "references", "methods": methods, "user_methods": [], "budgets": [100],
+              "extend": 0, "chains": [1], "seeds": [0, 1], "tune_budget": 100, "tune_seed": 0, "k": 10,
+              "reference": "refs", **conf}
+    write_configuration(root, config)
+    for name, task_rows in rows.items():
+        task = {**_task(task_rows), "floors": floors or {"tv": {"median": 0.1}}}
+        write_task(root, {"format": FORMAT, "task": name, "configuration": config, "reference_created": created,
+                          "result": task, "extended": None, "seconds": 10.0})
+    return root
+
+
+def test_merge_joins_disjoint_method_lists_on_common_tasks(tmp_path):
+    """--merge: the union of rows on the tasks every run finished (a task one run lacks is left out), the seconds
+    summed, the leaderboard over them; a method in two runs, another configuration, another reference or other
+    floors are refused with one line, nothing written."""
+    import subprocess
+    import sys
+
+    t1, t2 = "digits/mlp-32", "iris/mlp-linear"
+    a = _board(tmp_path / "a", ["a"], {t1: {"a": (_same(100.0), None, 0)}, t2: {"a": (_same(100.0), None, 0)}})
+    b = _board(tmp_path / "b", ["b"], {t1: {"b": (_same(50.0), None, 0)}})
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "evaluate", "leaderboard", "--merge", str(a), "--merge", str(b), "--output"]
+    proc = subprocess.run(cmd + [str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((out / "leaderboard.json").read_text())
+    assert doc["tasks"] == [t1] and doc["configuration"]["methods"] == ["a", "b"]
+    rows = {r["key"]: r for r in doc["rows"]}
+    assert rows["b/oracle"]["median_ratio"] == 1.0 and rows["a/oracle"]["median_ratio"] == 2.0
+    assert doc["task_seconds"] == {t1: 20.0}
+    for name, kw in (("dup", dict(methods=["a"])), ("conf", dict(conf=dict(seeds=[0]))),
+                     ("ref", dict(created="c2")), ("floors", dict(floors={"tv": {"median": 0.2}}))):
+        methods = kw.pop("methods", ["c"])
+        bad = _board(tmp_path / name, methods, {t1: {methods[0]: (_same(50.0), None, 0)}},
+                     **kw.pop("conf", {}), **kw)
+        target = tmp_path / f"out_{name}"
+        proc = subprocess.run(cmd[:-3] + ["--merge", str(a), "--merge", str(bad), "--output", str(target)],
+                              capture_output=True, text=True)
+        errors = _errors(proc)
+        assert proc.returncode == 2 and len(errors) == 1 and errors[0].startswith("error: --merge"), (name, errors)
+        assert not target.exists()

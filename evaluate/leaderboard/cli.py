@@ -35,8 +35,8 @@ def build_parser():
     p = OneLineErrorParser(prog="python -m evaluate leaderboard",
                            description="Budget curves of the core methods on the zoo's held-out half, aggregated "
                                        "into one leaderboard (resumable, task by task).")
-    p.add_argument("--reference", required=True, help="the zoo's reference directory (python -m evaluate reference "
-                   "--suite zoo); a task is run when it holds its reference converged by the zoo's rule")
+    p.add_argument("--reference", help="the zoo's reference directory (python -m evaluate reference --suite zoo; "
+                   "required unless --merge); a task is run when it holds its reference converged by the zoo's rule")
     p.add_argument("--output", required=True, help="leaderboard directory (tasks/<task>.json, leaderboard.json, "
                    "leaderboard.md, profile_*.png); an unfinished one of the same configuration is resumed")
     p.add_argument("--methods", default=",".join(CORE_METHODS), help="comma-separated methods (default: the core "
@@ -61,6 +61,9 @@ def build_parser():
     p.add_argument("--report-only", action="store_true",
                    help="run nothing: rewrite leaderboard.json / .md and the profiles from the finished tasks of the "
                         "held-out half selected now (same configuration as the run's)")
+    p.add_argument("--merge", action="append", default=[], metavar="DIR",
+                   help="run nothing: merge leaderboard directories of disjoint method lists on the same tasks and "
+                        "settings into --output (repeatable, at least two; evaluate/leaderboard/merge.py)")
     return p
 
 
@@ -241,6 +244,12 @@ def leaderboard_main(argv) -> int:
     say = _say(args)
     try:
         handle_sigterm()
+        if args.merge:
+            from evaluate.leaderboard.merge import merge_main
+
+            return merge_main(args, argv, say)
+        if not args.reference:
+            raise ConfigError("--reference is required (unless --merge)")
         state = _prepare(args, out)
         run_argv = [a for a in argv if a != "--report-only"]
         state.update(t0=t0, command="python -m evaluate leaderboard " + shlex.join(run_argv))

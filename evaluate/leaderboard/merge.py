@@ -1,0 +1,119 @@
+"""`python -m evaluate leaderboard --merge DIR --merge DIR … --output OUT`: one leaderboard from runs of disjoint
+method lists on the same zoo tasks — a user's sampler, or a new method of ours, joins a committed leaderboard without
+rerunning its methods.
+
+The runs must share everything but their methods (budgets, extension budget, chain allocations, seeds, tuning
+budget and seed, K, reference directory); a task enters OUT when every run finished it against the same reference
+(its "created" stamp) and the same floors. Each merged task's record holds the union of the runs' method rows, its
+extension records (one per run that extended it) and the sum of their seconds. OUT gets the merged configuration
+(the methods of every run, in --merge order, and the runs' commands) and the leaderboard of those tasks; the merged
+directory can be merged again, or rewritten with --report-only.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from base.io import ConfigError
+
+__all__ = ["SHARED", "merge_runs"]
+
+SHARED = ("format", "preset", "budgets", "extend", "chains", "seeds", "tune_budget", "tune_seed", "k", "reference")
+"""The configuration keys every merged run must share."""
+
+
+def _records(run: Path) -> dict[str, dict]:
+    from base.io import read_json
+    from evaluate.leaderboard.store import TASKS
+
+    out = {}
+    for path in sorted((run / TASKS).glob("*.json")):
+        record = read_json(path, "leaderboard task result")
+        if not isinstance(record, dict) or "task" not in record or "result" not in record:
+            raise ConfigError(f"{path} is not a leaderboard task result")
+        out[record["task"]] = record
+    return out
+
+
+def _merge_task(name: str, records: list[dict], runs: list[Path], conf: dict) -> dict:
+    first = records[0]
+    for run, record in zip(runs[1:], records[1:]):
+        if record.get("reference_created") != first.get("reference_created"):
+            raise ConfigError(f"--merge {run}: task {name} ran against another reference (created "
+                              f"{record.get('reference_created')}, not {first.get('reference_created')})")
+        if json.dumps(record["result"]["floors"], sort_keys=True) != json.dumps(first["result"]["floors"],
+                                                                                   sort_keys=True):
+            raise ConfigError(f"--merge {run}: task {name} has other floors")
+    methods = {}
+    for record in records:
+        methods.update(record["result"]["methods"])
+    extended = [r["extended"] for r in records if r.get("extended")]
+    return {**first, "configuration": conf, "result": {**first["result"], "methods": methods},
+            "extended": (extended[0] if len(extended) == 1 else {"runs": extended}) if extended else None,
+            "seconds": sum(float(r.get("seconds") or 0.0) for r in records)}
+
+
+def merge_runs(runs: list) -> tuple[dict, dict[str, dict]]:
+    """(the merged configuration, {task: merged record}) of leaderboard directories `runs` (module docstring);
+    ConfigError (one line) for a directory that is not a leaderboard, configurations that differ in a SHARED key,
+    a method in two runs, or a task whose reference or floors differ between runs."""
+    from evaluate.leaderboard.store import config_differences, read_configuration
+
+    runs = [Path(r) for r in runs]
+    if len(runs) < 2:
+        raise ConfigError("--merge needs at least two leaderboard directories")
+    confs = []
+    for run in runs:
+        conf = read_configuration(run) if run.is_dir() else None
+        if conf is None:
+            raise ConfigError(f"--merge {run} is not a leaderboard directory (no configuration.json)")
+        confs.append(conf)
+    for run, conf in zip(runs[1:], confs[1:]):
+        differ = [k for k in config_differences({k: confs[0].get(k) for k in SHARED}, {k: conf.get(k) for k in SHARED})]
+        if differ:
+            raise ConfigError(f"--merge {run} differs from {runs[0]} in {', '.join(differ)}")
+    methods, user = [], []
+    for run, conf in zip(runs, confs):
+        for m in conf["methods"]:
+            if m in methods:
+                raise ConfigError(f"--merge {run}: method {m} is in another run too")
+            methods.append(m)
+        user += [u for u in conf.get("user_methods", []) if u not in user]
+    merged = {**{k: confs[0][k] for k in SHARED}, "methods": methods, "user_methods": user,
+              "merged_from": [c.get("merged_from", [str(r)]) for r, c in zip(runs, confs)]}
+    records = [_records(run) for run in runs]
+    common = [n for n in records[0] if all(n in r for r in records[1:])]
+    return merged, {n: _merge_task(n, [r[n] for r in records], runs, merged) for n in common}
+
+
+def merge_main(args, argv, say) -> int:
+    """The --merge form of `python -m evaluate leaderboard`: every input checked before --output is written."""
+    import shlex
+    import time
+
+    from cli import OutputLock, write_marker
+    from evaluate.leaderboard.cli import KIND, check_output, write_aggregate
+    from evaluate.leaderboard.store import clear, write_configuration, write_task
+    from tasks.zoo import ZOO
+
+    t0 = time.perf_counter()
+    out = Path(args.output)
+    if any(Path(m).resolve() == out.resolve() for m in args.merge):
+        raise ConfigError(f"--output {out} is one of the --merge directories")
+    conf, records = merge_runs(args.merge)
+    check_output(out, conf, args.overwrite)
+    lock = OutputLock(out, ConfigError, KIND)
+    if args.overwrite:
+        clear(out)
+    write_marker(out, KIND)
+    write_configuration(out, conf)
+    for record in records.values():
+        write_task(out, record)
+    order = [e.name for e in ZOO]
+    names = sorted(records, key=lambda n: order.index(n) if n in order else len(order))
+    state = {"conf": conf, "names": names, "skipped": {}, "left_out": {}, "t0": t0,
+             "command": "python -m evaluate leaderboard " + shlex.join(argv)}
+    md = write_aggregate(out, state, records)
+    lock.release(failed=False)
+    say(f"merged {len(names)} tasks of {len(args.merge)} runs ({len(conf['methods'])} methods) into {md}")
+    return 0
