@@ -32,6 +32,7 @@ work); each adaptation point adds POWER_ITERATIONS Hessian-vector products on on
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
 import jax
@@ -212,7 +213,12 @@ def save_meta_params(path, meta_params: PyTree) -> None:
 
 
 def load_meta_params(path) -> PyTree:
-    """φ read back from `save_meta_params`' file and checked (ValueError naming the file otherwise)."""
+    """φ read back from `save_meta_params`' file and checked (ValueError naming the file otherwise); "shipped": the
+    shipped checkpoint, checkpoints/policy/phi.npz (meta-trained by `python -m meta_train.policy_train`)."""
+    if str(path) == "shipped":
+        import checkpoints
+
+        path = Path(checkpoints.__file__).parent / "policy" / "phi.npz"
     tree: dict = {}
     with np.load(path, allow_pickle=False) as z:
         for name in z.files:

@@ -10,7 +10,8 @@
   band ± SLACK, E[θ1²θ2] on the banana too, T_kin within 10 % of T (slow); on a large-N logistic regression (N =
   5,000, B = 32) where plain SGHMC runs hot, the rule's variance ratio is in the dispersion band (slow);
 - a saved φ loads back; a bad φ or configuration is refused with one line;
-- the evaluation method's budget split (gradients = M·S + the adaptation points' Hessian-vector products).
+- the evaluation method's budget split (gradients = M·S + the adaptation points' Hessian-vector products); the
+  shipped φ (checkpoints/policy) loads, and the methods `policy` (the rule) and `policy_learned` are registered.
 """
 from __future__ import annotations
 
@@ -178,3 +179,13 @@ def test_large_n_logistic_regression_in_band():
     assert np.all((per > BAND[0]) & (per < BAND[1])), per
     assert BAND[0] < avg - 3 * se and avg + 3 * se < BAND[1], (avg, se)
     assert abs(float(np.mean(np.asarray(t_kin)[freeze:])) - 1.0) < 0.1
+
+
+def test_shipped_policy_loads_and_both_methods_are_registered():
+    from evaluate.methods.registry import get_method
+
+    phi = P.load_meta_params("shipped")
+    assert any(np.any(np.asarray(v) != 0) for v in jax.tree.leaves(phi["window"]))  # not the rule's zero output
+    assert get_method("policy").settings().meta_params == "rule"
+    assert get_method("policy_learned").settings().meta_params == "shipped"
+    assert not get_method("policy").chain_allocation and not get_method("policy").tuned

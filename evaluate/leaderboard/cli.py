@@ -232,6 +232,36 @@ def _prepare(args, out: Path) -> dict:
     return state
 
 
+def merge_main(args, argv, say) -> int:
+    """The --merge form of `python -m evaluate leaderboard`: every input checked before --output is written."""
+    from cli import OutputLock, write_marker
+    from evaluate.leaderboard.merge import merge_runs
+    from evaluate.leaderboard.store import clear, write_configuration, write_task
+    from tasks.zoo import ZOO
+
+    t0 = time.perf_counter()
+    out = Path(args.output)
+    if any(Path(m).resolve() == out.resolve() for m in args.merge):
+        raise ConfigError(f"--output {out} is one of the --merge directories")
+    conf, records = merge_runs(args.merge)
+    check_output(out, conf, args.overwrite)
+    lock = OutputLock(out, ConfigError, KIND)
+    if args.overwrite:
+        clear(out)
+    write_marker(out, KIND)
+    write_configuration(out, conf)
+    for record in records.values():
+        write_task(out, record)
+    order = [e.name for e in ZOO]
+    names = sorted(records, key=lambda n: order.index(n) if n in order else len(order))
+    state = {"conf": conf, "names": names, "skipped": {}, "left_out": {}, "t0": t0,
+             "command": "python -m evaluate leaderboard " + shlex.join(argv)}
+    md = write_aggregate(out, state, records)
+    lock.release(failed=False)
+    say(f"merged {len(names)} tasks of {len(args.merge)} runs ({len(conf['methods'])} methods) into {md}")
+    return 0
+
+
 def leaderboard_main(argv) -> int:
     """`python -m evaluate leaderboard ...`: every input checked before anything is written; one-line errors."""
     from cli import OutputLock, handle_sigterm, write_marker
@@ -245,8 +275,6 @@ def leaderboard_main(argv) -> int:
     try:
         handle_sigterm()
         if args.merge:
-            from evaluate.leaderboard.merge import merge_main
-
             return merge_main(args, argv, say)
         if not args.reference:
             raise ConfigError("--reference is required (unless --merge)")

@@ -85,35 +85,3 @@ def merge_runs(runs: list) -> tuple[dict, dict[str, dict]]:
     common = [n for n in records[0] if all(n in r for r in records[1:])]
     return merged, {n: _merge_task(n, [r[n] for r in records], runs, merged) for n in common}
 
-
-def merge_main(args, argv, say) -> int:
-    """The --merge form of `python -m evaluate leaderboard`: every input checked before --output is written."""
-    import shlex
-    import time
-
-    from cli import OutputLock, write_marker
-    from evaluate.leaderboard.cli import KIND, check_output, write_aggregate
-    from evaluate.leaderboard.store import clear, write_configuration, write_task
-    from tasks.zoo import ZOO
-
-    t0 = time.perf_counter()
-    out = Path(args.output)
-    if any(Path(m).resolve() == out.resolve() for m in args.merge):
-        raise ConfigError(f"--output {out} is one of the --merge directories")
-    conf, records = merge_runs(args.merge)
-    check_output(out, conf, args.overwrite)
-    lock = OutputLock(out, ConfigError, KIND)
-    if args.overwrite:
-        clear(out)
-    write_marker(out, KIND)
-    write_configuration(out, conf)
-    for record in records.values():
-        write_task(out, record)
-    order = [e.name for e in ZOO]
-    names = sorted(records, key=lambda n: order.index(n) if n in order else len(order))
-    state = {"conf": conf, "names": names, "skipped": {}, "left_out": {}, "t0": t0,
-             "command": "python -m evaluate leaderboard " + shlex.join(argv)}
-    md = write_aggregate(out, state, records)
-    lock.release(failed=False)
-    say(f"merged {len(names)} tasks of {len(args.merge)} runs ({len(conf['methods'])} methods) into {md}")
-    return 0

@@ -6,7 +6,8 @@ False): the adaptation points' Hessian-vector products first (`l2e.policy.adapta
 S = ⌊(G − those)/M⌋ updates of each of the M chains; K/M draws per chain, evenly over the last window_fraction of its
 updates, the freeze where they start (as Transient-L2E's window rule). Settings: chains M; phases, mass_rule,
 gather_fraction, base_step, base_kappa, base_damping: l2e.policy.PolicyConfig's; meta_params: "rule" (the hand-designed rule, φ unused) or the path of
-a saved φ (an .npz of `policy_meta_params`' flat keys; the learned policy)."""
+a saved φ (l2e.policy.save_meta_params; the learned policy), "shipped" the shipped one. Two methods: `policy` (the
+rule) and `policy_learned` (the shipped φ)."""
 from __future__ import annotations
 
 import dataclasses
@@ -24,7 +25,7 @@ from l2e import policy as P
 from l2e.chains import ChainSchedule, make_chunk
 from l2e.types import tree_size
 
-__all__ = ["METHOD", "PolicySettings", "policy_schedule", "run_policy"]
+__all__ = ["METHOD_TABLE", "PolicyLearnedSettings", "PolicySettings", "policy_schedule", "run_policy"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +122,18 @@ def run_policy(ctx, key, hp: dict):
     return finalise(ctx, flat, chain_ids, grads, seconds, record, num_chains=s.chains, t_kin=t_kin)
 
 
-METHOD = Method("policy", PolicySettings, run_policy, chain_allocation=False, kinetic_check=True,
-                check=lambda cfg, s: policy_schedule(cfg, s) and None,
-                grids=dict(smoke=dict(chains=2, phases=2)))
+@dataclasses.dataclass(frozen=True)
+class PolicyLearnedSettings(PolicySettings):
+    """PolicySettings with the shipped φ (checkpoints/policy/phi.npz)."""
+
+    meta_params: str = "shipped"
+
+
+def _method(name: str, settings: type) -> Method:
+    return Method(name, settings, run_policy, chain_allocation=False, kinetic_check=True,
+                  check=lambda cfg, s: policy_schedule(cfg, s) and None, grids=dict(smoke=dict(chains=2, phases=2)))
+
+
+METHOD_TABLE = {"policy": _method("policy", PolicySettings),
+                "policy_learned": _method("policy_learned", PolicyLearnedSettings)}
+"""policy: the hand-designed rule (φ unused); policy_learned: the shipped learned policy."""

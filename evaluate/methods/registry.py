@@ -53,7 +53,7 @@ METHOD_MODULES = (  # one line per method, in the order methods run and are repo
     "sghmc_cv",
     "deep_ensemble",  # before the full-batch methods, which start from its members
     "noisy_de",
-    "policy",  # Policy-L2E: M chains adapted together from their pooled statistics, then frozen (tuning-free)
+    "policy:*",  # Policy-L2E (the rule; the shipped learned policy): M chains adapted together, then frozen
     "mile",
     "nuts_bde",
     "smile",  # minibatch, shared G (2 gradients per step), warm-started from the deep ensemble
