@@ -4,8 +4,8 @@ rerunning its methods.
 
 The runs must share everything but their methods (budgets, extension budget, chain allocations, seeds, tuning
 budget and seed, K, reference directory); a task enters OUT when every run finished it against the same reference
-(its "created" stamp) and the same floors. Each merged task's record holds the union of the runs' method rows, its
-extension records (one per run that extended it) and the sum of their seconds. OUT gets the merged configuration
+(its "created" stamp) and the same floors. Each merged task's record holds the union of the runs' method rows, one
+extension record (the rows every run that extended the task continued) and the sum of their seconds. OUT gets the merged configuration
 (the methods of every run, in --merge order, and the runs' commands) and the leaderboard of those tasks; the merged
 directory can be merged again, or rewritten with --report-only.
 """
@@ -48,8 +48,11 @@ def _merge_task(name: str, records: list[dict], runs: list[Path], conf: dict) ->
     for record in records:
         methods.update(record["result"]["methods"])
     extended = [r["extended"] for r in records if r.get("extended")]
+    if extended:  # every run extends at the same budget (a SHARED key); the rows each run extended, together
+        extended = {"budget": extended[0]["budget"], "rows": [m for e in extended for m in e.get("rows", [])],
+                    "mismatched": [m for e in extended for m in e.get("mismatched", [])]}
     return {**first, "configuration": conf, "result": {**first["result"], "methods": methods},
-            "extended": (extended[0] if len(extended) == 1 else {"runs": extended}) if extended else None,
+            "extended": extended or None,
             "seconds": sum(float(r.get("seconds") or 0.0) for r in records)}
 
 
