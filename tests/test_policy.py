@@ -189,3 +189,15 @@ def test_shipped_policy_loads_and_both_methods_are_registered():
     assert get_method("policy").settings().meta_params == "rule"
     assert get_method("policy_learned").settings().meta_params == "shipped"
     assert not get_method("policy").chain_allocation and not get_method("policy").tuned
+
+
+@pytest.mark.slow
+def test_card_runs_the_chains_as_one_ensemble():
+    """The sampler card's builder of `policy` (evaluate.card: the card's chains as one Policy-L2E state, exact-gradient
+    form): on the 10-D Gaussian with the card's gradient noise, variance ratio within 15 % of 1 and T_kin within 15 %
+    (the card's noise has no batch axis, so it is not corrected: measured 1.02 and 1.09), no divergence."""
+    from evaluate.card import CardConfig, gaussian_target, hand_designed, run_sampler
+
+    row = run_sampler("policy", hand_designed()["policy"], gaussian_target("g10", np.ones(10)),
+                      CardConfig(num_steps=4_000, burn_in=1_000), 0)
+    assert row["diverged_chains"] == 0 and abs(row["var_ratio_median"] - 1) < 0.15 and abs(row["t_kin"] - 1) < 0.15

@@ -94,6 +94,31 @@ def _chain_stats(alg, weight_fn, target: Target, sample_noise, key, x0, cfg: Car
     return sums
 
 
+def _ensemble_stats(alg, weight_fn, target: Target, sample_noise, key, x0s, cfg: CardConfig):
+    """`_chain_stats` of the cfg.num_chains chains of an ensemble sampler (its state holds them all, each with its
+    own noise: a builder with `ensemble = True`, e.g. l2e.policy): the same sums, one per chain."""
+    grad_u = jax.grad(target.energy)
+    m, d = x0s.shape
+    zm = jnp.zeros(m)
+    sums0 = _Sums(zm, jnp.zeros((m, d)), jnp.zeros((m, d)), zm, zm, zm, jnp.ones(m, bool))
+    moment = jax.vmap(target.moment or (lambda x: jnp.zeros(())))
+
+    def body(carry, t):
+        state, sums = carry
+        k_noise, k_step = jax.random.split(jax.random.fold_in(key, t))
+        state, info = alg.step(k_step, state, jax.vmap(sample_noise)(jax.random.split(k_noise, m)))
+        x = state.position["x"]
+        w = jnp.where(t >= cfg.burn_in, weight_fn(state), 0.0) * jnp.ones(m)
+        kin = getattr(info, "kinetic", zm)
+        sums = _Sums(sums.weight + w, sums.x + w[:, None] * x, sums.x2 + w[:, None] * x * x, sums.kinetic + w * kin,
+                     sums.virial + w * jax.vmap(lambda xi: virial(xi, grad_u))(x), sums.moment + w * moment(x),
+                     sums.finite & jnp.all(jnp.isfinite(x), axis=1))
+        return (state, sums), None
+
+    (_, sums), _ = jax.lax.scan(body, (alg.init({"x": x0s}), sums0), jnp.arange(cfg.num_steps))
+    return sums
+
+
 def run_sampler(name: str, builder: SamplerBuilder, target: Target, cfg: CardConfig, seed: int) -> dict:
     """One sampler on one target: cfg.num_chains chains from exact draws, pooled statistics after burn-in.
 
@@ -113,9 +138,14 @@ def run_sampler(name: str, builder: SamplerBuilder, target: Target, cfg: CardCon
     alg, weight = builder(post, eps, cfg.friction, smin, cfg.num_steps)
     key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), seed)
     x0 = target.sample(jax.random.fold_in(key, 1), cfg.num_chains)
-    keys = jax.random.split(jax.random.fold_in(key, 2), cfg.num_chains)
-    run = jax.jit(jax.vmap(lambda k, x: _chain_stats(alg, weight, target, sample_noise, k, x, cfg)))
-    s = jax.tree.map(np.asarray, run(keys, x0))
+    ensemble = getattr(builder, "ensemble", False)
+    if ensemble:  # one state of every chain
+        run = jax.jit(lambda k, x: _ensemble_stats(alg, weight, target, sample_noise, k, x, cfg))
+        s = jax.tree.map(np.asarray, run(jax.random.fold_in(key, 2), x0))
+    else:
+        keys = jax.random.split(jax.random.fold_in(key, 2), cfg.num_chains)
+        run = jax.jit(jax.vmap(lambda k, x: _chain_stats(alg, weight, target, sample_noise, k, x, cfg)))
+        s = jax.tree.map(np.asarray, run(keys, x0))
     ok = s.finite & (s.weight > 0)
     if not ok.any():
         return {"sampler": name, "target": target.name, "seed": seed, "diverged_chains": int(cfg.num_chains)}
@@ -125,7 +155,8 @@ def run_sampler(name: str, builder: SamplerBuilder, target: Target, cfg: CardCon
     ratio = var / target.var
     d = target.mean.size
     k0 = jax.random.PRNGKey(0)
-    info = jax.eval_shape(alg.step, k0, alg.init({"x": x0[0]}), sample_noise(k0))[1]
+    info = (jax.eval_shape(alg.step, k0, alg.init({"x": x0}), jax.vmap(sample_noise)(jax.random.split(k0, len(x0))))
+            if ensemble else jax.eval_shape(alg.step, k0, alg.init({"x": x0[0]}), sample_noise(k0)))[1]
     momentum = "kinetic" in info._fields
     return {"sampler": name, "target": target.name, "seed": seed, "step_size": eps, "friction": cfg.friction,
             "diverged_chains": int((~s.finite).sum()),

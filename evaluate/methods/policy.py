@@ -129,9 +129,24 @@ class PolicyLearnedSettings(PolicySettings):
     meta_params: str = "shipped"
 
 
+def _card(meta_params: str):
+    """The sampler card's builder (evaluate.card): the card's chains as one ensemble (`ensemble = True`), tuning-free
+    (the card's ε and C unused), exact-gradient form (the card's noise has no batch axis to halve), the freeze at a
+    fifth of the chain; only the window's states count."""
+    def build(post, eps, c, smin, steps):
+        freeze = max(2 * PolicySettings.phases, steps // 5)
+        phi = None if meta_params == "rule" else P.load_meta_params(meta_params)
+        alg = P.policy(post, phi, P.PolicyConfig(freeze_step=freeze, noise_halves=False))
+        return alg, lambda state: (state.step > freeze).astype(jnp.float32)
+
+    build.ensemble = True
+    return build
+
+
 def _method(name: str, settings: type) -> Method:
     return Method(name, settings, run_policy, chain_allocation=False, kinetic_check=True,
-                  check=lambda cfg, s: policy_schedule(cfg, s) and None, grids=dict(smoke=dict(chains=2, phases=2)))
+                  check=lambda cfg, s: policy_schedule(cfg, s) and None, grids=dict(smoke=dict(chains=2, phases=2)),
+                  card=_card(settings.meta_params))
 
 
 METHOD_TABLE = {"policy": _method("policy", PolicySettings),
