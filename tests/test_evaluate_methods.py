@@ -24,6 +24,9 @@ SETTINGS = preset_grids("smoke")
 MILE_STEPS, MILE_SAMPLES, MILE_THIN = (SETTINGS["mile"][k] for k in ("steps", "samples", "thinning"))
 FULL_BATCH_METHODS = tuple(m for m in METHODS if REGISTRY[m].full_batch)
 ENSEMBLES = ("deep_ensemble", "noisy_de")
+COUPLED = ("policy", "policy_learned")
+"""Policy-L2E: M chains in one run (the smoke settings: 2 chains of 2 draws): no single-chain ESS, a T_kin per chain,
+no FLOPs count of its update (not built yet)."""
 MOMENTUM_METHODS = ("l2e", "l2e_released", "l2e_mass", "l2e_kinetic", "meta_sgmcmc", "precond_l2e", "small_l2e", "sghmc",
                     "sghmc_tempered", "csghmc", "fsghmc", "sgnht", "baoab", "precond_rmsprop", "precond_fisher",
                     "adaptive_sghmc", "warm_sghmc", "l2e_transient", "sghmc_cv")
@@ -86,7 +89,7 @@ def _check_common(task: dict, n_train: int, ran: set):
             assert m["gradient"] == f"minibatch (B={B})"
             assert m["epochs"] == pytest.approx(spent * B / n_train)
             assert m["num_samples"] == K
-            if name in ENSEMBLES:
+            if name in ENSEMBLES + COUPLED:
                 assert m["ess"] is None
             else:
                 assert m["ess"]["chains"] == 1 and m["ess"]["draws_per_chain"] == K
@@ -98,11 +101,13 @@ def _check_common(task: dict, n_train: int, ran: set):
             assert 0 < e["fs_mean_ess"] and e["fs_ess_per_second"] > 0 and e["fs_ess_per_1k_grads"] > 0
         assert m["temperature"] == ("n/a (optimiser)" if name == "deep_ensemble" else 0.001 if
                                     name == "l2e_released" else 1.0), name
-        if name in MOMENTUM_METHODS:  # T_kin of one chain (the full-batch methods: no kinetic term reported)
+        if name in COUPLED:  # T_kin of each of its 2 chains; no FLOPs count of its update yet
+            assert len(m["t_kin_per_chain"]) == 2 and m["t_kin"] > 0 and m["flops_per_step"] is None, name
+        elif name in MOMENTUM_METHODS:  # T_kin of one chain (the full-batch methods: no kinetic term reported)
             assert len(m["t_kin_per_chain"]) == 1 and m["t_kin"] > 0, name
         else:
             assert m["t_kin"] is None, name
-        assert (m["flops_per_step"] is None) == (name in FULL_BATCH_METHODS), name
+        assert (m["flops_per_step"] is None) == (name in FULL_BATCH_METHODS + COUPLED), name
         b = m["barrier"]
         assert len(b["lambdas"]) == 21 and len(b["error"]) == 21 and len(b["nll"]) == 21
         assert math.isfinite(b["error_barrier"]) and math.isfinite(b["nll_barrier"]) and b["error_barrier"] >= -1e-9
