@@ -27,7 +27,8 @@ coordinate's features and the global ones adds B·tanh(h/B) to log M⁻¹ᵢ; a 
 multiplies κ₀ and δ₀ by exp(B·tanh(·/B)). After the freeze the constants stay fixed and the chains are SGHMC with
 mass M and friction γᵢ·Mᵢ at temperature T: stationary for the posterior whatever φ is, up to the noise estimate —
 correct by construction. A step costs one minibatch gradient per chain (halved in the gathering windows: the same
-work); each adaptation point adds POWER_ITERATIONS Hessian-vector products on one chain (`adaptation_gradients`).
+work); each adaptation point adds power_iterations Hessian-vector products on one chain, or on every chain with
+curvature="all" (`adaptation_gradients`).
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ __all__ = ["COORD_FEATURES", "GLOBAL_FEATURES", "PolicyConfig", "PolicyInfo", "P
            "split_budget"]
 
 LOG_BOUND = 3.0
-MASS_RULES, POLICIES = ("fisher", "variance", "scale"), ("learned", "rule")
+MASS_RULES, POLICIES, CURVATURES = ("fisher", "variance", "scale"), ("learned", "rule"), ("first", "all")
 _TINY = 1e-30
 
 
@@ -65,7 +66,8 @@ class PolicyConfig:
     ρ and λ; mass_rule: the rule's diagonal (module docstring); policy: "learned" (φ's corrections) or "rule" (φ
     unused: the hand-designed rule); noise_halves: estimate the minibatch noise from two half-batches in the
     gathering windows (an even batch) and correct SGHMC for it (False: exact gradients); power_iterations: for the
-    stability cap; window_fraction: the share of a chain of G updates the evaluation samples from (a protocol
+    stability cap; curvature: where the cap's λ_max is measured — "first": chain 0 (as shipped), "all": the largest
+    over every chain (M times the Hessian-vector products; a chain elsewhere may be stiffer); window_fraction: the share of a chain of G updates the evaluation samples from (a protocol
     choice the kernel does not read)."""
 
     temperature: float = 1.0
@@ -82,9 +84,11 @@ class PolicyConfig:
     noise_halves: bool = True
     power_iterations: int = 10
     window_fraction: float = 0.5
+    curvature: str = "first"
 
     def __post_init__(self):
         check_choice("mass_rule", self.mass_rule, MASS_RULES), check_choice("policy", self.policy, POLICIES)
+        check_choice("curvature", self.curvature, CURVATURES)
         check_positive(temperature=self.temperature, base_step=self.base_step, base_kappa=self.base_kappa,
                        base_damping=self.base_damping, rms_eps=self.rms_eps)
         check_step_count("phases", self.phases, 2)
@@ -105,10 +109,11 @@ def adaptation_points(config: PolicyConfig) -> tuple[tuple[int, ...], tuple[int,
     return ends, gathers
 
 
-def adaptation_gradients(config: PolicyConfig) -> int:
+def adaptation_gradients(config: PolicyConfig, chains: int = 1) -> int:
     """Gradient-equivalents the adaptation points spend beyond the chains' updates: 2 per Hessian-vector product
-    (forward over reverse), POWER_ITERATIONS + 1 of them at each of the `phases` points."""
-    return 2 * (config.power_iterations + 1) * config.phases
+    (forward over reverse), power_iterations + 1 of them at each of the `phases` points, on one chain or (curvature
+    "all") on each of `chains`."""
+    return 2 * (config.power_iterations + 1) * config.phases * (chains if config.curvature == "all" else 1)
 
 
 def split_budget(config: PolicyConfig, gradients: int, draws: int, chains: int) -> tuple[int, int, int, int]:
@@ -116,7 +121,7 @@ def split_budget(config: PolicyConfig, gradients: int, draws: int, chains: int) 
     and `draws` draws over `chains` chains: the adaptation points' gradients first, S = ⌊(G − those)/M⌋, k =
     max(1, ⌊K/M⌋) draws per chain evenly over the last window_fraction of its updates, the freeze where they start.
     ValueError when the freeze would leave fewer than 2 updates per phase."""
-    steps = (gradients - adaptation_gradients(config)) // chains
+    steps = (gradients - adaptation_gradients(config, chains)) // chains
     per_chain = max(1, draws // chains)
     thinning = max(1, int(config.window_fraction * steps) // per_chain)
     freeze = steps - per_chain * thinning
@@ -247,8 +252,12 @@ def _adapt(state: PolicyState, phi, config: PolicyConfig, posterior: Posterior, 
         log_s2, k_adj, d_adj = log_s2 + _bounded(h), _bounded(out[0]), _bounded(out[1])
     inv_mass = unflat(jnp.exp(log_s2), state.inv_mass)
     k_power, k_mom = jax.random.split(key)
-    first = jax.tree.map(lambda x: x[0], (state.position, minibatch))
-    lam = top_curvature(posterior, first[0], first[1], inv_mass, k_power, config.power_iterations)
+    if config.curvature == "all":
+        lam = jnp.max(jax.vmap(lambda p, mb, k: top_curvature(posterior, p, mb, inv_mass, k, config.power_iterations))(
+            state.position, minibatch, jax.random.split(k_power, state.loss_mean.shape[0])))
+    else:
+        first = jax.tree.map(lambda x: x[0], (state.position, minibatch))
+        lam = top_curvature(posterior, first[0], first[1], inv_mass, k_power, config.power_iterations)
     noise = unflat(stats["noise"], state.inv_mass)
     heat = jnp.max(stats["noise"] * jnp.exp(log_s2))  # the largest V̂ᵢ·M⁻¹ᵢ: where the minibatch noise heats most
     eps = jnp.minimum(config.base_kappa * jnp.exp(k_adj) * scale, jnp.minimum(

@@ -10,6 +10,7 @@
   band ± SLACK, E[θ1²θ2] on the banana too, T_kin within 10 % of T (slow); on a large-N logistic regression (N =
   5,000, B = 32) where plain SGHMC runs hot, the rule's variance ratio is in the dispersion band (slow);
 - a saved φ loads back; a bad φ or configuration is refused with one line;
+- the shipped φ diverges on the card's banana with the stability cap measured at chain 0, not over every chain (slow);
 - the evaluation method's budget split (gradients = M·S + the adaptation points' Hessian-vector products); the
   shipped φ (checkpoints/policy) loads, and the methods `policy` (the rule) and `policy_learned` are registered.
 """
@@ -61,6 +62,7 @@ def test_adaptation_points_and_gathering_windows():
     ends, gathers = P.adaptation_points(P.PolicyConfig(freeze_step=300, phases=3, gather_fraction=0.5))
     assert ends == (100, 200, 300) and gathers == (50, 150, 250)
     assert P.adaptation_gradients(P.PolicyConfig(phases=3, power_iterations=10)) == 66
+    assert P.adaptation_gradients(P.PolicyConfig(phases=3, power_iterations=10, curvature="all"), 10) == 660
 
 
 def test_zero_output_is_the_rule_and_phi_is_read():
@@ -201,3 +203,23 @@ def test_card_runs_the_chains_as_one_ensemble():
     row = run_sampler("policy", hand_designed()["policy"], gaussian_target("g10", np.ones(10)),
                       CardConfig(num_steps=4_000, burn_in=1_000), 0)
     assert row["diverged_chains"] == 0 and abs(row["var_ratio_median"] - 1) < 0.15 and abs(row["t_kin"] - 1) < 0.15
+
+
+@pytest.mark.slow
+def test_curvature_over_every_chain_keeps_the_learned_policy_finite_on_the_card_banana():
+    """The shipped φ on the card's banana (4 chains, 4,000 steps): with the stability cap measured at chain 0 (as
+    shipped) chains diverge (measured: all 4); measured over every chain (curvature="all") none does."""
+    from evaluate.card import CardConfig, banana_target, run_sampler
+
+    phi = P.load_meta_params("shipped")
+
+    def builder(curvature):
+        def build(post, eps, c, smin, steps):
+            cfg = P.PolicyConfig(freeze_step=steps // 5, noise_halves=False, curvature=curvature)
+            return P.policy(post, phi, cfg), lambda state: (state.step > steps // 5).astype(jnp.float32)
+        build.ensemble = True
+        return build
+
+    cfg = CardConfig(num_steps=4_000, burn_in=1_000)
+    assert run_sampler("first", builder("first"), banana_target(), cfg, 0)["diverged_chains"] >= 1  # measured: 4
+    assert run_sampler("all", builder("all"), banana_target(), cfg, 0)["diverged_chains"] == 0

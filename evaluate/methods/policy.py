@@ -5,7 +5,7 @@ Tuning-free: no grid. The budget G minibatch gradients is split by the method it
 False): the adaptation points' Hessian-vector products first (`l2e.policy.adaptation_gradients`), the rest as
 S = ⌊(G − those)/M⌋ updates of each of the M chains; K/M draws per chain, evenly over the last window_fraction of its
 updates, the freeze where they start (as Transient-L2E's window rule). Settings: chains M; phases, mass_rule,
-gather_fraction, base_step, base_kappa, base_damping, power_iterations: l2e.policy.PolicyConfig's; meta_params: "rule" (the hand-designed rule, φ unused) or the path of
+gather_fraction, base_step, base_kappa, base_damping, power_iterations, curvature: l2e.policy.PolicyConfig's; meta_params: "rule" (the hand-designed rule, φ unused) or the path of
 a saved φ (l2e.policy.save_meta_params; the learned policy), "shipped" the shipped one. Two methods: `policy` (the
 rule) and `policy_learned` (the shipped φ)."""
 from __future__ import annotations
@@ -31,7 +31,7 @@ __all__ = ["METHOD_TABLE", "PolicyLearnedSettings", "PolicySettings", "policy_sc
 @dataclasses.dataclass(frozen=True)
 class PolicySettings:
     """chains: M; phases, gather_fraction, mass_rule, window_fraction, base_step, base_kappa, base_damping,
-    power_iterations: PolicyConfig's; meta_params: "rule" or the
+    power_iterations, curvature: PolicyConfig's; meta_params: "rule" or the
     path of a saved φ (module docstring)."""
 
     chains: int = 10
@@ -44,6 +44,7 @@ class PolicySettings:
     base_kappa: float = 0.15
     base_damping: float = 0.1
     power_iterations: int = 10
+    curvature: str = "first"
 
     def __post_init__(self):
         if not isinstance(self.chains, int) or self.chains < 2:
@@ -59,7 +60,7 @@ def _config(s: PolicySettings, freeze: int, noise_halves: bool = True) -> P.Poli
     return P.PolicyConfig(freeze_step=freeze, phases=s.phases, gather_fraction=s.gather_fraction,
                           mass_rule=s.mass_rule, window_fraction=s.window_fraction, noise_halves=noise_halves,
                           base_step=s.base_step, base_kappa=s.base_kappa, base_damping=s.base_damping,
-                          power_iterations=s.power_iterations,
+                          power_iterations=s.power_iterations, curvature=s.curvature,
                           policy="rule" if s.meta_params == "rule" else "learned")
 
 
@@ -120,7 +121,7 @@ def run_policy(ctx, key, hp: dict):
               "thinning": schedule.thinning, "phases": s.phases, "mass_rule": s.mass_rule,
               "meta_params": s.meta_params, "temperature": config.temperature, "eps": float(chain.state.eps),
               "noise_halves": config.noise_halves, "num_params": d}
-    grads = schedule.num_steps * s.chains + P.adaptation_gradients(config)
+    grads = schedule.num_steps * s.chains + P.adaptation_gradients(config, s.chains)
     return finalise(ctx, flat, chain_ids, grads, seconds, record, num_chains=s.chains, t_kin=t_kin)
 
 
