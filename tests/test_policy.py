@@ -27,22 +27,11 @@ import l2e
 from l2e import policy as P
 from test_control_variates import BAND, _batch, _logistic, _logistic_truth, _ratio
 
-N, D, M = 100, 10, 8
-SD = np.geomspace(0.3, 3.0, D)
+from test_transient import D, SD, banana_posterior, gaussian_posterior  # the same toy targets
+
+M = 8
 SLACK = 0.08
 """Distance allowed from SGHMC's 3-seed band (as tests/test_transient.py)."""
-
-
-def gaussian_posterior(noise=0.3):
-    return l2e.Posterior(lambda th, b: (0.5 * jnp.sum(th**2 / SD**2) + noise * jnp.dot(jnp.mean(b, 0), th)) / N,
-                         lambda th: jnp.zeros(()), N)
-
-
-def banana_posterior(noise=0.3):
-    def nll(th, b):
-        lp = -0.5 * th[0] ** 2 - 0.5 * (th[1] - th[0] ** 2 + 1.0) ** 2 / 0.25
-        return (-lp + noise * jnp.dot(jnp.mean(b, 0), th)) / N
-    return l2e.Posterior(nll, lambda th: jnp.zeros(()), N)
 
 
 def run(alg, dim, steps, chains=M, start=2.0, seed=0, keep=None):
