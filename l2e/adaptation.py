@@ -1,8 +1,9 @@
 """Burn-in statistics shared by the samplers that adapt a diagonal preconditioner and then freeze it
 (l2e.precond_sghmc, l2e.transient): Welford's running moments of a pytree, and the minibatch gradient with the
 variance of its minibatch noise estimated from two half-batches; and the top curvature of the preconditioned
-minibatch Hessian (power method); and the frozen window's update, SGHMC with a diagonal mass whose injected noise is
-corrected for the estimated minibatch noise (l2e.transient, l2e.policy)."""
+minibatch Hessian (power method); the burn-in's RMSprop-preconditioned Langevin move; and the frozen window's update,
+SGHMC with a diagonal mass whose injected noise is corrected for the estimated minibatch noise (l2e.transient,
+l2e.policy)."""
 from __future__ import annotations
 
 import jax
@@ -11,7 +12,10 @@ import numpy as np
 
 from l2e.types import Posterior, PyTree, normal_like, tree_vdot
 
-__all__ = ["corrected_sghmc", "flat", "halved_gradients", "pooled_moments", "top_curvature", "unflat", "welford"]
+__all__ = [
+    "corrected_sghmc", "flat", "halved_gradients", "pooled_moments", "rmsprop_langevin", "top_curvature", "unflat",
+    "welford",
+]
 
 
 def welford(count, mean: PyTree, m2: PyTree, x: PyTree) -> tuple[PyTree, PyTree]:
@@ -64,6 +68,23 @@ def top_curvature(posterior: Posterior, position: PyTree, minibatch, inv_mass: P
     v0 = normal_like(key, position)
     v = jax.lax.fori_loop(0, iterations, body, jax.tree.map(lambda x: x / norm(v0), v0))
     return jnp.abs(tree_vdot(v, apply(v)))
+
+
+def rmsprop_langevin(position: PyTree, grad_u: PyTree, sq: PyTree, z: PyTree, eta, temperature, n_data: int,
+                     decay: float, eps: float) -> tuple[PyTree, PyTree]:
+    """One RMSprop-preconditioned Langevin update (pSGLD, Li et al., 2016, Γ dropped) with step η/N:
+
+        v' = ρ·v + (1 − ρ)·(∇Ũ/N)²,   P = 1/(λ + √v'),   θ' = θ − (η/N)·P·∇Ũ + √(2·(η/N)·T·P)·ξ.
+
+    `sq`: v, the running mean square; `z`: standard normal draws like `position`; `decay`, `eps`: ρ and λ.
+    Returns (θ', v')."""
+    sq = jax.tree.map(lambda v, g: decay * v + (1.0 - decay) * jnp.square(g / n_data), sq, grad_u)
+
+    def move(x, g, v, zi):
+        precond = 1.0 / (eps + jnp.sqrt(v))
+        return x - (eta / n_data) * precond * g + jnp.sqrt(2.0 * (eta / n_data) * temperature * precond) * zi
+
+    return jax.tree.map(move, position, grad_u, sq, z), sq
 
 
 def corrected_sghmc(position: PyTree, momentum: PyTree, grad_u: PyTree, inv_mass: PyTree, friction: PyTree,

@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from l2e.adaptation import corrected_sghmc, halved_gradients, top_curvature, unflat, welford
+from l2e.adaptation import corrected_sghmc, halved_gradients, rmsprop_langevin, top_curvature, unflat, welford
 from l2e.policy_features import COORD_FEATURES, GLOBAL_FEATURES, features
 from l2e.checks import check_choice, check_flag, check_in_range, check_positive, check_step_count
 from l2e.meta_model import MetaMLP, check_stack, hidden_sizes, mlp_layers_names
@@ -278,17 +278,10 @@ def _adapt(state: PolicyState, phi, config: PolicyConfig, posterior: Posterior, 
 
 
 def _psgld(state: PolicyState, grad_u, key, config: PolicyConfig, n_data: int, scale, temperature) -> PolicyState:
-    """Phase 0's update of every chain: RMSprop-preconditioned Langevin at η₀ (Γ dropped)."""
-    eta = config.base_step * scale
-    rho, lam = config.rms_decay, config.rms_eps
-    sq = jax.tree.map(lambda v, g: rho * v + (1.0 - rho) * jnp.square(g / n_data), state.sq, grad_u)
-    z = normal_like(key, state.position)
-
-    def move(x, g, v, zi):
-        precond = 1.0 / (lam + jnp.sqrt(v))
-        return x - (eta / n_data) * precond * g + jnp.sqrt(2.0 * (eta / n_data) * temperature * precond) * zi
-
-    return state._replace(position=jax.tree.map(move, state.position, grad_u, sq, z), sq=sq)
+    """Phase 0's update of every chain: RMSprop-preconditioned Langevin at η₀ (l2e.adaptation.rmsprop_langevin)."""
+    pos, sq = rmsprop_langevin(state.position, grad_u, state.sq, normal_like(key, state.position),
+                               config.base_step * scale, temperature, n_data, config.rms_decay, config.rms_eps)
+    return state._replace(position=pos, sq=sq)
 
 
 def _gather(state: PolicyState, pre: PyTree, grad_u, noise, loss, t_kin, early) -> PolicyState:

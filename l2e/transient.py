@@ -58,7 +58,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from l2e.adaptation import corrected_sghmc, halved_gradients, top_curvature, welford
+from l2e.adaptation import corrected_sghmc, halved_gradients, rmsprop_langevin, top_curvature, welford
 from l2e.chains import PHASES, adaptation_start, freeze_at, freeze_phase
 from l2e.checks import check_choice, check_flag, check_in_range, check_positive, check_step_count
 from l2e.mass import MASS_FEATURE_NAMES, mass_features
@@ -263,15 +263,8 @@ def _burn_in(state: TransientState, grad_u, noise, key, phi, config: TransientCo
     temp_b = config.temperature * jnp.exp(log_tb)
     if config.burn_in == "warm":  # descent (T = 0) before the adaptation window, sampling at T inside it
         temp_b = 0.0 if phase == "burn_in" else jnp.where(state.step >= adapt_start, temp_b, 0.0)
-    rho, lam = config.rms_decay, config.rms_eps
-    sq = jax.tree.map(lambda v, g: rho * v + (1.0 - rho) * jnp.square(g / n_data), state.sq, grad_u)
-    z = normal_like(key, state.position)
-
-    def move(x, g, v, zi):
-        precond = 1.0 / (lam + jnp.sqrt(v))
-        return x - (eta / n_data) * precond * g + jnp.sqrt(2.0 * (eta / n_data) * temp_b * precond) * zi
-
-    pos = jax.tree.map(move, state.position, grad_u, sq, z)
+    pos, sq = rmsprop_langevin(state.position, grad_u, state.sq, normal_like(key, state.position), eta, temp_b, n_data,
+                               config.rms_decay, config.rms_eps)
     if phase == "burn_in":  # statically outside the adaptation window: the statistics stay as they are
         return state._replace(position=pos, sq=sq), jnp.zeros((), jnp.float32)
     inside = state.step >= adapt_start
