@@ -13,8 +13,8 @@ import numpy as np
 from l2e.types import Posterior, PyTree, normal_like, tree_vdot
 
 __all__ = [
-    "corrected_sghmc", "flat", "halved_gradients", "pooled_moments", "rmsprop_langevin", "top_curvature", "unflat",
-    "welford",
+    "corrected_sghmc", "ensemble_curvature", "flat", "halved_gradients", "pooled_moments", "power_method", "rmsprop_langevin",
+    "top_curvature", "unflat", "welford",
 ]
 
 
@@ -49,6 +49,14 @@ def top_curvature(posterior: Posterior, position: PyTree, minibatch, inv_mass: P
     """λ_max of M^{-1/2}·H·M^{-1/2} (the eigenvalues of M⁻¹H; M⁻¹ = `inv_mass`, diagonal; H the minibatch potential's
     Hessian at `position`) by `iterations` steps of the power method on Hessian-vector products (forward over
     reverse; one gradient's cost each) from a start vector drawn with `key`: |vᵀ·M^{-1/2}HM^{-1/2}·v| at the last."""
+    return power_method(posterior, position, minibatch, inv_mass, normal_like(key, position), iterations)[0]
+
+
+def power_method(posterior: Posterior, position: PyTree, minibatch, inv_mass: PyTree, start: PyTree,
+                 iterations: int) -> tuple[jax.Array, PyTree]:
+    """(|vᵀ·M^{-1/2}HM^{-1/2}·v|, v) after `iterations` (≥ 0) power-method steps from `start` (normalised first), as
+    `top_curvature`; iterations + 1 Hessian-vector products. With 0 iterations, the Rayleigh quotient at `start`:
+    a lower bound on λ_max that is exact along a shared top direction (l2e.policy's curvature "warm")."""
     def grad_u(p):
         return posterior.value_and_potential_grad(p, minibatch)[2]
 
@@ -65,9 +73,31 @@ def top_curvature(posterior: Posterior, position: PyTree, minibatch, inv_mass: P
         w = apply(v)
         return jax.tree.map(lambda x: x / norm(w), w)
 
-    v0 = normal_like(key, position)
-    v = jax.lax.fori_loop(0, iterations, body, jax.tree.map(lambda x: x / norm(v0), v0))
-    return jnp.abs(tree_vdot(v, apply(v)))
+    v = jax.lax.fori_loop(0, iterations, body, jax.tree.map(lambda x: x / norm(start), start))
+    return jnp.abs(tree_vdot(v, apply(v))), v
+
+
+def ensemble_curvature(posterior: Posterior, positions: PyTree, minibatches, inv_mass: PyTree, key, iterations: int,
+                       where: str, alive: jax.Array) -> jax.Array:
+    """λ_max of M^{-1/2}·H·M^{-1/2} for a set of chains (leaves with a leading chain axis; one minibatch per chain),
+    over the live chains (`alive`, bool per chain; a divergent chain's is left out), by `where`:
+    "first": the first live chain's power method (`top_curvature`); "all": the largest of every chain's;
+    "warm": the first live chain's power method, then the largest of that and every chain's Rayleigh quotient along
+    its top direction (`power_method` with 0 iterations; one product per chain)."""
+    live = jax.tree.map(lambda x: x[jnp.argmax(alive)], (positions, minibatches))
+
+    def largest(lams):
+        return jnp.max(jnp.where(alive & jnp.isfinite(lams), lams, 0.0))
+
+    if where == "all":
+        keys = jax.random.split(key, alive.shape[0])
+        return largest(jax.vmap(lambda p, mb, k: top_curvature(posterior, p, mb, inv_mass, k, iterations))(
+            positions, minibatches, keys))
+    lam, top = power_method(posterior, live[0], live[1], inv_mass, normal_like(key, live[0]), iterations)
+    if where == "warm":
+        lam = jnp.maximum(lam, largest(jax.vmap(lambda p, mb: power_method(posterior, p, mb, inv_mass, top, 0)[0])(
+            positions, minibatches)))
+    return lam
 
 
 def rmsprop_langevin(position: PyTree, grad_u: PyTree, sq: PyTree, z: PyTree, eta, temperature, n_data: int,
@@ -118,10 +148,18 @@ def unflat(vector: jax.Array, like: PyTree) -> PyTree:
                                         zip(leaves, bounds[:-1], bounds[1:])])
 
 
-def pooled_moments(mean: PyTree, m2: PyTree, n) -> tuple[jax.Array, jax.Array, jax.Array]:
+def pooled_moments(mean: PyTree, m2: PyTree, n, alive: jax.Array | None = None
+                   ) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(within W, between B, pooled mean) per coordinate (flat) from per-chain Welford moments of n states each:
-    W the mean within-chain variance, B the variance of the chain means (ddof 1); W + B ≈ the pooled variance."""
-    means = jax.vmap(flat)(mean)
-    within = jnp.mean(jax.vmap(flat)(m2), axis=0) / jnp.maximum(n - 1.0, 1.0)
-    between = jnp.var(means, axis=0, ddof=1) if means.shape[0] > 1 else jnp.zeros_like(within)
-    return within, between, jnp.mean(means, axis=0)
+    W the mean within-chain variance, B the variance of the chain means (ddof 1); W + B ≈ the pooled variance.
+    alive: (M,) bool, the chains to pool (a divergent chain's moments are left out; None: every chain)."""
+    means, m2s = jax.vmap(flat)(mean), jax.vmap(flat)(m2)
+    if alive is None:
+        alive = jnp.ones(means.shape[0], bool)
+    k = jnp.maximum(jnp.sum(alive), 1.0)
+    keep = alive[:, None]
+    centre = jnp.sum(jnp.where(keep, means, 0.0), axis=0) / k
+    within = jnp.sum(jnp.where(keep, m2s, 0.0), axis=0) / k / jnp.maximum(n - 1.0, 1.0)
+    spread = jnp.sum(jnp.where(keep, jnp.square(means - centre), 0.0), axis=0)
+    between = spread / jnp.maximum(k - 1.0, 1.0) if means.shape[0] > 1 else jnp.zeros_like(within)
+    return within, between, centre

@@ -27,8 +27,8 @@ coordinate's features and the global ones adds B·tanh(h/B) to log M⁻¹ᵢ; a 
 multiplies κ₀ and δ₀ by exp(B·tanh(·/B)). After the freeze the constants stay fixed and the chains are SGHMC with
 mass M and friction γᵢ·Mᵢ at temperature T: stationary for the posterior whatever φ is, up to the noise estimate —
 correct by construction. A step costs one minibatch gradient per chain (halved in the gathering windows: the same
-work); each adaptation point adds power_iterations Hessian-vector products on one chain, or on every chain with
-curvature="all" (`adaptation_gradients`).
+work); each adaptation point adds power_iterations + 1 Hessian-vector products on one chain, on every chain with
+curvature="all", or on chain 0 plus one per chain with curvature="warm" (`adaptation_gradients`).
 """
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from l2e.adaptation import corrected_sghmc, halved_gradients, rmsprop_langevin, top_curvature, unflat, welford
+from l2e.adaptation import (corrected_sghmc, ensemble_curvature, halved_gradients, rmsprop_langevin, unflat,
+                            welford)
 from l2e.policy_features import COORD_FEATURES, GLOBAL_FEATURES, features
 from l2e.checks import check_choice, check_flag, check_in_range, check_positive, check_step_count
 from l2e.meta_model import MetaMLP, check_stack, hidden_sizes, mlp_layers_names
@@ -53,7 +54,7 @@ __all__ = ["COORD_FEATURES", "GLOBAL_FEATURES", "PolicyConfig", "PolicyInfo", "P
            "split_budget"]
 
 LOG_BOUND = 3.0
-MASS_RULES, POLICIES, CURVATURES = ("fisher", "variance", "scale"), ("learned", "rule"), ("first", "all")
+MASS_RULES, POLICIES, CURVATURES = ("fisher", "variance", "scale"), ("learned", "rule"), ("first", "all", "warm")
 _TINY = 1e-30
 
 
@@ -66,9 +67,11 @@ class PolicyConfig:
     ρ and λ; mass_rule: the rule's diagonal (module docstring); policy: "learned" (φ's corrections) or "rule" (φ
     unused: the hand-designed rule); noise_halves: estimate the minibatch noise from two half-batches in the
     gathering windows (an even batch) and correct SGHMC for it (False: exact gradients); power_iterations: for the
-    stability cap; curvature: where the cap's λ_max is measured — "first": chain 0 (as shipped), "all": the largest
-    over every chain (M times the Hessian-vector products; a chain elsewhere may be stiffer); window_fraction: the share of a chain of G updates the evaluation samples from (a protocol
-    choice the kernel does not read)."""
+    stability cap; curvature: where the cap's λ_max is measured — "first": chain 0, "all": the largest over every
+    chain (M times the Hessian-vector products; a chain elsewhere may be stiffer), "warm": chain 0's power method,
+    then the largest of every chain's Rayleigh quotient along its top direction (one product per chain: a chain
+    stiffer along the shared direction, as where a scale parameter differs, caps the step); window_fraction: the share of a chain of G updates the
+    evaluation samples from (a protocol choice the kernel does not read)."""
 
     temperature: float = 1.0
     freeze_step: int = 1000
@@ -111,9 +114,11 @@ def adaptation_points(config: PolicyConfig) -> tuple[tuple[int, ...], tuple[int,
 
 def adaptation_gradients(config: PolicyConfig, chains: int = 1) -> int:
     """Gradient-equivalents the adaptation points spend beyond the chains' updates: 2 per Hessian-vector product
-    (forward over reverse), power_iterations + 1 of them at each of the `phases` points, on one chain or (curvature
-    "all") on each of `chains`."""
-    return 2 * (config.power_iterations + 1) * config.phases * (chains if config.curvature == "all" else 1)
+    (forward over reverse) at each of the `phases` points — power_iterations + 1 of them on one chain ("first"), on
+    each of `chains` ("all"), or on chain 0 and then one per chain (the Rayleigh quotients of "warm")."""
+    per_point = {"first": config.power_iterations + 1, "all": (config.power_iterations + 1) * chains,
+                 "warm": config.power_iterations + 1 + chains}[config.curvature]
+    return 2 * per_point * config.phases
 
 
 def split_budget(config: PolicyConfig, gradients: int, draws: int, chains: int) -> tuple[int, int, int, int]:
@@ -252,12 +257,8 @@ def _adapt(state: PolicyState, phi, config: PolicyConfig, posterior: Posterior, 
         log_s2, k_adj, d_adj = log_s2 + _bounded(h), _bounded(out[0]), _bounded(out[1])
     inv_mass = unflat(jnp.exp(log_s2), state.inv_mass)
     k_power, k_mom = jax.random.split(key)
-    if config.curvature == "all":
-        lam = jnp.max(jax.vmap(lambda p, mb, k: top_curvature(posterior, p, mb, inv_mass, k, config.power_iterations))(
-            state.position, minibatch, jax.random.split(k_power, state.loss_mean.shape[0])))
-    else:
-        first = jax.tree.map(lambda x: x[0], (state.position, minibatch))
-        lam = top_curvature(posterior, first[0], first[1], inv_mass, k_power, config.power_iterations)
+    lam = ensemble_curvature(posterior, state.position, minibatch, inv_mass, k_power, config.power_iterations,
+                             config.curvature, stats["alive"])
     noise = unflat(stats["noise"], state.inv_mass)
     heat = jnp.max(stats["noise"] * jnp.exp(log_s2))  # the largest V̂ᵢ·M⁻¹ᵢ: where the minibatch noise heats most
     eps = jnp.minimum(config.base_kappa * jnp.exp(k_adj) * scale, jnp.minimum(
@@ -285,17 +286,25 @@ def _psgld(state: PolicyState, grad_u, key, config: PolicyConfig, n_data: int, s
 
 
 def _gather(state: PolicyState, pre: PyTree, grad_u, noise, loss, t_kin, early) -> PolicyState:
-    """The gathering window's statistics with one more state per chain (θ before the update, its ∇Ũ, V̂, loss)."""
+    """The gathering window's statistics with one more state per chain (θ before the update, its ∇Ũ, V̂, loss); the
+    pooled V̂ and T_kin average the live chains only (a divergent chain's are not finite: left out)."""
     count = state.count + 1.0
     mx, sx = jax.vmap(welford, in_axes=(None, 0, 0, 0))(count, state.mean_x, state.m2_x, pre)
     mg, sg = jax.vmap(welford, in_axes=(None, 0, 0, 0))(count, state.mean_g, state.m2_g, grad_u)
-    nv = jax.tree.map(lambda m, v: m + (jnp.mean(v, axis=0) - m) / count, state.noise_acc, noise)
+    alive = jax.vmap(lambda *t: jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(t)]))
+                     )(pre, grad_u, noise, loss, t_kin)
+    live = jnp.maximum(jnp.sum(alive), 1.0)
+
+    def mean(v):  # over the live chains (axis 0)
+        return jnp.sum(jnp.where(alive.reshape((-1,) + (1,) * (v.ndim - 1)), v, 0.0), axis=0) / live
+
+    nv = jax.tree.map(lambda m, v: m + (mean(v) - m) / count, state.noise_acc, noise)
     delta = loss - state.loss_mean
     lm = state.loss_mean + delta / count
     early_mean = jnp.where(early, state.loss_early + (loss - state.loss_early) / count, state.loss_early)
     return state._replace(count=count, mean_x=mx, m2_x=sx, mean_g=mg, m2_g=sg, noise_acc=nv, loss_mean=lm,
                           loss_m2=state.loss_m2 + delta * (loss - lm), loss_early=early_mean,
-                          kin=state.kin + (jnp.mean(t_kin) - state.kin) / count)
+                          kin=state.kin + (mean(t_kin) - state.kin) / count)
 
 
 def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig()):

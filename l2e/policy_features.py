@@ -32,11 +32,14 @@ def _log_scales(config, var_x, var_g, mean_g, count) -> tuple[jax.Array, jax.Arr
 
 def features(state, config, n_data: int, progress) -> tuple[jax.Array, jax.Array, dict]:
     """(per-coordinate features (d, |COORD_FEATURES|), global features (|GLOBAL_FEATURES|,), the rule's statistics)
-    at an adaptation point from the gathering window's statistics (module docstring)."""
+    at an adaptation point from the gathering window's statistics (module docstring), pooled over the live chains:
+    a chain whose statistics are not finite (divergent) is left out (stats["alive"], (M,) bool)."""
     n = jnp.maximum(state.count, 1.0)
-    chains = state.loss_mean.shape[0]
-    w_x, b_x, _ = pooled_moments(state.mean_x, state.m2_x, n)
-    w_g, b_g, mu_g = pooled_moments(state.mean_g, state.m2_g, n)
+    alive = jax.vmap(lambda *t: jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(t)]))
+                     )(state.mean_x, state.m2_x, state.mean_g, state.m2_g, state.loss_mean, state.loss_m2)
+    chains = jnp.maximum(jnp.sum(alive), 1.0)
+    w_x, b_x, _ = pooled_moments(state.mean_x, state.m2_x, n, alive)
+    w_g, b_g, mu_g = pooled_moments(state.mean_g, state.m2_g, n, alive)
     var_x, var_g = w_x + _TINY, w_g + _TINY  # within chains: chains in different modes do not widen the mass
     noise = flat(state.noise_acc)
     log_s2, fisher = _log_scales(config, var_x, var_g, mu_g, n * chains)
@@ -44,10 +47,14 @@ def features(state, config, n_data: int, progress) -> tuple[jax.Array, jax.Array
     coord = jnp.stack([fisher, jnp.log(var_x / (var_x + b_x)), jnp.log((noise + _TINY) / var_g),
                        jnp.clip(mu_g / jnp.sqrt(var_g), -10.0, 10.0), log_m - jnp.mean(log_m)], axis=1)
     d = var_x.shape[0]
-    loss_var = jnp.mean(state.loss_m2) / jnp.maximum(n - 1.0, 1.0) + jnp.var(state.loss_mean)
-    trend = 2.0 * jnp.mean(state.loss_mean - state.loss_early) * n_data / jnp.sqrt(0.5 * d)
+    def mean(v):  # over the live chains
+        return jnp.sum(jnp.where(alive, v, 0.0)) / chains
+
+    loss_var = mean(state.loss_m2) / jnp.maximum(n - 1.0, 1.0) + mean(jnp.square(state.loss_mean - mean(
+        state.loss_mean)))
+    trend = 2.0 * mean(state.loss_mean - state.loss_early) * n_data / jnp.sqrt(0.5 * d)
     t_kin = jnp.where(state.eps > 0, jnp.log(jnp.maximum(state.kin, _TINY) / config.temperature), 0.0)
     glob = jnp.stack([jnp.asarray(progress, jnp.float32), t_kin, jnp.arcsinh(trend),
                       jnp.mean(0.5 * jnp.log((var_x + b_x) / var_x)),
                       jnp.log(float(n_data) ** 2 * loss_var / (0.5 * d) + _TINY)])
-    return coord, glob, {"log_s2": log_s2, "noise": noise}
+    return coord, glob, {"log_s2": log_s2, "noise": noise, "alive": alive}

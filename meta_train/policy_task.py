@@ -1,16 +1,20 @@
 """The inner problem of meta-training Policy-L2E (l2e.policy; `meta_train.policy_train`) on one task of the zoo's
-meta-training half: the built task, its NUTS reference's per-draw test predictives (the rows the zoo keeps), the
-K-draw floors, and a population of φ run with common random numbers into one meta-loss per member.
+meta-training half: the built task, its NUTS reference's per-draw test predictives (the rows the zoo keeps;
+regression: at most REGRESSION_ROWS test points, a fixed subsample), the K-draw floors, and a population of φ run
+with common random numbers into one meta-loss per member. Classification and regression alike, through the task's
+likelihood (the fidelity the budget curves read: `bma_total_variation`, `split_total_variations`,
+`point_prediction`).
 
 The meta-loss of a member on a task at budget G (K draws from M chains, `l2e.policy.split_budget`):
 
     log(TV / TV_K) + w_d·(max(0, log(v_lo / r)) + max(0, log(r / v_hi))) + w_T·max(0, |T_kin − T| / T − 0.1),
 
-TV the total variation between the draws' BMA and the reference BMA on the kept test rows (mean over rows), TV_K its
-K-draw floor (the median TV of K reference draws, 200 resamples), r the draws' predictive variance (mean over rows
-and classes of the across-draw variance, ddof 1) over the reference draws', [v_lo, v_hi] the 5 %–95 % range of K
-reference draws' r (the dispersion band), T_kin the chains' mean kinetic temperature in the window. A member whose
-draws are not finite scores DIVERGED. Classification tasks (class probabilities) only.
+TV the total variation between the draws' BMA predictive and the reference draws' on the kept test rows (mean over
+rows), TV_K its K-draw floor (the median TV of K reference draws against the other S − K, 200 resamples, as the
+budget curves' floor), r the draws' predictive variance (mean over rows of the across-draw variance of the point
+prediction — class probabilities or the predicted mean —, ddof 1) over the reference draws', [v_lo, v_hi] the
+5 %–95 % range of K reference draws' r (the dispersion band), T_kin the chains' mean kinetic temperature in the
+window. A member whose draws are not finite scores DIVERGED.
 """
 from __future__ import annotations
 
@@ -24,33 +28,48 @@ import numpy as np
 from l2e import policy as P
 from l2e.chains import ChainSchedule, make_chunk, run_chain
 
-__all__ = ["DIVERGED", "PolicyTask", "load_policy_task", "population_losses"]
+__all__ = ["DIVERGED", "PolicyTask", "load_policy_task", "population_losses", "population_program"]
 
-DIVERGED = 5.0
-"""The meta-loss of a member whose draws are not finite (log TV/TV_K of a useless sampler is about 1–3)."""
+DIVERGED = 12.0
+"""The meta-loss of a member whose draws are not finite, and the cap of every other's: above any finite one seen
+(an unconverged run scores about 1–3 on classification, 5–10 on regression, where TV_K is small and the draws'
+variance ratio can be off by orders of magnitude; a lower cap flattens those tasks' fitness and leaves ES no
+signal)."""
 RESAMPLES = 200
+REGRESSION_ROWS = 100
+"""Test points a regression task's meta-loss reads (its TV integrates each point's mixture on a grid)."""
 
 
 class PolicyTask(NamedTuple):
-    """name; task: the built task; x: the kept test rows' inputs; ref_bma: (rows, C) the reference draws' mean;
-    ref_var: their predictive variance (ddof 1); floor: TV_K; band: (v_lo, v_hi) of the variance ratio."""
+    """name; task: the built task; x: the kept test rows' inputs; ref: (S, rows, ...) the reference draws' outputs
+    (the likelihood's `reference_outputs`); ref_var: their predictive variance (ddof 1); floor: TV_K; band:
+    (v_lo, v_hi) of the variance ratio; likelihood: the task's (None: classification)."""
 
     name: str
     task: object
     x: jax.Array
-    ref_bma: np.ndarray
+    ref: np.ndarray
     ref_var: float
     floor: float
     band: tuple[float, float]
+    likelihood: object = None
 
 
-def _tv(p, q):
-    return np.mean(0.5 * np.sum(np.abs(p - q), axis=-1), axis=-1)
+def _likelihood(pt: PolicyTask):
+    if pt.likelihood is not None:
+        return pt.likelihood
+    from tasks.likelihoods import likelihood_of
+
+    return likelihood_of("classification")
+
+
+def _variance(lik, outputs: np.ndarray) -> float:
+    return float(np.mean(np.var(lik.point_prediction(outputs), axis=0, ddof=1)))
 
 
 def load_policy_task(name: str, reference, draws: int, seed: int = 0) -> PolicyTask:
     """The zoo task `name` (tasks.zoo) with its reference from directory `reference`, floors at K = `draws`.
-    ValueError (one line) for a task that is not classification or has no converged reference there."""
+    ValueError (one line) for a task with no converged reference there."""
     from tasks.build import build
     from tasks.reference import ReferenceDataError, find_reference_dir, load_draws, load_task_dir
     from tasks.zoo import by_name
@@ -59,32 +78,36 @@ def load_policy_task(name: str, reference, draws: int, seed: int = 0) -> PolicyT
     if entry is None:
         raise ValueError(f"unknown zoo task {name!r}")
     task = build(entry.spec)
-    if not task.likelihood.has_class_probs:
-        raise ValueError(f"meta-training task {name!r} is not a classification task")
+    lik = task.likelihood
+    kind = "classification" if lik.has_class_probs else "regression"
     try:
         d = find_reference_dir(reference, entry.spec, "--reference", "meta-training task")
         ref = load_task_dir(d, task, name)
-        kept = load_draws(d, "classification", ref["probs"])
+        kept = load_draws(d, kind, ref.get("probs"))
     except ReferenceDataError as e:
         raise ValueError(str(e).splitlines()[0]) from None
     if kept is None:
         raise ValueError(f"the reference of {name!r} keeps no per-draw predictives")
-    probs = np.asarray(kept["probs"], np.float64)
-    x_test = task.splits.test[0]
-    x = x_test if kept["rows"] is None else x_test[np.asarray(kept["rows"])]
-    bma, var = probs.mean(0), float(np.mean(np.var(probs, axis=0, ddof=1)))
+    out = np.asarray(lik.reference_outputs(kept), np.float64)
+    x_test = np.asarray(task.splits.test[0])
+    rows = kept.get("rows")
     rng = np.random.default_rng(seed)
-    picks = [rng.choice(len(probs), draws, replace=False) for _ in range(RESAMPLES)]
-    tvs = np.array([_tv(probs[i].mean(0), bma) for i in picks])
-    ratios = np.array([np.mean(np.var(probs[i], axis=0, ddof=1)) / var for i in picks])
-    return PolicyTask(name, task, jnp.asarray(x), bma, var, float(np.median(tvs)),
-                      (float(np.quantile(ratios, 0.05)), float(np.quantile(ratios, 0.95))))
+    if rows is None and kind == "regression" and out.shape[1] > REGRESSION_ROWS:
+        rows = np.sort(rng.choice(out.shape[1], REGRESSION_ROWS, replace=False))
+        out = out[:, rows]
+    x = x_test if rows is None else x_test[np.asarray(rows)]
+    var = _variance(lik, out)
+    picks = [rng.choice(len(out), draws, replace=False) for _ in range(RESAMPLES)]
+    tvs = np.asarray(lik.split_total_variations(out, picks))
+    ratios = np.array([_variance(lik, out[i]) / var for i in picks])
+    return PolicyTask(name, task, jnp.asarray(x), out, var, float(np.median(tvs)),
+                      (float(np.quantile(ratios, 0.05)), float(np.quantile(ratios, 0.95))), lik)
 
 
 def population_program(pt: PolicyTask, config: P.PolicyConfig, gradients: int, draws: int, chains: int,
                        batch_size: int, chunk: int = 10):
-    """run(phis (population-stacked φ), key) -> (probs (P, K, rows, C), t_kin (P,)): every member's M chains from
-    the same inits and minibatch keys (common random numbers), compiled once."""
+    """run(phis (population-stacked φ), key) -> (outputs (P, K, rows, ...) as `Task.predict`'s, t_kin (P,)): every
+    member's M chains from the same inits and minibatch keys (common random numbers), compiled once."""
     steps, per_chain, thinning, freeze = P.split_budget(config, gradients, draws, chains)
     config = dataclasses.replace(config, freeze_step=freeze, noise_halves=batch_size % 2 == 0)
     schedule = ChainSchedule(steps, per_chain, thinning, batch_size, chunk)
@@ -93,7 +116,7 @@ def population_program(pt: PolicyTask, config: P.PolicyConfig, gradients: int, d
     one = make_chunk(lambda k, s, mb, phi: kernel(k, s, mb, phi), P.per_chain_batches(task.sample_batch, chains),
                      batch_size, schedule.chunk_length)
     fn = jax.jit(jax.vmap(one, in_axes=(0, None, None, None, 0)))
-    predict = jax.jit(jax.vmap(jax.vmap(lambda p: jax.nn.softmax(task.apply(p, pt.x), axis=-1))))
+    predict = jax.jit(jax.vmap(lambda p: task.predict(p, pt.x)))
 
     def run(phis, key):
         members = jax.tree.leaves(phis)[0].shape[0]
@@ -110,13 +133,17 @@ def population_program(pt: PolicyTask, config: P.PolicyConfig, gradients: int, d
     return run
 
 
-def population_losses(pt: PolicyTask, probs: np.ndarray, t_kin: np.ndarray, dispersion_weight: float = 1.0,
+def population_losses(pt: PolicyTask, outputs: np.ndarray, t_kin: np.ndarray, dispersion_weight: float = 1.0,
                       temperature_weight: float = 1.0, temperature: float = 1.0) -> tuple[np.ndarray, dict]:
-    """(meta-loss per member (module docstring), {"tv_ratio", "var_ratio", "t_kin"} per member)."""
-    finite = np.all(np.isfinite(probs), axis=(1, 2, 3)) & np.isfinite(t_kin)
-    safe = np.where(finite[:, None, None, None], probs, 1.0 / probs.shape[-1])
-    tv = _tv(safe.mean(1), pt.ref_bma) / pt.floor
-    ratio = np.mean(np.var(safe, axis=1, ddof=1), axis=(1, 2)) / pt.ref_var
+    """(meta-loss per member (module docstring), {"tv_ratio", "var_ratio", "t_kin"} per member) of outputs
+    (P, K, rows, ...) in the format of `Task.predict` (log-probabilities, or [loc, scale])."""
+    lik = _likelihood(pt)
+    members = outputs.shape[0]
+    finite = np.all(np.isfinite(outputs.reshape(members, -1)), axis=1) & np.isfinite(t_kin)
+    tv, ratio = np.full(members, np.inf), np.ones(members)
+    for m in np.flatnonzero(finite):
+        tv[m] = lik.bma_total_variation(outputs[m], pt.ref) / pt.floor
+        ratio[m] = _variance(lik, outputs[m]) / pt.ref_var
     lo, hi = pt.band
     safe_ratio = np.maximum(ratio, 1e-12)
     disp = np.maximum(0.0, np.log(lo / safe_ratio)) + np.maximum(0.0, np.log(safe_ratio / hi))

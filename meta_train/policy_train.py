@@ -32,9 +32,12 @@ __all__ = ["DEFAULT_TASKS", "PolicyTrainConfig", "gradient_variance", "train"]
 DEFAULT_TASKS = ("digits/mlp-16", "wine/mlp-16", "breast_cancer/mlp-16", "digits/mlp-linear", "digits/mlp-64-p0.05",
                  "iris/mlp-8-tanh", "breast_cancer/mlp-8-tanh", "breast_cancer/mlp-16x16-tanh-p0.05",
                  "synthetic_tabular/mlp-8-tanh", "synthetic_tabular/mlp-linear", "synthetic_images/mlp-linear",
-                 "synthetic_images/mlp-16-tanh", "wine/mlp-linear-p1")
-"""The shipped preset's tasks: the converged classification MLPs and linear models of the meta-training half (its
-CNNs cost too much for the 60-minute CPU budget, and regression has no meta-loss here yet)."""
+                 "synthetic_images/mlp-16-tanh", "wine/mlp-linear-p1", "uci:energy[mile-s1]/mlp-linear",
+                 "uci:power-plant[mile-s1]/mlp-linear", "uci:concrete[mile-s1]/mlp-linear-p0.1",
+                 "uci:airfoil[mile-s1]/mlp-linear", "uci:wine-quality-red[mile-s1]/mlp-linear-homo",
+                 "uci:kin8nm[mile-s1]/mlp-linear")
+"""The shipped preset's tasks: the converged classification MLPs and linear models and the converged regression
+tasks of the meta-training half (its CNNs cost too much for the 60-minute CPU budget)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +45,8 @@ class PolicyTrainConfig:
     """reference: the zoo's reference directory; tasks: meta-training tasks (each in tasks.zoo.train_names());
     budgets: G per run; chains M; draws K; batch_size B; population, sigma, learning_rate, clip_norm: the ES;
     generations; tasks_per_generation; eval_every; hidden: the policy networks' widths; base_kappa: κ₀ of the rule
-    the policy corrects; dispersion_weight, temperature_weight: the meta-loss's; seed."""
+    the policy corrects; curvature: where the stability cap is measured (l2e.policy.PolicyConfig's); dispersion_weight,
+    temperature_weight: the meta-loss's; seed."""
 
     reference: str = "results/references"
     tasks: tuple[str, ...] = DEFAULT_TASKS
@@ -59,6 +63,7 @@ class PolicyTrainConfig:
     eval_every: int = 10
     hidden: tuple[int, ...] = (16,)
     base_kappa: float = 0.15
+    curvature: str = "warm"
     dispersion_weight: float = 1.0
     temperature_weight: float = 1.0
     seed: int = 0
@@ -75,9 +80,10 @@ class PolicyTrainConfig:
             raise ValueError("need tasks, budgets and an even population >= 2")
         if not 0 < self.tasks_per_generation <= len(self.tasks):
             raise ValueError(f"tasks_per_generation must be in [1, {len(self.tasks)}]")
+        self.sampler()  # the sampler's own checks (e.g. curvature)
 
     def sampler(self) -> P.PolicyConfig:
-        return P.PolicyConfig(base_kappa=self.base_kappa)
+        return P.PolicyConfig(base_kappa=self.base_kappa, curvature=self.curvature)
 
 
 class Programs:

@@ -9,6 +9,8 @@
 - stationarity with a random φ: the variance ratios on the 10-D Gaussian and the banana lie inside SGHMC's 3-seed
   band ± SLACK, E[θ1²θ2] on the banana too, T_kin within 10 % of T (slow); on a large-N logistic regression (N =
   5,000, B = 32) where plain SGHMC runs hot, the rule's variance ratio is in the dispersion band (slow);
+- a divergent chain is left out of the pooled statistics (the others adapt, finite); the stability cap's curvature
+  "warm" reads a stiffer chain that "first" misses, and is at most "all"'s;
 - a saved φ loads back; a bad φ or configuration is refused with one line;
 - the shipped φ diverges on the card's banana with the stability cap measured at chain 0, not over every chain (slow);
 - the evaluation method's budget split (gradients = M·S + the adaptation points' Hessian-vector products); the
@@ -52,6 +54,39 @@ def test_adaptation_points_and_gathering_windows():
     assert ends == (100, 200, 300) and gathers == (50, 150, 250)
     assert P.adaptation_gradients(P.PolicyConfig(phases=3, power_iterations=10)) == 66
     assert P.adaptation_gradients(P.PolicyConfig(phases=3, power_iterations=10, curvature="all"), 10) == 660
+    assert P.adaptation_gradients(P.PolicyConfig(phases=3, power_iterations=10, curvature="warm"), 10) == 126
+
+
+def test_a_divergent_chain_is_left_out_of_the_pooled_statistics():
+    """One chain started at NaN: the others adapt as the same chains without it would (finite ε, mass and draws),
+    and the cap's curvature is read from the first live chain."""
+    post = gaussian_posterior()
+    for curvature in ("first", "warm", "all"):
+        cfg = P.PolicyConfig(freeze_step=60, base_step=1e-2, curvature=curvature)
+        alg = P.policy(post, None, cfg)
+        init = alg.init(jnp.full((4, D), 2.0).at[0].set(jnp.nan))
+        step = jax.jit(alg.step)
+        for t in range(90):
+            init, info = step(jax.random.PRNGKey(t), init, jax.random.normal(jax.random.PRNGKey(500 + t), (4, 8, D)))
+        pos = np.asarray(init.position)
+        assert np.isnan(pos[0]).all() and np.isfinite(pos[1:]).all(), curvature
+        assert np.isfinite(float(init.eps)) and float(init.eps) > 0 and np.isfinite(np.asarray(init.inv_mass)).all()
+        assert list(np.asarray(info.is_finite)) == [False, True, True, True]
+
+
+def test_warm_curvature_reads_a_stiffer_chain():
+    """Chains on a Gaussian whose curvature grows with |θ₀| (a scale parameter): the chain far out is the stiffest;
+    "first" (chain 0, near the origin) misses it, "warm" and "all" see it, and warm ≤ all."""
+    from l2e.adaptation import ensemble_curvature
+
+    post = l2e.Posterior(lambda th, b: 0.5 * jnp.exp(th[0] ** 2 / 4.0) * jnp.sum(th[1:] ** 2) / 100, lambda th: 0.0,
+                         100)
+    pos = jnp.zeros((3, 4)).at[:, 0].set(jnp.array([0.0, 1.0, 4.0])).at[:, 1:].set(0.1)
+    mb, ones, alive = jnp.zeros((3, 1)), jnp.ones(4), jnp.ones(3, bool)
+    lam = {w: float(ensemble_curvature(post, pos, mb, ones, jax.random.PRNGKey(0), 20, w, alive))
+           for w in ("first", "warm", "all")}
+    assert lam["first"] == pytest.approx(1.0, rel=0.05) and lam["warm"] > 50 * lam["first"]
+    assert lam["warm"] <= lam["all"] * 1.001
 
 
 def test_zero_output_is_the_rule_and_phi_is_read():

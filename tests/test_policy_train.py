@@ -18,25 +18,43 @@ from meta_train.policy_task import DIVERGED, PolicyTask, population_losses
 from meta_train.policy_train import PolicyTrainConfig, main, train
 
 
-def _task(ref_bma, ref_var=0.01, floor=0.05, band=(0.8, 1.2)):
-    return PolicyTask("t", None, jnp.zeros((ref_bma.shape[0], 1)), ref_bma, ref_var, floor, band)
+def _task(ref, ref_var=0.01, floor=0.05, band=(0.8, 1.2), likelihood=None):
+    return PolicyTask("t", None, jnp.zeros((ref.shape[1], 1)), ref, ref_var, floor, band, likelihood)
 
 
 def test_meta_loss_terms():
     rng = np.random.default_rng(0)
-    ref = np.full((4, 2), 0.5)
+    ref = np.log(np.full((3, 4, 2), 0.5))  # reference draws' log-probabilities: BMA 0.5 everywhere
     probs = np.clip(0.5 + 0.1 * rng.normal(size=(3, 10, 4, 1)), 0.01, 0.99)
     probs = np.concatenate([probs, 1 - probs], axis=-1)
     var = float(np.mean(np.var(probs[0], axis=0, ddof=1)))
     pt = _task(ref, ref_var=var)
     probs[2, 0, 0, 0] = np.nan
-    loss, stats = population_losses(pt, probs, np.array([1.0, 1.5, 1.0]))
-    tv = np.mean(0.5 * np.sum(np.abs(probs[0].mean(0) - ref), axis=-1))
+    loss, stats = population_losses(pt, np.log(probs), np.array([1.0, 1.5, 1.0]))
+    tv = np.mean(0.5 * np.sum(np.abs(probs[0].mean(0) - 0.5), axis=-1))
     assert loss[0] == pytest.approx(np.log(tv / 0.05)) and stats["var_ratio"][0] == pytest.approx(1.0)
     assert loss[1] > np.log(stats["tv_ratio"][1]) + 0.39  # T_kin 1.5: penalty 0.4
     assert loss[2] == DIVERGED
     wide = _task(ref, ref_var=var / 4)  # the draws 4 × the reference's variance: log(4 / 1.2) added
-    assert population_losses(wide, probs[:1], np.ones(1))[0][0] == pytest.approx(np.log(tv / 0.05) + np.log(4 / 1.2))
+    assert population_losses(wide, np.log(probs[:1]), np.ones(1))[0][0] == pytest.approx(
+        np.log(tv / 0.05) + np.log(4 / 1.2))
+
+
+def test_regression_meta_loss_reads_the_gaussian_mixture():
+    """Regression outputs [loc, scale]: the TV is the likelihood's mixture TV (a draw set equal to the reference's
+    scores TV 0), the variance ratio that of the predicted means, and a shifted set pays."""
+    from tasks.likelihoods import likelihood_of
+
+    lik = likelihood_of("regression")
+    rng = np.random.default_rng(1)
+    ref = np.stack([rng.normal(size=(40, 6)), np.full((40, 6), 0.5)], axis=-1)
+    var = float(np.mean(np.var(ref[..., 0], axis=0, ddof=1)))
+    pt = _task(ref, ref_var=var, floor=0.1, band=(0.5, 2.0), likelihood=lik)
+    shifted = ref.copy()
+    shifted[..., 0] += 1.0
+    loss, stats = population_losses(pt, np.stack([ref, shifted]), np.ones(2))
+    assert stats["tv_ratio"][0] == pytest.approx(0.0, abs=1e-9) and stats["var_ratio"][0] == pytest.approx(1.0)
+    assert stats["tv_ratio"][1] == pytest.approx(lik.bma_total_variation(shifted, ref) / 0.1) and loss[1] > 0.5
 
 
 def test_configuration_refuses_the_held_out_half(capsys):
