@@ -45,8 +45,10 @@ class PolicyTrainConfig:
     """reference: the zoo's reference directory; tasks: meta-training tasks (each in tasks.zoo.train_names());
     budgets: G per run; chains M; draws K; batch_size B; population, sigma, learning_rate, clip_norm: the ES;
     generations; tasks_per_generation; eval_every; hidden: the policy networks' widths; base_kappa: κ₀ of the rule
-    the policy corrects; curvature: where the stability cap is measured (l2e.policy.PolicyConfig's); dispersion_weight,
-    temperature_weight: the meta-loss's; seed."""
+    the policy corrects; curvature: where the stability cap is measured (l2e.policy.PolicyConfig's); task_shaping:
+    "standardise" (each task's losses standardised over the population before the ES averages them: regression's
+    meta-loss runs on a larger scale than classification's) or "none"; dispersion_weight, temperature_weight: the
+    meta-loss's; seed."""
 
     reference: str = "results/references"
     tasks: tuple[str, ...] = DEFAULT_TASKS
@@ -64,6 +66,7 @@ class PolicyTrainConfig:
     hidden: tuple[int, ...] = (16,)
     base_kappa: float = 0.15
     curvature: str = "warm"
+    task_shaping: str = "standardise"
     dispersion_weight: float = 1.0
     temperature_weight: float = 1.0
     seed: int = 0
@@ -80,6 +83,8 @@ class PolicyTrainConfig:
             raise ValueError("need tasks, budgets and an even population >= 2")
         if not 0 < self.tasks_per_generation <= len(self.tasks):
             raise ValueError(f"tasks_per_generation must be in [1, {len(self.tasks)}]")
+        if self.task_shaping not in ("standardise", "none"):
+            raise ValueError(f"task_shaping must be standardise or none, got {self.task_shaping!r}")
         self.sampler()  # the sampler's own checks (e.g. curvature)
 
     def sampler(self) -> P.PolicyConfig:
@@ -106,15 +111,20 @@ class Programs:
         probs, t_kin = self.programs[name, budget](phis, key)
         return population_losses(self.tasks[name], probs, t_kin, c.dispersion_weight, c.temperature_weight)
 
-    def fitness(self, names, phis, key) -> tuple[np.ndarray, dict]:
-        """Mean meta-loss per member over `names` × budgets (same key for every member: common random numbers)."""
-        rows, stats = [], {}
+    def fitness(self, names, phis, key) -> tuple[np.ndarray, np.ndarray, dict]:
+        """(mean meta-loss per member over `names` × budgets, the ES's fitness, per-task medians) with the same key
+        for every member (common random numbers). The ES's fitness is that mean, or (config.task_shaping
+        "standardise") the mean of each task's losses standardised over the population, so that every task weighs
+        the same whatever its loss's scale."""
+        rows, shaped, stats = [], [], {}
         for i, name in enumerate(names):
             for budget in self.config.budgets:
                 loss, s = self.losses(name, budget, phis, jax.random.fold_in(key, i))
                 rows.append(loss)
+                shaped.append((loss - np.mean(loss)) / (np.std(loss) + 1e-8))
                 stats[f"{name}@{budget}"] = {k: float(np.median(v)) for k, v in s.items()}
-        return np.mean(rows, axis=0), stats
+        raw = np.mean(rows, axis=0)
+        return raw, (np.mean(shaped, axis=0) if self.config.task_shaping == "standardise" else raw), stats
 
 
 def _strategy(config: PolicyTrainConfig, phi0):
@@ -155,7 +165,7 @@ def _mean_phi(strategy, state):
 def _evaluate(programs: Programs, phi, seed: int) -> dict:
     """The mean φ's meta-loss on every configured task and budget, fixed keys (the meta-loss curve)."""
     phis = jax.tree.map(lambda v: jnp.asarray(v)[None], phi)
-    loss, stats = programs.fitness(programs.config.tasks, phis, jax.random.PRNGKey(10_000 + seed))
+    loss, _, stats = programs.fitness(programs.config.tasks, phis, jax.random.PRNGKey(10_000 + seed))
     return {"loss": float(loss[0]), "tasks": stats}
 
 
@@ -198,8 +208,8 @@ def train(config: PolicyTrainConfig, output, progress=print) -> dict:
         k_ask, k_run = jax.random.split(key)
         population, new = strategy.ask(k_ask, state, params)
         names = _generation_tasks(config, g)
-        fitness, stats = programs.fitness(names, population, k_run)
-        state, _ = strategy.tell(k_ask, population, jnp.asarray(fitness, jnp.float32), new, params)
+        fitness, shaped, stats = programs.fitness(names, population, k_run)
+        state, _ = strategy.tell(k_ask, population, jnp.asarray(shaped, jnp.float32), new, params)
         _save_state(out / "state.npz", state)
         P.save_meta_params(out / "phi.npz", _mean_phi(strategy, state))
         row = {"kind": "train", "generation": g, "tasks": names, "fitness_mean": float(np.mean(fitness)),
@@ -222,7 +232,7 @@ def gradient_variance(config: PolicyTrainConfig, repeats: int) -> dict:
         z = jax.random.normal(key, (config.population // 2, flat0.size))
         z = jnp.concatenate([z, -z])
         phis = jax.vmap(unravel)(flat0 + config.sigma * z)
-        fitness, _ = programs.fitness(_generation_tasks(config, 1_000_000 + r), phis, jax.random.fold_in(key, 1))
+        _, fitness, _ = programs.fitness(_generation_tasks(config, 1_000_000 + r), phis, jax.random.fold_in(key, 1))
         grads.append(np.asarray(z).T @ (fitness - fitness.mean()) / (len(fitness) * config.sigma))
     g = np.stack(grads)
     mean = g.mean(0)
