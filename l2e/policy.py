@@ -33,27 +33,28 @@ curvature="all", or on chain 0 plus one per chain with curvature="warm" (`adapta
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from l2e.adaptation import (corrected_sghmc, ensemble_curvature, halved_gradients, rmsprop_langevin, unflat,
                             welford)
 from l2e.policy_features import COORD_FEATURES, GLOBAL_FEATURES, features
+from l2e.policy_params import check_meta_params, init_meta_params, load_meta_params, save_meta_params
 from l2e.checks import check_choice, check_flag, check_in_range, check_positive, check_step_count
-from l2e.meta_model import MetaMLP, check_stack, hidden_sizes, mlp_layers_names
+from l2e.meta_model import MetaMLP, hidden_sizes
 from l2e.transient import MAX_DAMPING, NOISE_MARGIN, STABILITY
 from l2e.types import PyTree, Posterior, SamplingAlgorithm, all_finite, normal_like, settled, window_temperature
 
-__all__ = ["COORD_FEATURES", "GLOBAL_FEATURES", "PolicyConfig", "PolicyInfo", "PolicyState", "adaptation_gradients",
-           "adaptation_points", "build_kernel", "check_meta_params", "features", "init", "init_meta_params",
-           "load_meta_params", "per_chain_batches", "policy", "save_meta_params",
+__all__ = ["COORD_FEATURES", "GLOBAL_FEATURES", "PHASES", "PolicyConfig", "PolicyInfo", "PolicyState",
+           "adaptation_gradients", "adaptation_points", "build_kernel", "check_meta_params", "chunk_phase", "features",
+           "init", "init_meta_params", "load_meta_params", "per_chain_batches", "policy", "save_meta_params",
            "split_budget"]
 
 LOG_BOUND = 3.0
+PHASES = ("psgld", "psgld_gather", "sghmc", "sghmc_gather", "window")
+"""The phase kernels (`build_kernel`'s phase, `chunk_phase`)."""
 MASS_RULES, POLICIES, CURVATURES = ("fisher", "variance", "scale"), ("learned", "rule"), ("first", "all", "warm")
 _TINY = 1e-30
 
@@ -190,56 +191,6 @@ def init(positions: PyTree) -> PolicyState:
                        _shared(positions, 0.0), zm, zm, zm, z)
 
 
-def init_meta_params(key: jax.Array, hidden: Sequence[int] = (16,), start: str = "rule") -> PyTree:
-    """φ = {"mass": a Dense stack |COORD_FEATURES| + |GLOBAL_FEATURES| → hidden → 1, "window": |GLOBAL_FEATURES| →
-    hidden → 2}; start "rule": both output layers 0 (the hand-designed rule exactly), "random": all random."""
-    if start not in ("rule", "random"):
-        raise ValueError(f"start must be 'rule' or 'random', got {start!r}")
-    k_mass, k_window = jax.random.split(key)
-    n_c, n_g = len(COORD_FEATURES), len(GLOBAL_FEATURES)
-    phi = {"mass": MetaMLP(tuple(hidden), outputs=1).init(k_mass, jnp.zeros((1, n_c + n_g)))["params"],
-           "window": MetaMLP(tuple(hidden), outputs=2).init(k_window, jnp.zeros((1, n_g)))["params"]}
-    if start == "rule":
-        phi = {head: {**p, mlp_layers_names(p)[-1]: jax.tree.map(jnp.zeros_like, p[mlp_layers_names(p)[-1]])}
-               for head, p in phi.items()}
-    return phi
-
-
-def check_meta_params(tree: Any, where: str) -> PyTree:
-    """A restored φ checked (ValueError naming `where`): the two Dense stacks of `init_meta_params`, finite."""
-    n_c, n_g = len(COORD_FEATURES), len(GLOBAL_FEATURES)
-    if not isinstance(tree, dict) or sorted(tree) != ["mass", "window"]:
-        raise ValueError(f"{where}: not a Policy-L2E meta-parameter tree (expected heads mass, window)")
-    return {"mass": check_stack(tree["mass"], f"{where} (mass)", n_c + n_g, 1),
-            "window": check_stack(tree["window"], f"{where} (window)", n_g, 2)}
-
-
-def save_meta_params(path, meta_params: PyTree) -> None:
-    """Write φ to `path` (.npz, one array per leaf under its "/"-joined key path)."""
-    flat = {"/".join(str(k.key) for k in kp): np.asarray(v, np.float32)
-            for kp, v in jax.tree_util.tree_leaves_with_path(check_meta_params(meta_params, "meta_params"))}
-    with open(path, "wb") as f:
-        np.savez(f, **flat)
-
-
-def load_meta_params(path) -> PyTree:
-    """φ read back from `save_meta_params`' file and checked (ValueError naming the file otherwise); "shipped": the
-    shipped checkpoint, checkpoints/policy/phi.npz (meta-trained by `python -m meta_train.policy_train`)."""
-    if str(path) == "shipped":
-        import checkpoints
-
-        path = Path(checkpoints.__file__).parent / "policy" / "phi.npz"
-    tree: dict = {}
-    with np.load(path, allow_pickle=False) as z:
-        for name in z.files:
-            node = tree
-            *heads, leaf = name.split("/")
-            for h in heads:
-                node = node.setdefault(h, {})
-            node[leaf] = z[name]
-    return check_meta_params(tree, str(path))
-
-
 def _bounded(x):
     return LOG_BOUND * jnp.tanh(x / LOG_BOUND)
 
@@ -307,39 +258,56 @@ def _gather(state: PolicyState, pre: PyTree, grad_u, noise, loss, t_kin, early) 
                           kin=state.kin + (mean(t_kin) - state.kin) / count)
 
 
-def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig()):
+def _gradients(posterior: Posterior, config: PolicyConfig, positions, minibatches, gather):
+    """Every chain's (loss, ∇Ũ, V̂): from two half-batches where gathering with noise_halves (l2e.adaptation)."""
+    if config.noise_halves:
+        return jax.vmap(lambda p, mb: halved_gradients(posterior, p, mb, gather))(positions, minibatches)
+    loss, _, grad_u = jax.vmap(posterior.value_and_potential_grad)(positions, minibatches)
+    return loss, grad_u, jax.tree.map(jnp.zeros_like, grad_u)
+
+
+def _branch(flag, yes, no, state):
+    """yes(state) or no(state): a Python bool (a phase kernel) decides statically, a traced one by lax.cond."""
+    if isinstance(flag, bool):
+        return yes(state) if flag else no(state)
+    return jax.lax.cond(flag, yes, no, state)
+
+
+def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), phase: str | None = None):
     """kernel(key, state, minibatches, meta_params, learning_rate=1.0, temperature=config.temperature) ->
     (PolicyState, PolicyInfo) — one update of all M chains.
 
     Args:
       posterior: the target (l2e.Posterior).
       config: PolicyConfig (static).
+      phase: None, the general kernel (it branches on the update index); or one of PHASES, the kernel of updates
+        that all lie in that phase and include no adaptation point (`chunk_phase`): the same numbers, without the
+        per-update branches (on XLA:CPU a network's gradient inside a `lax.cond` runs slower than outside one).
     Returns:
       The kernel: minibatches one per chain (every leaf's leading axis M; `per_chain_batches`); meta_params (φ) and
       learning_rate (a dimensionless multiplier of η₀ and κ₀: 1, the sampler as configured) are traced arguments.
     """
+    check_choice("phase", phase, PHASES + (None,))
     ends, gathers = adaptation_points(config)
     ends_a, gathers_a = jnp.asarray(ends, jnp.int32), jnp.asarray(gathers, jnp.int32)
     halves = jnp.asarray([max(1, (e - g) // 2) for e, g in zip(ends, gathers)], jnp.float32)
     n_data, phases, freeze = posterior.data_size, config.phases, int(config.freeze_step)
 
-    def gradients(positions, minibatches, gather):
-        if config.noise_halves:
-            return jax.vmap(lambda p, mb: halved_gradients(posterior, p, mb, gather))(positions, minibatches)
-        loss, _, grad_u = jax.vmap(posterior.value_and_potential_grad)(positions, minibatches)
-        return loss, grad_u, jax.tree.map(jnp.zeros_like, grad_u)
-
     def kernel(key, state: PolicyState, minibatches, meta_params, learning_rate=1.0, temperature=config.temperature):
         k_step, k_adapt = jax.random.split(key)
-        hit = state.step == ends_a
-        progress = (jnp.argmax(hit) + 1).astype(jnp.float32) / phases
-        state = jax.lax.cond(jnp.any(hit), lambda s: _adapt(s, meta_params, config, posterior, minibatches, k_adapt,
-                                                            learning_rate, progress), lambda s: s, state)
-        phase = jnp.sum(state.step >= ends_a)
-        p = jnp.minimum(phase, phases - 1)
-        gather = (phase < phases) & (state.step >= gathers_a[p])
+        if phase is None:
+            hit = state.step == ends_a
+            progress = (jnp.argmax(hit) + 1).astype(jnp.float32) / phases
+            state = jax.lax.cond(jnp.any(hit), lambda s: _adapt(s, meta_params, config, posterior, minibatches,
+                                                                k_adapt, learning_rate, progress), lambda s: s, state)
+        index = jnp.sum(state.step >= ends_a)
+        p = jnp.minimum(index, phases - 1)
+        if phase is None:
+            first, gather = index == 0, (index < phases) & (state.step >= gathers_a[p])
+        else:
+            first, gather = phase.startswith("psgld"), phase.endswith("gather")
         early = state.count < halves[p]
-        loss, grad_u, noise = gradients(state.position, minibatches, gather)
+        loss, grad_u, noise = _gradients(posterior, config, state.position, minibatches, gather)
         pre = state.position
 
         def sghmc(s):
@@ -347,19 +315,37 @@ def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig()):
                                           temperature, normal_like(k_step, s.position))
             return s._replace(position=pos, momentum=mom)
 
-        state = jax.lax.cond(phase == 0, lambda s: _psgld(s, grad_u, k_step, config, n_data, learning_rate,
-                                                          temperature), sghmc, state)
+        state = _branch(first, lambda s: _psgld(s, grad_u, k_step, config, n_data, learning_rate, temperature), sghmc,
+                       state)
         damping = jax.tree.map(lambda g: state.eps * g, state.friction)
         t_kin, sampling = jax.vmap(lambda r: window_temperature(r, state.inv_mass, damping, state.step, freeze)
                                    )(state.momentum)
         kinetic = jax.vmap(lambda r: sum(jnp.sum(ri * ri * mi) for ri, mi in zip(
             jax.tree.leaves(settled(r)), jax.tree.leaves(state.inv_mass))))(state.momentum)
-        state = jax.lax.cond(gather, lambda s: _gather(s, pre, grad_u, noise, loss, t_kin, early), lambda s: s, state)
+        state = _branch(gather, lambda s: _gather(s, pre, grad_u, noise, loss, t_kin, early), lambda s: s, state)
         finite = jax.vmap(lambda l, x: all_finite(l, sum(jnp.sum(v * v) for v in jax.tree.leaves(settled(x))))
                           )(loss, state.position)
         return state._replace(step=state.step + 1), PolicyInfo(loss, finite, kinetic, t_kin, sampling)
 
     return kernel
+
+
+def chunk_phase(config: PolicyConfig, start: int, length: int) -> str | None:
+    """The phase kernel (PHASES) that updates start, …, start + length − 1 may run with: all in one phase's segment
+    before its gathering window ("psgld", "sghmc"), all inside it ("psgld_gather", "sghmc_gather"), or all after the
+    freeze ("window"), none of them an adaptation point; None (the general kernel) otherwise."""
+    ends, gathers = adaptation_points(config)
+    end = start + length - 1
+    if start > ends[-1]:
+        return "window"
+    begins = (0,) + tuple(e + 1 for e in ends[:-1])  # the update after an adaptation point starts its segment
+    for p, (b, g, e) in enumerate(zip(begins, gathers, ends)):
+        name = "psgld" if p == 0 else "sghmc"
+        if b <= start and end < g:
+            return name
+        if g <= start and end < e:
+            return name + "_gather"
+    return None
 
 
 def per_chain_batches(sample_batch, chains: int):

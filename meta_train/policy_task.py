@@ -112,10 +112,16 @@ def population_program(pt: PolicyTask, config: P.PolicyConfig, gradients: int, d
     config = dataclasses.replace(config, freeze_step=freeze, noise_halves=batch_size % 2 == 0)
     schedule = ChainSchedule(steps, per_chain, thinning, batch_size, chunk)
     task = pt.task
-    kernel = P.build_kernel(task.posterior, config)
-    one = make_chunk(lambda k, s, mb, phi: kernel(k, s, mb, phi), P.per_chain_batches(task.sample_batch, chains),
-                     batch_size, schedule.chunk_length)
-    fn = jax.jit(jax.vmap(one, in_axes=(0, None, None, None, 0)))
+    length = schedule.chunk_length
+
+    def compiled(phase):  # the population's chunk with the phase kernel `phase` (l2e.policy.chunk_phase)
+        kernel = P.build_kernel(task.posterior, config, phase)
+        one = make_chunk(lambda k, s, mb, phi: kernel(k, s, mb, phi), P.per_chain_batches(task.sample_batch, chains),
+                         batch_size, length)
+        return jax.jit(jax.vmap(one, in_axes=(0, None, None, None, 0)))
+
+    fns = {ph: compiled(ph) for ph in {P.chunk_phase(config, start, length) for start in range(0, steps, length)}
+           | {None}}
     predict = jax.jit(jax.vmap(lambda p: task.predict(p, pt.x)))
 
     def run(phis, key):
@@ -123,7 +129,8 @@ def population_program(pt: PolicyTask, config: P.PolicyConfig, gradients: int, d
         k_init, k_chain = jax.random.split(key)
         state = P.init(jax.vmap(task.init_params)(jax.random.split(k_init, chains)))
         state = jax.tree.map(lambda v: jnp.broadcast_to(v, (members,) + v.shape), state)
-        out = run_chain(fn, state, k_chain, task.train_data, phis, schedule, info_axis=1)
+        out = run_chain(fns[None], state, k_chain, task.train_data, phis, schedule, info_axis=1,
+                        chunk_at=lambda start: fns[P.chunk_phase(config, start, length)])
         samples = jax.tree.map(lambda v: jnp.moveaxis(v, 0, 1).reshape((members, -1) + v.shape[3:]), out.samples)
         info = out.info
         sampling = np.asarray(info.sampling, bool)

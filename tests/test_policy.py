@@ -5,6 +5,7 @@
   policy="rule" with a random φ, and a random φ under policy="learned" changes the mass;
 - the rule recovers the Fisher diagonal σ² on an anisotropic Gaussian (median M⁻¹/σ² within 15 %) at ε = κ₀, γε = δ₀;
   the "variance" rule recovers Var θ = σ² too, the "scale" rule the shape of σ (slope ½ of log M⁻¹ on log σ²);
+- the phase kernels (chunk_phase) run the general kernel's chains bit for bit;
 - after the freeze the constants are fixed and θ' − θ = ε·M⁻¹r' (SGHMC with mass M);
 - stationarity with a random φ: the variance ratios on the 10-D Gaussian and the banana lie inside SGHMC's 3-seed
   band ± SLACK, E[θ1²θ2] on the banana too, T_kin within 10 % of T (slow); on a large-N logistic regression (N =
@@ -55,6 +56,40 @@ def test_adaptation_points_and_gathering_windows():
     assert P.adaptation_gradients(P.PolicyConfig(phases=3, power_iterations=10)) == 66
     assert P.adaptation_gradients(P.PolicyConfig(phases=3, power_iterations=10, curvature="all"), 10) == 660
     assert P.adaptation_gradients(P.PolicyConfig(phases=3, power_iterations=10, curvature="warm"), 10) == 126
+
+
+def test_phase_kernels_run_the_general_kernels_chains():
+    """chunk_phase's kernels, chunk by chunk through l2e.chains.run_chain's chunk_at, give the general kernel's chains
+    (a random φ, the noise halves on) to float32 rounding, as tests/test_phases.py holds Transient-L2E's (the same
+    operations; only XLA's fusion may differ: ≤ 64 roundings of the largest coordinate; ε and the mass rtol 1e-4);
+    every phase is used, and a chunk holding an adaptation point gets the general kernel."""
+    from l2e.chains import ChainSchedule, make_chunk, run_chain
+
+    post, chains, length = gaussian_posterior(), 3, 5
+    cfg = P.PolicyConfig(freeze_step=60, base_step=1e-2)
+    phi = P.init_meta_params(jax.random.PRNGKey(3), start="random")
+    schedule = ChainSchedule(90, 6, 5, 8, length)
+    batches = P.per_chain_batches(lambda k, data, b: jax.random.normal(k, (b, D)), chains)
+
+    def chunk(phase):
+        kernel = P.build_kernel(post, cfg, phase)
+        return jax.jit(make_chunk(lambda k, s, mb, a: kernel(k, s, mb, a), batches, 8, length))
+
+    state = P.init(jnp.full((chains, D), 2.0) + jnp.arange(chains)[:, None] * 0.1)
+    general = run_chain(chunk(None), state, jax.random.PRNGKey(1), None, phi, schedule)
+    kernels = {ph: chunk(ph) for ph in P.PHASES + (None,)}
+    used = [P.chunk_phase(cfg, start, length) for start in range(0, 90, length)]
+    phased = run_chain(chunk(None), state, jax.random.PRNGKey(1), None, phi, schedule,
+                       chunk_at=lambda start: kernels[P.chunk_phase(cfg, start, length)])
+    scale = float(np.max(np.abs(np.asarray(general.samples))))
+    np.testing.assert_allclose(np.asarray(phased.samples), np.asarray(general.samples), rtol=0,
+                               atol=64 * np.finfo(np.float32).eps * scale)
+    np.testing.assert_allclose(np.asarray(phased.state.inv_mass), np.asarray(general.state.inv_mass), rtol=1e-4)
+    assert set(used) == set(P.PHASES) | {None} and float(phased.state.eps) == pytest.approx(float(general.state.eps),
+                                                                                             rel=1e-4)
+    assert [P.chunk_phase(cfg, s, 5) for s in (0, 10, 15, 20, 25, 30, 35, 55, 60, 65)] == [
+        "psgld", "psgld_gather", "psgld_gather", None, "sghmc", "sghmc_gather", "sghmc_gather", "sghmc_gather", None,
+        "window"]
 
 
 def test_a_divergent_chain_is_left_out_of_the_pooled_statistics():

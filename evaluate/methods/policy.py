@@ -83,30 +83,37 @@ def _meta_params(s: PolicySettings):
         raise ConfigError(f"settings.policy.meta_params: {str(e).splitlines()[0]}") from None
 
 
-def _chunk(ctx, s: PolicySettings, schedule: ChainSchedule, freeze: int):
+def _chunks(ctx, s: PolicySettings, schedule: ChainSchedule, freeze: int):
+    """(config, {phase: jitted chunk}) for every phase kernel the chain's chunks use (l2e.policy.chunk_phase; None,
+    the general kernel, for a chunk holding an adaptation point), each cached."""
     task = ctx.task
     config = _config(s, freeze, noise_halves=schedule.batch_size % 2 == 0)
+    length = schedule.chunk_length
 
-    def build():
-        kernel = P.build_kernel(task.posterior, config)
+    def build(phase):
+        kernel = P.build_kernel(task.posterior, config, phase)
         chunk = make_chunk(lambda k, st, mb, args: kernel(k, st, mb, args), P.per_chain_batches(
-            task.sample_batch, s.chains), schedule.batch_size, schedule.chunk_length)
+            task.sample_batch, s.chains), schedule.batch_size, length)
         return jax.jit(chunk)
 
-    return config, ctx.cache.get(("policy", task.spec, s, schedule, freeze), build)
+    phases = {P.chunk_phase(config, start, length) for start in range(0, schedule.num_steps, length)} | {None}
+    return config, {ph: ctx.cache.get(("policy", task.spec, s, schedule, freeze, ph), lambda ph=ph: build(ph))
+                    for ph in phases}
 
 
 def run_policy(ctx, key, hp: dict):
     """M chains of S updates from M prior draws (module docstring); grad_evals: M·S + the adaptation points'."""
     s, task = ctx.settings, ctx.task
     schedule, freeze = policy_schedule(ctx.cfg, s)
-    config, fn = _chunk(ctx, s, schedule, freeze)
+    config, fns = _chunks(ctx, s, schedule, freeze)
     phi = _meta_params(s)
     init_key, key_chain = chain_keys(key)
     state = P.init(jax.vmap(task.init_params)(jax.random.split(init_key, s.chains)))
-    fn(state, key_chain, jnp.asarray(0, jnp.int32), task.train_data, phi)  # compile and warm up, not timed
+    for fn in fns.values():  # compile and warm up, not timed
+        fn(state, key_chain, jnp.asarray(0, jnp.int32), task.train_data, phi)
     t0 = time.perf_counter()
-    chain, kept = run_chunks(fn, state, key_chain, task.train_data, phi, schedule)
+    chain, kept = run_chunks(fns[None], state, key_chain, task.train_data, phi, schedule,
+                             lambda start: fns[P.chunk_phase(config, start, schedule.chunk_length)])
     jax.block_until_ready(chain.samples)
     seconds = time.perf_counter() - t0
     info = host_info(kept)
