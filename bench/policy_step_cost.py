@@ -36,7 +36,7 @@ from l2e import policy as P
 __all__ = ["PHASE_STEPS", "measure", "main"]
 
 PHASE_STEPS = {"phase 0": ("psgld", 10), "phase 0 (gather)": ("psgld_gather", 60), "SGHMC phase": ("sghmc", 110),
-               "SGHMC phase (gather)": ("sghmc_gather", 160), "window": ("window", 310),
+               "SGHMC phase (gather)": ("sghmc_gather", 160), "window": ("sghmc", 310),
                "adaptation point": (None, 200)}
 """Row: (the phase kernel the evaluation runs there, l2e.policy.chunk_phase; None the general kernel, the update
 index timed from)."""

@@ -53,8 +53,9 @@ __all__ = ["COORD_FEATURES", "GLOBAL_FEATURES", "PHASES", "PolicyConfig", "Polic
            "split_budget"]
 
 LOG_BOUND = 3.0
-PHASES = ("psgld", "psgld_gather", "sghmc", "sghmc_gather", "window")
-"""The phase kernels (`build_kernel`'s phase, `chunk_phase`)."""
+PHASES = ("psgld", "psgld_gather", "sghmc", "sghmc_gather")
+"""The phase kernels (`build_kernel`'s phase, `chunk_phase`); the window after the freeze runs "sghmc" (the same
+update: SGHMC with fixed constants, nothing gathered)."""
 MASS_RULES, POLICIES, CURVATURES = ("fisher", "variance", "scale"), ("learned", "rule"), ("first", "all", "warm")
 _TINY = 1e-30
 
@@ -333,11 +334,11 @@ def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), ph
 def chunk_phase(config: PolicyConfig, start: int, length: int) -> str | None:
     """The phase kernel (PHASES) that updates start, …, start + length − 1 may run with: all in one phase's segment
     before its gathering window ("psgld", "sghmc"), all inside it ("psgld_gather", "sghmc_gather"), or all after the
-    freeze ("window"), none of them an adaptation point; None (the general kernel) otherwise."""
+    freeze ("sghmc", the same update), none of them an adaptation point; None (the general kernel) otherwise."""
     ends, gathers = adaptation_points(config)
     end = start + length - 1
     if start > ends[-1]:
-        return "window"
+        return "sghmc"
     begins = (0,) + tuple(e + 1 for e in ends[:-1])  # the update after an adaptation point starts its segment
     for p, (b, g, e) in enumerate(zip(begins, gathers, ends)):
         name = "psgld" if p == 0 else "sghmc"

@@ -105,9 +105,12 @@ def load_policy_task(name: str, reference, draws: int, seed: int = 0) -> PolicyT
 
 
 def population_program(pt: PolicyTask, config: P.PolicyConfig, gradients: int, draws: int, chains: int,
-                       batch_size: int, chunk: int = 10):
+                       batch_size: int, chunk: int = 5):
     """run(phis (population-stacked φ), key) -> (outputs (P, K, rows, ...) as `Task.predict`'s, t_kin (P,)): every
-    member's M chains from the same inits and minibatch keys (common random numbers), compiled once."""
+    member's M chains from the same inits and minibatch keys (common random numbers), compiled once: one chunk of
+    `chunk` updates per phase kernel it uses (l2e.policy.chunk_phase). A short chunk keeps the code small: the preset
+    compiles about 10 programs per task (the population's and the mean φ's), and Linux's default limit of 65,530
+    memory maps per process was reached with 10-update chunks and a separate window kernel on 19 tasks."""
     steps, per_chain, thinning, freeze = P.split_budget(config, gradients, draws, chains)
     config = dataclasses.replace(config, freeze_step=freeze, noise_halves=batch_size % 2 == 0)
     schedule = ChainSchedule(steps, per_chain, thinning, batch_size, chunk)

@@ -89,7 +89,7 @@ def test_phase_kernels_run_the_general_kernels_chains():
                                                                                              rel=1e-4)
     assert [P.chunk_phase(cfg, s, 5) for s in (0, 10, 15, 20, 25, 30, 35, 55, 60, 65)] == [
         "psgld", "psgld_gather", "psgld_gather", None, "sghmc", "sghmc_gather", "sghmc_gather", "sghmc_gather", None,
-        "window"]
+        "sghmc"]
 
 
 def test_a_divergent_chain_is_left_out_of_the_pooled_statistics():
