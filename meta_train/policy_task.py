@@ -108,9 +108,10 @@ def population_program(pt: PolicyTask, config: P.PolicyConfig, gradients: int, d
                        batch_size: int, chunk: int = 5):
     """run(phis (population-stacked φ), key) -> (outputs (P, K, rows, ...) as `Task.predict`'s, t_kin (P,)): every
     member's M chains from the same inits and minibatch keys (common random numbers), compiled once: one chunk of
-    `chunk` updates per phase kernel it uses (l2e.policy.chunk_phase). A short chunk keeps the code small: the preset
-    compiles about 10 programs per task (the population's and the mean φ's), and Linux's default limit of 65,530
-    memory maps per process was reached with 10-update chunks and a separate window kernel on 19 tasks."""
+    `chunk` updates per phase kernel it uses (l2e.policy.chunk_phase) for a population, the general kernel alone
+    for a single φ (the meta-loss curve's mean φ: a fraction of the work). Few, short programs keep the code small:
+    XLA:CPU maps each compiled kernel's code separately (about 400 memory maps per program here), and Linux's default
+    limit of 65,530 per process was reached on the 19-task preset with phase kernels for both population sizes."""
     steps, per_chain, thinning, freeze = P.split_budget(config, gradients, draws, chains)
     config = dataclasses.replace(config, freeze_step=freeze, noise_halves=batch_size % 2 == 0)
     schedule = ChainSchedule(steps, per_chain, thinning, batch_size, chunk)
@@ -132,8 +133,8 @@ def population_program(pt: PolicyTask, config: P.PolicyConfig, gradients: int, d
         k_init, k_chain = jax.random.split(key)
         state = P.init(jax.vmap(task.init_params)(jax.random.split(k_init, chains)))
         state = jax.tree.map(lambda v: jnp.broadcast_to(v, (members,) + v.shape), state)
-        out = run_chain(fns[None], state, k_chain, task.train_data, phis, schedule, info_axis=1,
-                        chunk_at=lambda start: fns[P.chunk_phase(config, start, length)])
+        at = None if members == 1 else (lambda start: fns[P.chunk_phase(config, start, length)])
+        out = run_chain(fns[None], state, k_chain, task.train_data, phis, schedule, info_axis=1, chunk_at=at)
         samples = jax.tree.map(lambda v: jnp.moveaxis(v, 0, 1).reshape((members, -1) + v.shape[3:]), out.samples)
         info = out.info
         sampling = np.asarray(info.sampling, bool)
