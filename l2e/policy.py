@@ -28,7 +28,9 @@ multiplies κ₀ and δ₀ by exp(B·tanh(·/B)). After the freeze the constants
 mass M and friction γᵢ·Mᵢ at temperature T: stationary for the posterior whatever φ is, up to the noise estimate —
 correct by construction. A step costs one minibatch gradient per chain (halved in the gathering windows: the same
 work); each adaptation point adds power_iterations + 1 Hessian-vector products on one chain, on every chain with
-curvature="all", or on chain 0 plus one per chain with curvature="warm" (`adaptation_gradients`).
+curvature="all", or on chain 0 plus one per chain with curvature="warm" (`adaptation_gradients`). A chain whose
+statistics are not finite (divergent) is left out of every pooled statistic and of the curvature cap. The phase
+kernels (`build_kernel`'s phase, `chunk_phase`) run a phase's updates without per-update branches.
 """
 from __future__ import annotations
 

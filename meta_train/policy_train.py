@@ -6,7 +6,8 @@ A generation draws `tasks_per_generation` of the configured tasks; each member's
 (meta_train.policy_task) averaged over those tasks and the budgets. Every `eval_every` generations the mean φ is
 scored on every configured task and budget with fixed keys: the meta-loss curve (log.jsonl, "eval" rows). The run
 directory holds config.json, log.jsonl, state.npz (the ES state after the last finished generation: a rerun with
-the same configuration resumes there; `generations` may grow) and phi.npz (the mean φ; `python -m evaluate ... --set
+the same configuration resumes there; `generations` may grow), meta_loss.png (`plot_log`, redrawn at every
+"eval" row) and phi.npz (the mean φ; `python -m evaluate ... --set
 settings.policy.meta_params=DIR/phi.npz`). `--gradient-variance R` instead measures, at φ₀, the relative variance
 E‖ĝ − ḡ‖² / ‖ḡ‖² of R independent generation-sized ES estimates ĝ (and their mean cosine to ḡ).
 """
@@ -169,6 +170,32 @@ def _evaluate(programs: Programs, phi, seed: int) -> dict:
     return {"loss": float(loss[0]), "tasks": stats}
 
 
+def plot_log(rows: list[dict], path: Path) -> None:
+    """meta_loss.png: each generation's mean fitness (its tasks vary) and the meta-loss curve (the "eval" rows)."""
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from base.io import atomic_write_bytes
+
+    fig = Figure(figsize=(6, 3.5))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    train_rows = [r for r in rows if r["kind"] == "train"]
+    evals = [r for r in rows if r["kind"] == "eval"]
+    ax.plot([r["generation"] for r in train_rows], [r["fitness_mean"] for r in train_rows], ".", alpha=0.4,
+            label="generation's mean meta-loss (its tasks)")
+    ax.plot([r["generation"] for r in evals], [r["loss"] for r in evals], "o-", label="mean φ, every task (fixed keys)")
+    ax.set_xlabel("generation")
+    ax.set_ylabel("meta-loss")
+    ax.legend()
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    atomic_write_bytes(path, buf.getvalue())
+
+
 def train(config: PolicyTrainConfig, output, progress=print) -> dict:
     """Run (or resume) the meta-training in directory `output` (module docstring); returns the last log row."""
     out = Path(output)
@@ -202,6 +229,7 @@ def train(config: PolicyTrainConfig, output, progress=print) -> dict:
                 with open(log, "a") as f:
                     f.write(json.dumps(row) + "\n")
                 progress(f"policy_train: generation {g} eval meta-loss {row['loss']:.4f}")
+                plot_log([json.loads(line) for line in log.read_text().splitlines()], out / "meta_loss.png")
         if g == config.generations:
             break
         key = jax.random.fold_in(jax.random.PRNGKey(config.seed), g)

@@ -187,7 +187,8 @@ def test_evaluation_method_splits_the_budget():
 
     cfg = type("Cfg", (), dict(num_steps=1000, num_samples=10, batch_size=64, chunk=10))
     schedule, freeze = policy_schedule(cfg, PolicySettings())
-    assert (schedule.num_steps, schedule.num_samples, schedule.thinning, freeze) == (93, 1, 46, 47)
+    # curvature "warm": 2·(11 + 10)·3 = 126 gradient-equivalents first, then ⌊(1000 − 126)/10⌋ = 87 updates per chain
+    assert (schedule.num_steps, schedule.num_samples, schedule.thinning, freeze) == (87, 1, 43, 44)
     cfg.num_steps = 150
     with pytest.raises(ConfigError, match="too few"):
         policy_schedule(cfg, PolicySettings())

@@ -3,7 +3,7 @@
 - the meta-loss: log(TV/TV_K) for draws whose dispersion is in the band and whose T_kin is at T; the dispersion
   and temperature penalties add where they leave their bands; a member with a non-finite draw scores DIVERGED;
 - the configuration refuses a task of the held-out half (meta-training reads the training half only);
-- a run resumes and may be extended: one generation, then a call for two, logs the fitness of a two-generation run
+- a run writes its meta-loss plot; it resumes and may be extended: one generation, then a call for two, logs the fitness of a two-generation run
   in one call (slow: it compiles a task); another configuration in the same directory is refused.
 """
 from __future__ import annotations
@@ -69,6 +69,7 @@ def test_run_resumes_and_refuses_another_configuration(tmp_path):
     config = PolicyTrainConfig(tasks=("wine/mlp-16",), budgets=(500,), population=2, generations=1,
                                tasks_per_generation=1, eval_every=5)
     train(config, tmp_path / "run", progress=lambda s: None)
+    assert (tmp_path / "run" / "meta_loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="another configuration"):
         train(PolicyTrainConfig(tasks=("wine/mlp-16",), budgets=(1000,), population=2, generations=1,
                                 tasks_per_generation=1), tmp_path / "run")

@@ -5,9 +5,10 @@ Tuning-free: no grid. The budget G minibatch gradients is split by the method it
 False): the adaptation points' Hessian-vector products first (`l2e.policy.adaptation_gradients`), the rest as
 S = ⌊(G − those)/M⌋ updates of each of the M chains; K/M draws per chain, evenly over the last window_fraction of its
 updates, the freeze where they start (as Transient-L2E's window rule). Settings: chains M; phases, mass_rule,
-gather_fraction, base_step, base_kappa, base_damping, power_iterations, curvature: l2e.policy.PolicyConfig's; meta_params: "rule" (the hand-designed rule, φ unused) or the path of
-a saved φ (l2e.policy.save_meta_params; the learned policy), "shipped" the shipped one. Two methods: `policy` (the
-rule) and `policy_learned` (the shipped φ)."""
+gather_fraction, base_step, base_kappa, base_damping, power_iterations, curvature ("warm", as the shipped φ was
+trained): l2e.policy.PolicyConfig's; meta_params: "rule" (the hand-designed rule, φ unused) or the path of a saved
+φ (l2e.policy.save_meta_params; the learned policy), "shipped" the shipped one. Two methods: `policy` (the rule) and
+`policy_learned` (the shipped φ)."""
 from __future__ import annotations
 
 import dataclasses
@@ -44,7 +45,7 @@ class PolicySettings:
     base_kappa: float = 0.15
     base_damping: float = 0.1
     power_iterations: int = 10
-    curvature: str = "first"
+    curvature: str = "warm"
 
     def __post_init__(self):
         if not isinstance(self.chains, int) or self.chains < 2:
@@ -139,14 +140,15 @@ class PolicyLearnedSettings(PolicySettings):
     meta_params: str = "shipped"
 
 
-def _card(meta_params: str):
+def _card(settings: type):
     """The sampler card's builder (evaluate.card): the card's chains as one ensemble (`ensemble = True`), tuning-free
     (the card's ε and C unused), exact-gradient form (the card's noise has no batch axis to halve), the freeze at a
     fifth of the chain; only the window's states count."""
     def build(post, eps, c, smin, steps):
         freeze = max(2 * PolicySettings.phases, steps // 5)
-        phi = None if meta_params == "rule" else P.load_meta_params(meta_params)
-        alg = P.policy(post, phi, P.PolicyConfig(freeze_step=freeze, noise_halves=False))
+        phi = None if settings.meta_params == "rule" else P.load_meta_params(settings.meta_params)
+        alg = P.policy(post, phi, P.PolicyConfig(freeze_step=freeze, noise_halves=False,
+                                                 curvature=settings.curvature))
         return alg, lambda state: (state.step > freeze).astype(jnp.float32)
 
     build.ensemble = True
@@ -156,7 +158,7 @@ def _card(meta_params: str):
 def _method(name: str, settings: type) -> Method:
     return Method(name, settings, run_policy, chain_allocation=False, kinetic_check=True,
                   check=lambda cfg, s: policy_schedule(cfg, s) and None, grids=dict(smoke=dict(chains=2, phases=2, power_iterations=1)),
-                  card=_card(settings.meta_params))
+                  card=_card(settings))
 
 
 METHOD_TABLE = {"policy": _method("policy", PolicySettings),
