@@ -13,7 +13,8 @@
 - a divergent chain is left out of the pooled statistics (the others adapt, finite); the stability cap's curvature
   "warm" reads a stiffer chain that "first" misses, and is at most "all"'s;
 - a saved φ loads back; a bad φ or configuration is refused with one line;
-- the shipped φ diverges on the card's banana with the stability cap measured at chain 0, not over every chain (slow);
+- a φ riding the stability cap diverges on the card's banana with the cap measured at one chain (at least 3 of 4),
+  at most 2 of 4 with it read over every chain; the shipped φ stays finite there (slow);
 - the evaluation method's budget split (gradients = M·S + the adaptation points' Hessian-vector products); the
   shipped φ (checkpoints/policy) loads, and the methods `policy` (the rule) and `policy_learned` are registered.
 """
@@ -266,14 +267,19 @@ def test_card_runs_the_chains_as_one_ensemble():
 
 
 @pytest.mark.slow
-def test_curvature_over_every_chain_keeps_the_learned_policy_finite_on_the_card_banana():
-    """The shipped φ on the card's banana (4 chains, 4,000 steps): with the stability cap measured at chain 0 (as
-    shipped) chains diverge (measured: all 4); measured over every chain (curvature="all") none does."""
+def test_curvature_over_every_chain_tames_a_step_that_rides_the_cap_on_the_card_banana():
+    """The card's banana (4 chains, 4,000 steps). A φ whose step rides the stability cap (κ × e³, the bound): with the
+    cap measured at one chain, chains diverge (measured: all 4 at every --xla_cpu_max_isa level); read over every
+    chain ("warm", "all"), at most two (measured 0–2 across the levels SSE4_2, AVX2 and the default). The shipped φ, with the shipped "warm", keeps every chain finite (measured: 0 with any
+    curvature)."""
     from evaluate.card import CardConfig, banana_target, run_sampler
+    from l2e.meta_model import mlp_layers_names
 
-    phi = P.load_meta_params("shipped")
+    riding = P.init_meta_params(jax.random.PRNGKey(0))
+    last = mlp_layers_names(riding["window"])[-1]
+    riding["window"][last] = {**riding["window"][last], "bias": jnp.array([10.0, 0.0])}
 
-    def builder(curvature):
+    def builder(phi, curvature):
         def build(post, eps, c, smin, steps):
             cfg = P.PolicyConfig(freeze_step=steps // 5, noise_halves=False, curvature=curvature)
             return P.policy(post, phi, cfg), lambda state: (state.step > steps // 5).astype(jnp.float32)
@@ -281,5 +287,8 @@ def test_curvature_over_every_chain_keeps_the_learned_policy_finite_on_the_card_
         return build
 
     cfg = CardConfig(num_steps=4_000, burn_in=1_000)
-    assert run_sampler("first", builder("first"), banana_target(), cfg, 0)["diverged_chains"] >= 1  # measured: 4
-    assert run_sampler("all", builder("all"), banana_target(), cfg, 0)["diverged_chains"] == 0
+    diverged = {c: run_sampler(c, builder(riding, c), banana_target(), cfg, 0)["diverged_chains"]
+                for c in ("first", "warm", "all")}
+    assert diverged["first"] >= 3 and diverged["warm"] <= 2 and diverged["all"] <= 2, diverged
+    shipped = builder(P.load_meta_params("shipped"), "warm")
+    assert run_sampler("warm", shipped, banana_target(), cfg, 0)["diverged_chains"] == 0
