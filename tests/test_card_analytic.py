@@ -129,3 +129,15 @@ def test_cli_bad_analytic_input_is_one_line_exit_2_and_writes_nothing(tmp_path):
         proc = run_cli("evaluate", "card", "--output", out, *args, cwd=ROOT)
         assert proc.returncode == 2 and proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
         assert not out.exists()
+
+
+def test_an_ensemble_sampler_is_skipped_with_a_note():
+    """The card's ensemble builders (Policy-L2E: one state for every chain) cannot run in the benchmark's
+    single-chain lanes: they are left out, and the markdown says so, instead of the whole run failing."""
+    from evaluate.methods.registry import get_method
+
+    res = run_analytic(dataclasses.replace(TINY, num_steps=40, burn_in=10, noises=("isotropic",)),
+                       {"exact": _exact("gaussian", 1.0), "policy": get_method("policy").card},
+                       progress=lambda line: None)
+    assert {r["sampler"] for r in res["best"]} == {"exact"} and "ensemble" in res["skipped"]["policy"]
+    assert "Not run: policy — an ensemble sampler" in analytic_markdown(res)

@@ -314,9 +314,13 @@ def _summarise(name: str, target: AnalyticTarget, cfg: AnalyticConfig, steps, su
 
 def run_analytic(cfg: AnalyticConfig, samplers: dict, progress: Callable[[str], None] | None = None) -> dict:
     """{"config", "step_sizes": {sampler: grid}, "rows": every (sampler, target, noise, step), "best": the best
-    step per (sampler, target, noise)}; samplers: name -> card builder (evaluate.card.SamplerBuilder)."""
+    step per (sampler, target, noise), "skipped": {sampler: why}}; samplers: name -> card builder
+    (evaluate.card.SamplerBuilder). An ensemble builder (`ensemble = True`, l2e.policy) is skipped: the lanes here
+    are single chains swept over a step-size grid."""
     cfg.check()
     rows, best, grids = [], [], {}
+    skipped = sorted(n for n, b in samplers.items() if getattr(b, "ensemble", False))
+    samplers = {n: b for n, b in samplers.items() if n not in skipped}
     for tname in cfg.targets:
         target = TARGETS[tname]()
         for name, builder in samplers.items():
@@ -330,7 +334,9 @@ def run_analytic(cfg: AnalyticConfig, samplers: dict, progress: Callable[[str], 
             r, b = _summarise(name, target, cfg, steps, sums, final_eps, "kinetic" in info[1]._fields)
             rows += r
             best += b
-    return {"config": dataclasses.asdict(cfg), "step_sizes": grids, "rows": rows, "best": best}
+    return {"config": dataclasses.asdict(cfg), "step_sizes": grids, "rows": rows, "best": best,
+            "skipped": {n: "an ensemble sampler (its state holds every chain): the benchmark's lanes are single chains"
+                        for n in skipped}}
 
 
 def _f(v, spec=".3g"):
@@ -350,6 +356,8 @@ def analytic_markdown(res: dict) -> str:
                 f"{_f(cells[n]['metric'])} ± {_f(cells[n]['metric_se'], '.2g')}" if cells[n]["metric"] is not None
                 else "diverged" for n in noises) + " |")
         out.append("")
+    for name, why in res.get("skipped", {}).items():
+        out += [f"Not run: {name} — {why}.", ""]
     out += ["| target | noise | sampler | best step | SMILE error | var ratio | mean err / σ | T_kin | T_conf | "
             "final ε |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["best"]:
