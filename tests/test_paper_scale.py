@@ -88,7 +88,9 @@ EVAL_SCRIPT = textwrap.dedent("""
     from evaluate.methods.registry import run_method
     from tasks import build
     cfg = apply_overrides(get_preset("regression_1d"), [
-        "settings.smile.chains=2", "settings.psmile.chains=2", "num_steps=200", "num_samples=4", "settings.mile.chains=4", "settings.mile.steps=2,1,1",
+        "settings.smile.chains=2", "settings.psmile.chains=2", "settings.policy.chains=4",
+        "settings.policy_learned.chains=4", "num_steps=200", "num_samples=4", "settings.mile.chains=4",
+        "settings.mile.steps=2,1,1",
         "settings.mile.samples=2", "settings.mile.thinning=1", "settings.nuts_bde.chains=4",
         "settings.nuts_bde.warmup=10", "settings.nuts_bde.samples=2", "settings.nuts_bde.thinning=1",
         "settings.nuts_bde.max_doublings=4"])
