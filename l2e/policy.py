@@ -284,7 +284,8 @@ def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), ph
       posterior: the target (l2e.Posterior).
       config: PolicyConfig (static).
       phase: None, the general kernel (it branches on the update index); or one of PHASES, the kernel of updates
-        that all lie in that phase and include no adaptation point (`chunk_phase`): the same numbers, without the
+        that all lie in that phase and include no adaptation point (`chunk_phase`): the same chains to float32
+        rounding (only XLA's fusion differs), without the
         per-update branches (on XLA:CPU a network's gradient inside a `lax.cond` runs slower than outside one).
     Returns:
       The kernel: minibatches one per chain (every leaf's leading axis M; `per_chain_batches`); meta_params (φ) and

@@ -172,28 +172,17 @@ def _evaluate(programs: Programs, phi, seed: int) -> dict:
 
 def plot_log(rows: list[dict], path: Path) -> None:
     """meta_loss.png: each generation's mean fitness (its tasks vary) and the meta-loss curve (the "eval" rows)."""
-    import io
+    from meta_train.run_dir import write_plot
 
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    def draw(ax):
+        train_rows = [r for r in rows if r["kind"] == "train"]
+        evals = [r for r in rows if r["kind"] == "eval"]
+        ax.plot([r["generation"] for r in train_rows], [r["fitness_mean"] for r in train_rows], ".", alpha=0.4,
+                label="generation's mean meta-loss (its tasks)")
+        ax.plot([r["generation"] for r in evals], [r["loss"] for r in evals], "o-",
+                label="mean φ, every task (fixed keys)")
 
-    from base.io import atomic_write_bytes
-
-    fig = Figure(figsize=(6, 3.5))
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    train_rows = [r for r in rows if r["kind"] == "train"]
-    evals = [r for r in rows if r["kind"] == "eval"]
-    ax.plot([r["generation"] for r in train_rows], [r["fitness_mean"] for r in train_rows], ".", alpha=0.4,
-            label="generation's mean meta-loss (its tasks)")
-    ax.plot([r["generation"] for r in evals], [r["loss"] for r in evals], "o-", label="mean φ, every task (fixed keys)")
-    ax.set_xlabel("generation")
-    ax.set_ylabel("meta-loss")
-    ax.legend()
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    atomic_write_bytes(path, buf.getvalue())
+    write_plot(draw, path, "generation")
 
 
 def train(config: PolicyTrainConfig, output, progress=print) -> dict:

@@ -157,8 +157,8 @@ def read_log(out: Path) -> list[dict]:
     return rows
 
 
-def plot_meta_loss(rows: list[dict], path: Path) -> None:
-    """Meta-loss per outer iteration (and its running mean) as a PNG at `path`."""
+def write_plot(draw: Callable, path: Path, xlabel: str, ylabel: str = "meta-loss") -> None:
+    """A 6 × 3.5 in PNG at `path` (atomic) of draw(ax), with axis labels and a legend."""
     import io
 
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -167,19 +167,27 @@ def plot_meta_loss(rows: list[dict], path: Path) -> None:
     fig = Figure(figsize=(6, 3.5))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    it = np.array([r["iteration"] for r in rows])
-    loss = np.array([r["meta_loss"] for r in rows], dtype=float)
-    ax.plot(it, loss, ".", alpha=0.4, label="per iteration (task varies)")
-    if len(loss) >= 5:
-        w = max(5, len(loss) // 10)
-        ax.plot(it[w - 1:], np.convolve(loss, np.ones(w) / w, mode="valid"), label=f"running mean ({w})")
-    ax.set_xlabel("outer iteration")
-    ax.set_ylabel("meta-loss (nats)")
+    draw(ax)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.legend()
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     atomic_write_bytes(path, buf.getvalue())
+
+
+def plot_meta_loss(rows: list[dict], path: Path) -> None:
+    """Meta-loss per outer iteration (and its running mean) as a PNG at `path`."""
+    def draw(ax):
+        it = np.array([r["iteration"] for r in rows])
+        loss = np.array([r["meta_loss"] for r in rows], dtype=float)
+        ax.plot(it, loss, ".", alpha=0.4, label="per iteration (task varies)")
+        if len(loss) >= 5:
+            w = max(5, len(loss) // 10)
+            ax.plot(it[w - 1:], np.convolve(loss, np.ones(w) / w, mode="valid"), label=f"running mean ({w})")
+
+    write_plot(draw, path, "outer iteration", "meta-loss (nats)")
 
 
 def _latest_step(root: Path) -> int:

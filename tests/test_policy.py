@@ -5,7 +5,8 @@
   policy="rule" with a random φ, and a random φ under policy="learned" changes the mass;
 - the rule recovers the Fisher diagonal σ² on an anisotropic Gaussian (median M⁻¹/σ² within 15 %) at ε = κ₀, γε = δ₀;
   the "variance" rule recovers Var θ = σ² too, the "scale" rule the shape of σ (slope ½ of log M⁻¹ on log σ²);
-- the phase kernels (chunk_phase) run the general kernel's chains bit for bit;
+- the phase kernels (chunk_phase) run the general kernel's chains to float32 rounding (≤ 64 roundings of the
+  largest coordinate; ε and the mass rtol 1e-4);
 - after the freeze the constants are fixed and θ' − θ = ε·M⁻¹r' (SGHMC with mass M);
 - stationarity with a random φ: the variance ratios on the 10-D Gaussian and the banana lie inside SGHMC's 3-seed
   band ± SLACK, E[θ1²θ2] on the banana too, T_kin within 10 % of T (slow); on a large-N logistic regression (N =
