@@ -31,7 +31,8 @@ def _choice(per_seed: list, hp=None) -> dict:
     tv = [None if p is None else p[0] for p in per_seed]
     e2 = [None if p is None else p[1] for p in per_seed]
     seeds = {str(s): [{"budget": 100, "gradients": 100, "divergent_chains": s % 2, "tv": 0.1, "energy": 0.1,
-                       "ratios": {"weight_norm": 1.0}}] for s in range(len(per_seed))}
+                       "ratios": {"weight_norm": 1.0}, "t_kin": (1.05, 1.2, None)[s % 3]}]
+             for s in range(len(per_seed))}
     return {"hp": hp or {"learning_rate": 0.1}, "seeds": seeds,
             "to_floor": {"tv": {"per_seed": tv}, "energy": {"per_seed": e2}}}
 
@@ -55,6 +56,13 @@ def test_pair_cost_is_the_larger_gradients_to_floor_and_needs_both():
     costs = pair_costs(task)["a/oracle"]
     assert costs["costs"] == {"0": 300.0, "1": INF}
     assert costs["divergent"] == 1 and costs["runs"] == 2  # seed 1's point had one divergent chain
+    assert costs["t_kin_runs"] == 2 and costs["t_kin_off"] == 1  # seed 0 at 1.05 is within 10 %, seed 1 at 1.2 is not
+
+
+def test_t_kin_off_counts_runs_outside_ten_percent_and_skips_those_without_one():
+    task = _task({"a": ([(100.0, 100.0)] * 3, None, 0)})  # seeds at T_kin 1.05, 1.2, None
+    row = next(r for r in leaderboard({"t": task}, {"t": ("mlp",)})["rows"] if r["key"] == "a/oracle")
+    assert (row["t_kin_off"], row["t_kin_runs"]) == (1, 2)
 
 
 def test_reach_rate_median_ratio_and_unsolved_as_infinity():
@@ -185,6 +193,7 @@ def test_markdown_and_profile_pngs(tmp_path):
     table = md.split("## Table")[1].split("## By family")[0]
     assert table.index("| 1 | a | 1 | oracle | 100 % (4/4) | 1.00 |") < table.index("| b | 1 | oracle | 50 % (2/4) |")
     assert "| b | 1 | oracle | 50 % (2/4) | — |" in table  # median of (2, infinity) is infinite: —
+    assert table.split("| a | 1 | oracle |")[1].splitlines()[0].endswith("| 2/4 |")  # seed 1's T_kin 1.2, 2 tasks
     assert "| t2 | mlp, regression | 2 | a/oracle: 100 |" in md and "to 400 (not: b)" in md
     assert "- t3: no reference in ref (not computed yet)" in md and "![profile_oracle.png](profile_oracle.png)" in md
     assert md.rstrip().endswith("`python -m evaluate leaderboard --output x`")

@@ -23,6 +23,9 @@ Definitions (docs/evaluation.md, "Leaderboard"):
 - Performance profile (Dolan–Moré), per tuning choice among that choice's rows: for every (task, seed) pair r =
   pair cost ÷ the smallest pair cost of those rows on the pair (+inf when unsolved, and for every row on a pair no row
   solves); ρ(τ) = the fraction of all pairs with r ≤ τ. Tuning-exclusive and tuning-inclusive costs.
+- T_kin off: a row's runs whose mean kinetic temperature over the window (a run's "t_kin") lies outside
+  T·(1 ± T_KIN_TOLERANCE), T = 1 (the curves sample the posterior), out of its runs that report one (samplers with
+  a momentum); every budget counts.
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ import math
 
 import numpy as np
 
-__all__ = ["BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "CHOICES", "FAMILIES", "PROFILE_TAUS", "WITHIN", "bootstrap_within",
+__all__ = ["BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "CHOICES", "FAMILIES", "PROFILE_TAUS", "T_KIN_TOLERANCE", "WITHIN", "bootstrap_within",
            "leaderboard", "median_ratio", "pair_costs", "profile", "profile_ratios", "row_key", "task_best", "task_cost"]
 
 CHOICES = ("oracle", "validation")
@@ -42,6 +45,8 @@ WITHIN = 1.25
 """Rank stability: a row's median ratio within this factor of the resample's best row's."""
 PROFILE_TAUS = (1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 """The τ at which leaderboard.json records each performance profile."""
+T_KIN_TOLERANCE = 0.1
+"""T_kin off: |t_kin − 1| > this (the tuning-free criterion, T_kin within 10 % of T)."""
 INF = math.inf
 
 
@@ -61,7 +66,8 @@ def _seeds(task: dict) -> list[str]:
 
 def pair_costs(task: dict) -> dict[str, dict]:
     """{row key: {"costs": {seed: pair cost (+inf unsolved)}, "tuning": tuning gradients, "divergent": divergent
-    chains over every run, "runs": runs}} of one task's curve result (module docstring)."""
+    chains over every run, "runs": runs, "t_kin_off": runs with T_kin off, "t_kin_runs": runs reporting T_kin}} of
+    one task's curve result (module docstring)."""
     seeds = _seeds(task)
     out = {}
     for name, row in task["methods"].items():
@@ -76,9 +82,11 @@ def pair_costs(task: dict) -> dict[str, dict]:
                 if a is not None and b is not None:
                     costs[s] = float(max(a, b))
             points = [p for pts in c["seeds"].values() for p in pts]
+            t_kin = [p["t_kin"] for p in points if p.get("t_kin") is not None]
             out[row_key(name, choice)] = {"costs": costs, "tuning": float(row["tuning"].get("gradients") or 0),
                                           "divergent": int(sum(p.get("divergent_chains") or 0 for p in points)),
-                                          "runs": len(points)}
+                                          "runs": len(points), "t_kin_runs": len(t_kin),
+                                          "t_kin_off": sum(not abs(t - 1.0) <= T_KIN_TOLERANCE for t in t_kin)}
     return out
 
 
@@ -233,7 +241,8 @@ def leaderboard(tasks: dict[str, dict], families: dict[str, tuple], resamples: i
       {"rows": [row dicts, sorted by reach rate (descending), then median ratio (none last), then key], "per_task":
       {task: {"best", "best_tuning", "families", "seeds"}}, "ratio_tasks", "ratio_tasks_tuning", "profiles",
       "bootstrap"}. A row dict: "key", "row", "method", "chains", "choice", "solved", "pairs", "reach",
-      "median_ratio", "median_ratio_tuning", "within_best", "divergent_chains", "runs", "families", "ratios"
+      "median_ratio", "median_ratio_tuning", "within_best", "divergent_chains", "runs", "t_kin_off", "t_kin_runs",
+      "families", "ratios"
       ({task: ratio or None}).
     """
     per_task = {t: pair_costs(r) for t, r in tasks.items()}
@@ -253,6 +262,7 @@ def leaderboard(tasks: dict[str, dict], families: dict[str, tuple], resamples: i
                      "within_best": float(within[i]) if ratio_tasks else None,
                      "divergent_chains": sum(p[k]["divergent"] for p in per_task.values() if k in p),
                      "runs": sum(p[k]["runs"] for p in per_task.values() if k in p),
+                     **{f: sum(p[k].get(f, 0) for p in per_task.values() if k in p) for f in ("t_kin_off", "t_kin_runs")},
                      "families": _families(per_task, families, k, i, ratio_tasks, ratios),
                      "ratios": {t: (float(v) if math.isfinite(v) else None) for t, v in zip(ratio_tasks, ratios[i])}})
     rows.sort(key=lambda r: (-r["reach"], INF if r["median_ratio"] is None else r["median_ratio"], r["key"]))

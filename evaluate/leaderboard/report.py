@@ -9,7 +9,7 @@ from pathlib import Path
 from base.io import atomic_write_bytes
 
 from evaluate.curve.fidelity import FLOOR_FACTOR
-from evaluate.leaderboard.aggregate import CHOICES, FAMILIES, WITHIN
+from evaluate.leaderboard.aggregate import CHOICES, FAMILIES, T_KIN_TOLERANCE, WITHIN
 
 __all__ = ["leaderboard_markdown", "plot_profiles", "profile_png"]
 
@@ -58,14 +58,20 @@ def _table(doc: dict) -> list[str]:
              "counts as infinity; — where the median is infinite). + tuning: the same with the tuning gradients "
              f"added (its own per-task best, over {len(doc['ratio_tasks_tuning'])} tasks). P(≤ {WITHIN} × best): "
              f"the share of {doc['bootstrap']['resamples']} bootstrap resamples of those tasks in which the row's "
-             f"median ratio is within {WITHIN} × the best row's. Divergent: chains over every run.", "",
-             f"| rank | row | M | tuning | reach | median ratio | + tuning | P(≤ {WITHIN} × best) | divergent |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"median ratio is within {WITHIN} × the best row's. Divergent: chains over every run. T_kin off: runs "
+             f"whose window's mean T_kin is outside 1 ± {T_KIN_TOLERANCE:g} ÷ the runs that report one (— none do).",
+             "", f"| rank | row | M | tuning | reach | median ratio | + tuning | P(≤ {WITHIN} × best) | divergent | "
+             "T_kin off |", "|---|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(doc["rows"], 1):
         lines.append(f"| {i} | {r['row']} | {r['chains']} | {r['choice']} | {_pct(r['reach'])} ({r['solved']}/"
                      f"{r['pairs']}) | {_num(r['median_ratio'])} | {_num(r['median_ratio_tuning'])} | "
-                     f"{_num(r['within_best'])} | {r['divergent_chains']} |")
+                     f"{_num(r['within_best'])} | {r['divergent_chains']} | {_t_kin(r)} |")
     return lines + [""]
+
+
+def _t_kin(row: dict) -> str:
+    runs = row.get("t_kin_runs", 0)
+    return f"{row.get('t_kin_off', 0)}/{runs}" if runs else "—"
 
 
 def _families(doc: dict) -> list[str]:
