@@ -2,13 +2,15 @@
 families of bench.step_cost (random data of the right shapes).
 
 Usage: python -m bench.policy_step_cost [--family mlp,cnn-digits,...] [--chains 4] [--calls 10] [--repeats 7]
-                                        [--json FILE]
+                                        [--no-donate] [--json FILE]
 
 Policy-L2E (l2e.policy) runs its M chains in one state, one minibatch per chain; its rival here is SGHMC's step
 vmapped over the same M chains and minibatches (the form the evaluation's batched runs take). Rows, each timed at an
 update index inside the phase it names (freeze_step 300, 3 phases: adaptation points at 100, 200, 300, gathering
 windows from 50, 150, 250), `calls` chained calls per round, round-robin with SGHMC's in the same rounds; time ÷
-SGHMC is the median over rounds of the paired ratio:
+SGHMC is the median over rounds of the paired ratio. Both sides' states are donated to each call (as the evaluation
+runs Policy-L2E's chunks: its state holds 7 per-chain trees of θ's size, which a call without donation copies
+whole, fields it leaves unchanged included); --no-donate times both without (this bench's first form):
   phase 0               pSGLD (RMSprop Langevin), outside its gathering window
   phase 0 (gather)      the same with the statistics gathered: two half-batch gradients
   SGHMC phase           an adapted SGHMC phase outside its gathering window
@@ -30,7 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from bench.stats import fmt, median_ratio
-from bench.step_cost import FAMILIES, _runner, baseline, default_families, interleaved, make_problem
+from bench.step_cost import FAMILIES, baseline, default_families, interleaved, make_problem, runner
 from l2e import policy as P
 
 __all__ = ["PHASE_STEPS", "measure", "main"]
@@ -43,7 +45,7 @@ index timed from)."""
 FREEZE = 300
 
 
-def measure(family: str, chains: int = 4, calls: int = 10, repeats: int = 7) -> dict:
+def measure(family: str, chains: int = 4, calls: int = 10, repeats: int = 7, donate: bool = True) -> dict:
     """{family, d, chains, rows: [{row, ms, time_ratio, flop_ratio}]} (module docstring)."""
     fam = FAMILIES[family]
     post, fpost, theta, batch = make_problem(fam)
@@ -52,15 +54,16 @@ def measure(family: str, chains: int = 4, calls: int = 10, repeats: int = 7) -> 
     keys = jax.random.split(jax.random.PRNGKey(3), chains)
     sghmc = baseline("sghmc", post, fpost)
     fns, flops = {}, {}
-    fns["sghmc"], flops["sghmc"] = _runner(jax.vmap(sghmc.step), (keys, jax.vmap(sghmc.init)(thetas), batches),
-                                           calls, chained=True)
+    fns["sghmc"], flops["sghmc"] = runner(jax.vmap(sghmc.step), (keys, jax.vmap(sghmc.init)(thetas), batches),
+                                          calls, chained=True, donate=donate)
     phi, config = P.load_meta_params("shipped"), P.PolicyConfig(freeze_step=FREEZE)
     state0 = P.init(thetas)._replace(eps=jnp.asarray(1e-3, jnp.float32))
     for row, (phase, step) in PHASE_STEPS.items():
         kernel = P.build_kernel(post, config, phase)
         n = 1 if row == "adaptation point" else calls  # the point is one update; its row times it alone
-        fns[row], flops[row] = _runner(lambda k, st, b, kernel=kernel: kernel(k, st, b, phi), (
-            jax.random.PRNGKey(4), state0._replace(step=jnp.asarray(step, jnp.int32)), batches), n, chained=True)
+        fns[row], flops[row] = runner(lambda k, st, b, kernel=kernel: kernel(k, st, b, phi), (
+            jax.random.PRNGKey(4), state0._replace(step=jnp.asarray(step, jnp.int32)), batches), n, chained=True,
+            donate=donate and row != "adaptation point")  # the point's row restarts there every round
     times = interleaved(fns, repeats)
     rows = []
     for row in PHASE_STEPS:
@@ -68,7 +71,7 @@ def measure(family: str, chains: int = 4, calls: int = 10, repeats: int = 7) -> 
         ratio = median_ratio([t / n for t in times[row]], [t / calls for t in times["sghmc"]])
         rows.append({"row": row, "ms": statistics.median(times[row]) / n * 1e3, "time_ratio": ratio,
                      "flop_ratio": flops[row] / flops["sghmc"] if flops["sghmc"] else float("nan")})
-    return {"family": family, "d": int(sum(x.size for x in jax.tree.leaves(theta))), "chains": chains,
+    return {"family": family, "d": int(sum(x.size for x in jax.tree.leaves(theta))), "chains": chains, "donate": donate,
             "batch": fam.batch, "sghmc_ms": statistics.median(times["sghmc"]) / calls * 1e3, "rows": rows}
 
 
@@ -89,6 +92,7 @@ def main(argv=None) -> int:
     p.add_argument("--chains", type=int, default=4)
     p.add_argument("--calls", type=int, default=10)
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--no-donate", action="store_true", help="time without donating the states (the first form)")
     p.add_argument("--json", default=None, help="also write the results here")
     a = p.parse_args(argv)
     families = [f for f in a.family.split(",") if f]
@@ -97,7 +101,7 @@ def main(argv=None) -> int:
         print(f"error: unknown family {bad[0]!r}" if bad else "error: need --chains >= 2, --calls >= 1, --repeats >= 1",
               file=sys.stderr)
         return 2
-    results = [measure(f, a.chains, a.calls, a.repeats) for f in families]
+    results = [measure(f, a.chains, a.calls, a.repeats, not a.no_donate) for f in families]
     print(markdown(results))
     if a.json:
         with open(a.json, "w") as f:

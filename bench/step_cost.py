@@ -225,16 +225,32 @@ def interleaved(fns: dict, repeats: int) -> dict[str, list[float]]:
     return times
 
 
-def _runner(fn, args, calls: int, chained: bool):
+def runner(fn, args, calls: int, chained: bool, donate: bool = False):
     """(zero-argument callable, FLOPs): `calls` calls of fn compiled once for args. chained: fn is a step
     (key, state, batch) -> (state, info) whose state is fed back; else the calls are independent and only the
     last is blocked on (dispatch pipelines as for the chained steps; XLA:CPU ran such calls one after another:
-    unblocked calls of a one-core GEMM were not 2× faster than blocked ones, only the ~35 µs dispatch less)."""
-    jitted = jax.jit(fn)
+    unblocked calls of a one-core GEMM were not 2× faster than blocked ones, only the ~35 µs dispatch less).
+    donate (chained only): the state's buffers are donated to each call (jax.jit's donate_argnums), as a loop that
+    drops its old state lets XLA reuse them (the fields a step leaves unchanged are then not copied); each round
+    continues from the last round's state, and the caller's `args` are not consumed."""
+    donate = donate and chained
+    jitted = jax.jit(fn, donate_argnums=(1,) if donate else ())
     compiled = jitted.lower(*args).compile()
     cost = compiled.cost_analysis()
     cost = (cost[0] if cost else {}) if isinstance(cost, (list, tuple)) else (cost or {})
     call = compiled
+    if donate:
+        key, batch = args[0], args[2]
+        cell = [call(key, jax.tree.map(jnp.copy, args[1]), batch)[0]]  # the warm-up; later rounds continue from it
+
+        def run_donated():
+            s = cell[0]
+            for _ in range(calls):
+                s, _ = call(key, s, batch)
+            cell[0] = s
+            return s
+
+        return run_donated, float(cost.get("flops", 0.0))
     try:
         jax.block_until_ready(call(*(args if not chained else (args[0], call(*args)[0], args[2]))))
     except TypeError:  # outputs whose avals differ from the inputs' (weak types): the jitted function
@@ -294,7 +310,7 @@ def _add_sampler(acc: dict, name: str, entry: tuple, problem: tuple, calls: int,
 
     kind, alg, phi, config = entry
     post, theta, batch, key = problem
-    acc["fns"][name], acc["flops"][name] = _runner(alg.step, (key, alg.init(theta), batch), calls, chained=True)
+    acc["fns"][name], acc["flops"][name] = runner(alg.step, (key, alg.init(theta), batch), calls, chained=True)
     if kind is None:
         return
 
@@ -310,12 +326,12 @@ def _add_sampler(acc: dict, name: str, entry: tuple, problem: tuple, calls: int,
         acc["notes"][name] = f"no probe: {type(e).__name__}: {e}"
         return
     probe = acc["probes"][name] = f"{name} | meta"
-    acc["fns"][probe], acc["flops"][probe] = _runner(fn, args, calls, chained=False)
+    acc["fns"][probe], acc["flops"][probe] = runner(fn, args, calls, chained=False)
     if kind == "l2e" and variants and "variant f32" not in acc["fns"]:
         for v in ("f32",) + tuple(variants):
             vf = variant_fn(v)
             try:
-                acc["fns"][f"variant {v}"], acc["flops"][f"variant {v}"] = _runner(
+                acc["fns"][f"variant {v}"], acc["flops"][f"variant {v}"] = runner(
                     lambda f, r, vf=vf: vf(phi, f, r), args, calls, chained=False)
                 acc["accuracy"][v] = compare_variant(v, phi, *args) if v != "f32" else {}
             except Exception as e:  # e.g. a dot XLA:CPU does not implement for bf16 (reported, not fatal)

@@ -92,6 +92,27 @@ def test_step_cost_per_family_harness():
     assert "| tiny-mlp |" in markdown([r], {"n": 1, "median": 1.0, "best": 1.0})
 
 
+def test_runner_donated_continues_the_chain_and_leaves_the_callers_state():
+    """bench.step_cost.runner with donate: each round continues from the last round's state, and the caller's state
+    stays usable; without donate every round restarts from the caller's state."""
+    import jax
+    import jax.numpy as jnp
+
+    from bench.step_cost import runner
+
+    def step(key, s, b):
+        return {"x": s["x"] * 0.5 + b, "y": s["y"]}, ()
+
+    s0 = {"x": jnp.ones(3), "y": jnp.zeros(3)}
+    run, _ = runner(step, (jax.random.PRNGKey(0), s0, 1.0), 2, chained=True, donate=True)
+    first = float(run()["x"][0])  # read now: the next round donates this state
+    second = float(run()["x"][0])  # warm-up 1 call, then 2 per round: x after 3 and 5 calls of x/2 + 1
+    assert first == pytest.approx(2.0 - 0.5**3) and second == pytest.approx(2.0 - 0.5**5)
+    assert jnp.allclose(s0["x"], 1.0)  # not donated away
+    plain, _ = runner(step, (jax.random.PRNGKey(0), s0, 1.0), 2, chained=True)
+    assert jnp.allclose(plain()["x"], 1.75)  # undonated rounds restart from the caller's state
+
+
 @pytest.mark.slow
 def test_meta_loss_curves_harness(tmp_path):
     """bench.meta_loss_curves on a tiny budget: one ES run on digits/mlp-32 against the committed NUTS reference

@@ -95,7 +95,7 @@ def _chunks(ctx, s: PolicySettings, schedule: ChainSchedule, freeze: int):
         kernel = P.build_kernel(task.posterior, config, phase)
         chunk = make_chunk(lambda k, st, mb, args: kernel(k, st, mb, args), P.per_chain_batches(
             task.sample_batch, s.chains), schedule.batch_size, length)
-        return jax.jit(chunk)
+        return jax.jit(chunk, donate_argnums=0)  # the state: its unchanged fields are then not copied (7 θ-sized trees)
 
     phases = {P.chunk_phase(config, start, length) for start in range(0, schedule.num_steps, length)} | {None}
     return config, {ph: ctx.cache.get(("policy", task.spec, s, schedule, freeze, ph), lambda ph=ph: build(ph))
@@ -110,15 +110,17 @@ def run_policy(ctx, key, hp: dict):
     phi = _meta_params(s)
     init_key, key_chain = chain_keys(key)
     state = P.init(jax.vmap(task.init_params)(jax.random.split(init_key, s.chains)))
-    for fn in fns.values():  # compile and warm up, not timed
-        fn(state, key_chain, jnp.asarray(0, jnp.int32), task.train_data, phi)
+    state = jax.tree.map(jnp.copy, state)  # a buffer per field (init shares its zeros): the chunks donate them
+    d = tree_size(jax.tree.map(lambda x: x[0], state.position))
+    for fn in fns.values():  # compile and warm up, not timed (on copies: the chunks consume the state they are given)
+        fn(jax.tree.map(jnp.copy, state), key_chain, jnp.asarray(0, jnp.int32), task.train_data, phi)
     t0 = time.perf_counter()
     chain, kept = run_chunks(fns[None], state, key_chain, task.train_data, phi, schedule,
-                             lambda start: fns[P.chunk_phase(config, start, schedule.chunk_length)])
+                             lambda start: fns[P.chunk_phase(config, start, schedule.chunk_length)],
+                             position_fn=lambda st: jax.tree.map(jnp.copy, st.position))
     jax.block_until_ready(chain.samples)
     seconds = time.perf_counter() - t0
     info = host_info(kept)
-    d = tree_size(jax.tree.map(lambda x: x[0], state.position))
     sampling = np.asarray(info.sampling, bool)
     t_kin = [float(np.mean(np.asarray(info.t_kin)[sampling[:, c], c])) if sampling[:, c].any() else None
              for c in range(s.chains)]
