@@ -258,6 +258,7 @@ def _errors(proc) -> list[str]:
     (["--task", "iris/mlp-8-tanh"], "meta-training half"),
     (["--budgets", "100,205"], "budgets must be"),
     (["--extend", "150"], "--extend must be 0 or"),
+    (["--set", "settings.nope.chains=4"], "nope"),
 ])
 def test_bad_input_is_one_error_line_and_writes_nothing(tmp_path, extra, message):
     from conftest import run_cli
@@ -298,6 +299,20 @@ def test_an_output_that_is_not_ours_or_of_another_configuration_is_refused(tmp_p
     proc = run_cli(*base, "--output", other)
     assert proc.returncode == 2 and len(_errors(proc)) == 1 and "another configuration" in proc.stderr
     assert json.loads((other / "configuration.json").read_text()) == {"format": 1, "seeds": [7]}
+
+
+def test_set_overrides_a_setting_and_is_recorded_only_when_given(tmp_path):
+    from evaluate.leaderboard.cli import build_parser, leaderboard_inputs
+    from tasks.zoo import held_out_names
+
+    _fake_reference(tmp_path / "ref", {held_out_names()[0]: _meta()})
+    base = ["--reference", str(tmp_path / "ref"), "--output", str(tmp_path / "out"), "--methods", "policy_learned",
+            "--budgets", "1000,2000"]
+    plain = leaderboard_inputs(build_parser().parse_args(base))
+    assert "overrides" not in plain["conf"] and plain["cfg"].settings.policy_learned.chains == 10
+    state = leaderboard_inputs(build_parser().parse_args(base + ["--set", "settings.policy_learned.chains=4"]))
+    assert state["conf"]["overrides"] == ["settings.policy_learned.chains=4"]
+    assert state["cfg"].settings.policy_learned.chains == 4
 
 
 def test_the_core_methods_exist_and_have_budget_curves():

@@ -43,6 +43,9 @@ def build_parser():
                    "list, %(default)s)")
     p.add_argument("--method", dest="user_methods", action="append", default=[], metavar="PKG.MODULE:NAME",
                    help="your own sampler, run beside --methods (repeatable; as for `python -m evaluate curve`)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override an evaluation config field, e.g. --set settings.policy_learned.chains=4 (recorded in "
+                        "the configuration: a resume repeats it; boards of other overrides do not merge)")
     p.add_argument("--task", dest="tasks", action="append", default=[], metavar="NAME",
                    help="a zoo task name (repeatable; default: the held-out half)")
     p.add_argument("--allow-train", action="store_true", help="allow --task to name a task of the meta-training "
@@ -109,6 +112,7 @@ def leaderboard_inputs(args) -> dict:
     """Everything a run needs, every input checked before anything is written: {"cfg" (the preset with every zoo
     task, in ZOO order, so that a task's key index is its ZOO index whatever is selected, and the methods), "curve",
     "conf" (the configuration record a resume must share), "names", "skipped", "created"}."""
+    from cli import apply_overrides
     from evaluate.cli_common import with_task_strings, with_user_methods
     from evaluate.config import get_preset
     from evaluate.leaderboard import PRESET
@@ -119,12 +123,15 @@ def leaderboard_inputs(args) -> dict:
     methods = _method_names(args)
     cfg = with_task_strings(get_preset(PRESET), [e.task for e in ZOO], None)
     cfg = with_user_methods(dataclasses.replace(cfg, methods=tuple(methods)), args.user_methods)
+    cfg = apply_overrides(cfg, list(args.overrides))
     cfg, curve, extend = _curve_config(args, cfg)
     names, skipped, created = select_tasks(args.reference, args.tasks, args.allow_train)
     conf = {"format": FORMAT, "preset": PRESET, "methods": list(cfg.methods), "user_methods": list(args.user_methods),
             "budgets": list(curve.budgets), "extend": extend, "chains": list(curve.chains),
             "seeds": list(curve.seeds), "tune_budget": curve.tune_budget, "tune_seed": curve.tune_seed,
             "k": cfg.num_samples, "reference": os.path.normpath(args.reference)}
+    if args.overrides:  # only then: the boards written before --set existed keep their configuration
+        conf["overrides"] = list(args.overrides)
     return {"cfg": cfg, "curve": curve, "conf": conf, "names": names, "skipped": skipped, "created": created}
 
 

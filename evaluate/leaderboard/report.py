@@ -39,7 +39,8 @@ def _what_ran(doc: dict) -> list[str]:
              f"chain allocation M × tuning choice); budgets G = {', '.join(f'{g:,}' for g in conf['budgets'])} "
              f"minibatch gradients{ext}; M = {', '.join(map(str, conf['chains']))}; seeds {conf['seeds']}; grids "
              f"tuned once per task at G = {conf['tune_budget']:,}; K = {conf['k']} draws per run (preset "
-             f"{conf['preset']}); references {conf['reference']}.",
+             f"{conf['preset']}); references {conf['reference']}"
+             + (f"; overrides {', '.join(conf['overrides'])}." if conf.get("overrides") else "."),
              "", f"Wall time: {secs.get('curves', 0.0):,.0f} s of curve runs (every task, resumed runs included); "
              f"this invocation {secs.get('this_run', 0.0):,.0f} s."]
     if doc.get("partial"):
