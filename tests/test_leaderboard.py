@@ -386,6 +386,44 @@ def _board(root, methods: list[str], rows: dict, created="c1", floors=None, **co
     return root
 
 
+def test_merge_drops_an_extension_not_every_run_made(tmp_path):
+    """A task run a extended (its rows reach the floor only at 400) and run b did not (b solved at 100): the merged
+    rows run the same budgets, a's point at 400 dropped and its gradients to floor recomputed (none); where every run
+    extended, the points stay."""
+    from evaluate.leaderboard.merge import merge_runs
+
+    def points(tvs):  # tv per budget 100, 400 on seed 0; the floor 0.1 is reached where tv <= 0.11
+        return [{"budget": g, "gradients": g, "divergent_chains": 0, "tv": v, "energy": v, "ratios": {}}
+                for g, v in tvs]
+
+    def board(name, method, tvs, extended):
+        root = _board(tmp_path / name, [method], {}, extend=400)
+        from evaluate.leaderboard.store import FORMAT, read_configuration, write_task
+        seeds = {"0": points(tvs)}
+        row = {"method": method, "chains": 1, "tuning": {"gradients": 0},
+               "choices": {"oracle": {"hp": {}, "seeds": seeds, "to_floor": to_floor(seeds, floors)}}}
+        write_task(root, {"format": FORMAT, "task": "digits/mlp-32", "configuration": read_configuration(root),
+                          "reference_created": "c1", "result": {"floors": floors, "methods": {method: row}},
+                          "extended": {"budget": 400, "rows": [method], "mismatched": []} if extended else None,
+                          "seconds": 1.0})
+        return root
+
+    from evaluate.curve.fidelity import to_floor
+    floors = {"tv": {"median": 0.1}, "energy": {"median": 0.1}}
+    a = board("a", "a", [(100, 0.5), (400, 0.05)], True)
+    b = board("b", "b", [(100, 0.05)], False)
+    _, tasks = merge_runs([a, b])
+    task = tasks["digits/mlp-32"]
+    kept = task["result"]["methods"]["a"]["choices"]["oracle"]
+    assert [p["budget"] for p in kept["seeds"]["0"]] == [100] and kept["to_floor"]["tv"]["per_seed"] == [None]
+    assert task["extended"] is None and task["extension_dropped"] == 400
+    c = board("c", "c", [(100, 0.5), (400, 0.05)], True)
+    _, both = merge_runs([a, c])
+    assert both["digits/mlp-32"]["extended"]["budget"] == 400 and "extension_dropped" not in both["digits/mlp-32"]
+    assert [p["budget"] for p in both["digits/mlp-32"]["result"]["methods"]["a"]["choices"]["oracle"]["seeds"]["0"]
+            ] == [100, 400]
+
+
 def test_merge_joins_disjoint_method_lists_on_common_tasks(tmp_path):
     """--merge: the union of rows on the tasks every run finished (a task one run lacks is left out), the seconds
     summed, the leaderboard over them; a method in two runs, another configuration, another reference or other

@@ -204,6 +204,8 @@ def write_aggregate(out: Path, state: dict, finished: dict) -> Path:
     zoo = by_name()
     doc = {"configuration": state["conf"], "tasks": names, "skipped": state["skipped"],
            "extended": {n: finished[n]["extended"] for n in names if finished[n]["extended"]},
+           "extension_dropped": {n: finished[n]["extension_dropped"] for n in names
+                                 if finished[n].get("extension_dropped")},
            "left_out": state["left_out"], "command": state["command"],
            "seconds": {"curves": sum(finished[n]["seconds"] for n in names),
                        "this_run": time.perf_counter() - state["t0"]},

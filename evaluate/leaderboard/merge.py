@@ -5,7 +5,11 @@ rerunning its methods.
 The runs must share everything but their methods (budgets, extension budget, chain allocations, seeds, tuning
 budget and seed, K, reference directory); a task enters OUT when every run finished it against the same reference
 (its "created" stamp) and the same floors. Each merged task's record holds the union of the runs' method rows, one
-extension record (the rows every run that extended the task continued) and the sum of their seconds. OUT gets the merged configuration
+extension record (the rows every run that extended the task continued) and the sum of their seconds. A run extends
+a task only when none of its rows solves a seed by the largest budget; where some runs extended a task and others
+did not (a row of theirs solved a seed), the merged board would not have extended it: the extension's points are
+dropped from the rows that have them (their gradients to floor recomputed), so that every row of a merged task runs
+the same budgets, and the record says so ("extension_dropped": the budget). OUT gets the merged configuration
 (the methods of every run, in --merge order, and the runs' commands) and the leaderboard of those tasks; the merged
 directory can be merged again, or rewritten with --report-only.
 """
@@ -44,16 +48,32 @@ def _merge_task(name: str, records: list[dict], runs: list[Path], conf: dict) ->
         if json.dumps(record["result"]["floors"], sort_keys=True) != json.dumps(first["result"]["floors"],
                                                                                    sort_keys=True):
             raise ConfigError(f"--merge {run}: task {name} has other floors")
+    extended = [r["extended"] for r in records if r.get("extended")]
+    dropped = None
+    if extended and len(extended) < len(records):  # not every run extended: cut every row back to the budgets
+        dropped, extended = extended[0]["budget"], []
     methods = {}
     for record in records:
-        methods.update(record["result"]["methods"])
-    extended = [r["extended"] for r in records if r.get("extended")]
+        rows = record["result"]["methods"]
+        methods.update(rows if dropped is None else {m: _cut(row, max(conf["budgets"]), first["result"]["floors"])
+                                                     for m, row in rows.items()})
     if extended:  # every run extends at the same budget (a SHARED key); the rows each run extended, together
         extended = {"budget": extended[0]["budget"], "rows": [m for e in extended for m in e.get("rows", [])],
                     "mismatched": [m for e in extended for m in e.get("mismatched", [])]}
     return {**first, "configuration": conf, "result": {**first["result"], "methods": methods},
-            "extended": extended or None,
+            "extended": extended or None, **({"extension_dropped": dropped} if dropped is not None else {}),
             "seconds": sum(float(r.get("seconds") or 0.0) for r in records)}
+
+
+def _cut(row: dict, largest: int, floors: dict) -> dict:
+    """A curve row without its points beyond the budget `largest`, its gradients to floor recomputed."""
+    from evaluate.curve.fidelity import to_floor
+
+    choices = {}
+    for c, choice in row["choices"].items():
+        seeds = {s: [p for p in points if p["budget"] <= largest] for s, points in choice["seeds"].items()}
+        choices[c] = {**choice, "seeds": seeds, "to_floor": to_floor(seeds, floors)}
+    return {**row, "choices": choices}
 
 
 def merge_runs(runs: list) -> tuple[dict, dict[str, dict]]:

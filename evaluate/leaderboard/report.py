@@ -106,6 +106,9 @@ def _per_task(doc: dict) -> list[str]:
         ext = (doc.get("extended") or {}).get(name)
         ext_text = "—" if not ext else f"to {ext['budget']:,}" + (
             f" (not: {', '.join(ext['mismatched'])})" if ext.get("mismatched") else "")
+        cut = (doc.get("extension_dropped") or {}).get(name)
+        if cut:  # a merged task some runs extended and others not: every row cut back to the budgets
+            ext_text = f"— (merged: the points at {cut:,} dropped)"
         secs = _num((doc.get("task_seconds") or {}).get(name), ",.0f")
         lines.append(f"| {name} | {', '.join(t['families'])} | {t['seeds']} | {_best(t['best'])} | "
                      f"{_best(t['best_tuning'])} | {ext_text} | {secs} |")
