@@ -42,6 +42,7 @@ import jax.numpy as jnp
 
 from l2e.adaptation import (corrected_sghmc, ensemble_curvature, halved_gradients, rmsprop_langevin, unflat,
                             welford)
+from l2e.policy_budget import BudgetPlan, adaptation_gradients, adaptation_points, plan_budget, split_budget
 from l2e.policy_features import COORD_FEATURES, GLOBAL_FEATURES, features
 from l2e.policy_params import check_meta_params, init_meta_params, load_meta_params, save_meta_params
 from l2e.checks import check_choice, check_flag, check_in_range, check_positive, check_step_count
@@ -49,10 +50,10 @@ from l2e.meta_model import MetaMLP, hidden_sizes
 from l2e.transient import MAX_DAMPING, NOISE_MARGIN, STABILITY
 from l2e.types import PyTree, Posterior, SamplingAlgorithm, all_finite, normal_like, settled, window_temperature
 
-__all__ = ["COORD_FEATURES", "GLOBAL_FEATURES", "PHASES", "PolicyConfig", "PolicyInfo", "PolicyState",
+__all__ = ["BudgetPlan", "COORD_FEATURES", "GLOBAL_FEATURES", "PHASES", "PolicyConfig", "PolicyInfo", "PolicyState",
            "adaptation_gradients", "adaptation_points", "build_kernel", "check_meta_params", "chunk_phase", "features",
-           "init", "init_meta_params", "load_meta_params", "per_chain_batches", "policy", "save_meta_params",
-           "split_budget"]
+           "for_budget", "init", "init_meta_params", "load_meta_params", "per_chain_batches", "plan_budget", "policy",
+           "save_meta_params", "split_budget"]
 
 LOG_BOUND = 3.0
 PHASES = ("psgld", "psgld_gather", "sghmc", "sghmc_gather")
@@ -105,39 +106,6 @@ class PolicyConfig:
         check_in_range("window_fraction", self.window_fraction, 0, 1, include_low=False, include_high=False)
         check_in_range("rms_decay", self.rms_decay, 0.0, 1.0, include_high=False)
         check_flag(noise_halves=self.noise_halves)
-
-
-def adaptation_points(config: PolicyConfig) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(ends, gather_starts): the adaptation points b₁ < … < b_P = freeze_step (b_p = round(p·freeze/P)) and, for
-    each phase p < P, the first update of its gathering window [g_p, b_{p+1})."""
-    ends = tuple(int(round(p * config.freeze_step / config.phases)) for p in range(1, config.phases + 1))
-    starts = (0,) + ends[:-1]
-    gathers = tuple(e - max(1, int(round(config.gather_fraction * (e - s)))) for s, e in zip(starts, ends))
-    return ends, gathers
-
-
-def adaptation_gradients(config: PolicyConfig, chains: int = 1) -> int:
-    """Gradient-equivalents the adaptation points spend beyond the chains' updates: 2 per Hessian-vector product
-    (forward over reverse) at each of the `phases` points — power_iterations + 1 of them on one chain ("first"), on
-    each of `chains` ("all"), or on chain 0 and then one per chain (the Rayleigh quotients of "warm")."""
-    per_point = {"first": config.power_iterations + 1, "all": (config.power_iterations + 1) * chains,
-                 "warm": config.power_iterations + 1 + chains}[config.curvature]
-    return 2 * per_point * config.phases
-
-
-def split_budget(config: PolicyConfig, gradients: int, draws: int, chains: int) -> tuple[int, int, int, int]:
-    """(updates per chain S, draws per chain k, thinning, freeze_step) of a run of `gradients` minibatch gradients
-    and `draws` draws over `chains` chains: the adaptation points' gradients first, S = ⌊(G − those)/M⌋, k =
-    max(1, ⌊K/M⌋) draws per chain evenly over the last window_fraction of its updates, the freeze where they start.
-    ValueError when the freeze would leave fewer than 2 updates per phase."""
-    steps = (gradients - adaptation_gradients(config, chains)) // chains
-    per_chain = max(1, draws // chains)
-    thinning = max(1, int(config.window_fraction * steps) // per_chain)
-    freeze = steps - per_chain * thinning
-    if freeze < 2 * config.phases:
-        raise ValueError(f"a budget of {gradients} gradients leaves {steps} updates per chain for {chains} chains, "
-                         f"too few for {config.phases} adaptation phases")
-    return steps, per_chain, thinning, freeze
 
 
 class PolicyState(NamedTuple):
@@ -383,3 +351,27 @@ def policy(posterior: Posterior, meta_params: PyTree | None = None, config: Poli
         return kernel(key, state, minibatches, meta_params)
 
     return SamplingAlgorithm(init, step)
+
+
+def for_budget(posterior: Posterior, gradients: int, chains: int = 10, draws: int = 10,
+               meta_params: PyTree | str | None = "shipped", config: PolicyConfig = PolicyConfig(curvature="warm")
+               ) -> tuple[SamplingAlgorithm, BudgetPlan]:
+    """Policy-L2E for a budget of `gradients` minibatch gradients over `chains` chains, `draws` draws in all: no
+    learning rate and no freeze step to choose (`plan_budget` places the freeze and the draws as the evaluation does).
+
+    Args:
+      posterior: the target (l2e.Posterior).
+      gradients, chains, draws: G, M and K.
+      meta_params: "shipped" (the shipped φ, meta-trained with curvature "warm", the default config's), a path of
+        `save_meta_params`, a φ tree, or None / "rule" (the hand-designed rule).
+      config: PolicyConfig; its freeze_step is replaced by the plan's.
+    Returns:
+      (the sampler (`policy`), the BudgetPlan: run `steps` updates of every chain, keep every chain's θ after the
+      updates counted in `sample_steps`).
+    Raises:
+      ValueError: a budget too small for the phases (`split_budget`), or a φ that does not load.
+    """
+    if isinstance(meta_params, str):
+        meta_params = None if meta_params == "rule" else load_meta_params(meta_params)
+    config, plan = plan_budget(config, gradients, draws, chains)
+    return policy(posterior, meta_params, config), plan

@@ -248,6 +248,25 @@ def test_large_n_logistic_regression_in_band(phi):
     assert abs(float(np.mean(np.asarray(t_kin)[freeze:])) - 1.0) < 0.1
 
 
+def test_for_budget_plans_the_run_from_the_budget_alone():
+    """P.for_budget: the plan's updates of every chain plus the adaptation points' gradients stay within G; K/M draws
+    per chain, the last after the final update, the first after the freeze; the sampler's window starts at the
+    plan's freeze (info.sampling turns on there); "rule" and a too-small budget."""
+    post = gaussian_posterior()
+    sampler, plan = P.for_budget(post, 2_000, chains=4, draws=8)
+    config = P.PolicyConfig(curvature="warm")
+    assert plan.steps * 4 + P.adaptation_gradients(config, 4) <= 2_000
+    assert len(plan.sample_steps) == 2 and plan.sample_steps[-1] == plan.steps
+    assert plan.freeze_step < plan.sample_steps[0] and plan.steps - plan.freeze_step == int(0.5 * plan.steps) // 2 * 2
+    _, _, info = run(sampler, D, plan.steps, chains=4)
+    sampling = np.asarray(info.sampling)[:, 0]
+    assert not sampling[: plan.freeze_step].any() and sampling[plan.freeze_step:].all()
+    assert np.all(np.asarray(info.is_finite))
+    assert P.for_budget(post, 2_000, chains=4, meta_params="rule")[1] == plan
+    with pytest.raises(ValueError, match="too few"):
+        P.for_budget(post, 200, chains=10)
+
+
 def test_shipped_policy_loads_and_both_methods_are_registered():
     from evaluate.methods.registry import get_method
 
