@@ -45,19 +45,23 @@ def lr_args(hp: dict) -> dict:
 
 
 def chunk_fn(ctx, cache_key: tuple, make_kernel: Callable[[], Callable], schedule: ChainSchedule,
-             batched: bool = False, arg_axes=None):
+             batched: bool = False, arg_axes=None, sample_batch=None, donate: bool = False):
     """(key, the jitted chunk of `schedule.chunk_length` updates), cached per (cache_key, task, batch, length);
     batched: the chunk vmapped over a leading chain axis of the state and the key (data shared; args shared, or
     `arg_axes`: a pytree prefix of args, 0 for a leaf with a chain axis (a grid point's hyperparameter per chain),
-    None for a shared one)."""
+    None for a shared one); sample_batch: the minibatch sampler (default the task's; cache_key must name another);
+    donate: the chunk consumes its state (jax.jit's donate_argnums: fields an update leaves unchanged are not copied
+    at every call; keep copies of what you read from a state after passing it on)."""
     axes_key = () if arg_axes is None else (tuple(jax.tree.leaves(arg_axes, is_leaf=lambda x: x is None)),
                                              jax.tree.structure(arg_axes, is_leaf=lambda x: x is None))
     key = ("chunk", cache_key, ctx.task.spec, schedule.batch_size, schedule.chunk_length) + (
-        ("batched",) * batched) + axes_key
+        ("batched",) * batched) + ("donate",) * donate + axes_key
 
     def build():
-        chunk = make_chunk(make_kernel(), ctx.task.sample_batch, schedule.batch_size, schedule.chunk_length)
-        return jax.jit(jax.vmap(chunk, in_axes=(0, 0, None, None, arg_axes)) if batched else chunk)
+        chunk = make_chunk(make_kernel(), sample_batch or ctx.task.sample_batch, schedule.batch_size,
+                           schedule.chunk_length)
+        return jax.jit(jax.vmap(chunk, in_axes=(0, 0, None, None, arg_axes)) if batched else chunk,
+                       donate_argnums=(0,) if donate else ())
 
     return key, ctx.cache.get(key, build)
 
@@ -113,18 +117,20 @@ def probe(ctx, fn, state, data, args, length: int, hp: dict, flops) -> MethodRes
 
 
 def phase_chunks(ctx, cache_key: tuple, make_kernel, schedule: ChainSchedule, phase_of, state, data, args,
-                  batched: bool = False, arg_axes=None):
+                  batched: bool = False, arg_axes=None, sample_batch=None, donate: bool = False):
     """chunk_at(start) -> the compiled chunk of the phase `phase_of(start, chunk_length)` (None: the general kernel,
-    make_kernel(None)), each phase's chunk cached and warmed up before the chain (its compilation is not timed)."""
+    make_kernel(None)), each phase's chunk cached and warmed up before the chain (its compilation is not timed; with
+    `donate`, on a copy of `state`); sample_batch, donate: as `chunk_fn`'s."""
     length = schedule.chunk_length
     fns = {}
     for start in range(0, schedule.num_steps, length):
         phase = phase_of(start, length)
         if phase not in fns:
             ck, fns[phase] = chunk_fn(ctx, cache_key if phase is None else cache_key + (phase,),
-                                      lambda p=phase: make_kernel(p), schedule, batched, arg_axes)
+                                      lambda p=phase: make_kernel(p), schedule, batched, arg_axes, sample_batch, donate)
             chains = jax.tree.leaves(state)[0].shape[0] if batched else None
-            ctx.cache.warm_up(ck, fns[phase], state, data, args, chains=chains)
+            ctx.cache.warm_up(ck, fns[phase], jax.tree.map(jnp.copy, state) if donate else state, data, args,
+                              chains=chains)
     return lambda start: fns[phase_of(start, length)]
 
 

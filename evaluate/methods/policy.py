@@ -20,10 +20,10 @@ import numpy as np
 
 from base.io import ConfigError
 from evaluate.methods.base import Method
-from evaluate.methods.chunks import chain_keys, host_info, run_chunks
+from evaluate.methods.chunks import chain_keys, host_info, phase_chunks, run_chunks
 from evaluate.methods.outputs import finalise
 from l2e import policy as P
-from l2e.chains import ChainSchedule, make_chunk
+from l2e.chains import ChainSchedule
 from l2e.types import tree_size
 
 __all__ = ["METHOD_TABLE", "PolicyLearnedSettings", "PolicySettings", "policy_schedule", "run_policy"]
@@ -84,39 +84,24 @@ def _meta_params(s: PolicySettings):
         raise ConfigError(f"settings.policy.meta_params: {str(e).splitlines()[0]}") from None
 
 
-def _chunks(ctx, s: PolicySettings, schedule: ChainSchedule, freeze: int):
-    """(config, {phase: jitted chunk}) for every phase kernel the chain's chunks use (l2e.policy.chunk_phase; None,
-    the general kernel, for a chunk holding an adaptation point), each cached."""
-    task = ctx.task
-    config = _config(s, freeze, noise_halves=schedule.batch_size % 2 == 0)
-    length = schedule.chunk_length
-
-    def build(phase):
-        kernel = P.build_kernel(task.posterior, config, phase)
-        chunk = make_chunk(lambda k, st, mb, args: kernel(k, st, mb, args), P.per_chain_batches(
-            task.sample_batch, s.chains), schedule.batch_size, length)
-        return jax.jit(chunk, donate_argnums=0)  # the state: its unchanged fields are then not copied (7 θ-sized trees)
-
-    phases = {P.chunk_phase(config, start, length) for start in range(0, schedule.num_steps, length)} | {None}
-    return config, {ph: ctx.cache.get(("policy", task.spec, s, schedule, freeze, ph), lambda ph=ph: build(ph))
-                    for ph in phases}
-
-
 def run_policy(ctx, key, hp: dict):
     """M chains of S updates from M prior draws (module docstring); grad_evals: M·S + the adaptation points'."""
     s, task = ctx.settings, ctx.task
     schedule, freeze = policy_schedule(ctx.cfg, s)
-    config, fns = _chunks(ctx, s, schedule, freeze)
+    config = _config(s, freeze, noise_halves=schedule.batch_size % 2 == 0)
     phi = _meta_params(s)
     init_key, key_chain = chain_keys(key)
     state = P.init(jax.vmap(task.init_params)(jax.random.split(init_key, s.chains)))
     state = jax.tree.map(jnp.copy, state)  # a buffer per field (init shares its zeros): the chunks donate them
     d = tree_size(jax.tree.map(lambda x: x[0], state.position))
-    for fn in fns.values():  # compile and warm up, not timed (on copies: the chunks consume the state they are given)
-        fn(jax.tree.map(jnp.copy, state), key_chain, jnp.asarray(0, jnp.int32), task.train_data, phi)
+    # one kernel per phase (l2e.policy.chunk_phase; None, the general kernel, for a chunk holding an adaptation
+    # point), each chunk donating the state: its 7 θ-sized per-chain trees are then not copied at every call
+    chunk_at = phase_chunks(ctx, ("policy", s, freeze), lambda phase: P.build_kernel(task.posterior, config, phase),
+                            schedule, lambda start, length: P.chunk_phase(config, start, length), state,
+                            task.train_data, phi, sample_batch=P.per_chain_batches(task.sample_batch, s.chains),
+                            donate=True)
     t0 = time.perf_counter()
-    chain, kept = run_chunks(fns[None], state, key_chain, task.train_data, phi, schedule,
-                             lambda start: fns[P.chunk_phase(config, start, schedule.chunk_length)],
+    chain, kept = run_chunks(chunk_at(0), state, key_chain, task.train_data, phi, schedule, chunk_at,
                              position_fn=lambda st: jax.tree.map(jnp.copy, st.position))
     jax.block_until_ready(chain.samples)
     seconds = time.perf_counter() - t0
