@@ -33,8 +33,9 @@ import math
 
 import numpy as np
 
-__all__ = ["BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "CHOICES", "FAMILIES", "PROFILE_TAUS", "T_KIN_TOLERANCE", "WITHIN", "bootstrap_within",
-           "leaderboard", "median_ratio", "pair_costs", "profile", "profile_ratios", "row_key", "task_best", "task_cost"]
+__all__ = ["BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "CHOICES", "FAMILIES", "PROFILE_TAUS", "T_KIN_TOLERANCE", "WITHIN",
+           "bootstrap_within", "leaderboard", "median_ratio", "pair_costs", "profile", "profile_ratios", "row_key",
+           "task_best", "task_cost"]
 
 CHOICES = ("oracle", "validation")
 FAMILIES = ("linear", "mlp", "cnn", "classification", "regression", "large-n")
@@ -262,7 +263,8 @@ def leaderboard(tasks: dict[str, dict], families: dict[str, tuple], resamples: i
                      "within_best": float(within[i]) if ratio_tasks else None,
                      "divergent_chains": sum(p[k]["divergent"] for p in per_task.values() if k in p),
                      "runs": sum(p[k]["runs"] for p in per_task.values() if k in p),
-                     **{f: sum(p[k].get(f, 0) for p in per_task.values() if k in p) for f in ("t_kin_off", "t_kin_runs")},
+                     **{f: sum(p[k].get(f, 0) for p in per_task.values() if k in p)
+                        for f in ("t_kin_off", "t_kin_runs")},
                      "families": _families(per_task, families, k, i, ratio_tasks, ratios),
                      "ratios": {t: (float(v) if math.isfinite(v) else None) for t, v in zip(ratio_tasks, ratios[i])}})
     rows.sort(key=lambda r: (-r["reach"], INF if r["median_ratio"] is None else r["median_ratio"], r["key"]))
