@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import NamedTuple
 
+from l2e.chains import ChainSchedule
+
 __all__ = ["BudgetPlan", "adaptation_gradients", "adaptation_points", "plan_budget", "split_budget"]
 
 
@@ -55,5 +57,5 @@ def plan_budget(config, gradients: int, draws: int, chains: int) -> tuple[object
     """(config with the plan's freeze_step, BudgetPlan) of `split_budget` (ValueError as it): the draws `thinning`
     updates apart after the freeze, the last after the final update."""
     steps, per_chain, thinning, freeze = split_budget(config, gradients, draws, chains)
-    samples = tuple(freeze + thinning * (j + 1) for j in range(per_chain))
+    samples = ChainSchedule(steps, per_chain, thinning, batch_size=1, chunk=1).sample_steps  # the evaluation's draws
     return dataclasses.replace(config, freeze_step=freeze), BudgetPlan(steps, freeze, samples)
