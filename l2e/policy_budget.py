@@ -13,10 +13,11 @@ __all__ = ["BudgetPlan", "adaptation_gradients", "adaptation_points", "plan_budg
 
 def adaptation_points(config) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(ends, gather_starts): the adaptation points b₁ < … < b_P = freeze_step (b_p = round(p·freeze/P)) and, for
-    each phase p < P, the first update of its gathering window [g_p, b_{p+1})."""
+    each phase p < P, the first update of its gathering window [g_p, b_{p+1}): the last gather_fraction of the
+    phase, at least 2 updates (a within-chain variance needs two states; every phase has ≥ 2, `split_budget`)."""
     ends = tuple(int(round(p * config.freeze_step / config.phases)) for p in range(1, config.phases + 1))
     starts = (0,) + ends[:-1]
-    gathers = tuple(e - max(1, int(round(config.gather_fraction * (e - s)))) for s, e in zip(starts, ends))
+    gathers = tuple(e - min(e - s, max(2, int(round(config.gather_fraction * (e - s))))) for s, e in zip(starts, ends))
     return ends, gathers
 
 

@@ -12,7 +12,8 @@ __all__ = ["COORD_FEATURES", "GLOBAL_FEATURES", "features"]
 
 COORD_FEATURES = ("log_fisher_scale", "log_within_share", "log_noise_share", "grad_mean_z", "log_inv_mass")
 GLOBAL_FEATURES = ("progress", "log_t_kin", "loss_trend", "log_rhat", "log_energy_var")
-_TINY = 1e-30
+_TINY, _HUGE = 1e-30, 1e30
+"""_HUGE caps the noise share's ratio below float32's overflow (a window whose ∇Ũ did not vary)."""
 
 
 def _log_scales(config, var_x, var_g, mean_g, count) -> tuple[jax.Array, jax.Array]:
@@ -44,7 +45,7 @@ def features(state, config, n_data: int, progress) -> tuple[jax.Array, jax.Array
     noise = flat(state.noise_acc)
     log_s2, fisher = _log_scales(config, var_x, var_g, mu_g, n * chains)
     log_m = jnp.log(flat(state.inv_mass))
-    coord = jnp.stack([fisher, jnp.log(var_x / (var_x + b_x)), jnp.log((noise + _TINY) / var_g),
+    coord = jnp.stack([fisher, jnp.log(var_x / (var_x + b_x)), jnp.log(jnp.minimum((noise + _TINY) / var_g, _HUGE)),
                        jnp.clip(mu_g / jnp.sqrt(var_g), -10.0, 10.0), log_m - jnp.mean(log_m)], axis=1)
     d = var_x.shape[0]
     def mean(v):  # over the live chains

@@ -1,6 +1,7 @@
 """Policy-L2E (l2e.policy): M chains adapted together at a few points of the burn-in, then frozen SGHMC.
 
-- the adaptation points and gathering windows are where the config says;
+- the adaptation points and gathering windows are where the config says (at least 2 states each); the smallest
+  phases (2 updates) under large minibatch noise adapt finite, with the rule and the shipped φ;
 - zero output is the hand-designed rule: φ with zero output layers ("rule" start) runs bit for bit the chains of
   policy="rule" with a random φ, and a random φ under policy="learned" changes the mass;
 - the rule recovers the Fisher diagonal σ² on an anisotropic Gaussian (median M⁻¹/σ² within 15 %) at ε = κ₀, γε = δ₀;
@@ -58,6 +59,20 @@ def test_adaptation_points_and_gathering_windows():
     assert P.adaptation_gradients(P.PolicyConfig(phases=3, power_iterations=10)) == 66
     assert P.adaptation_gradients(P.PolicyConfig(phases=3, power_iterations=10, curvature="all"), 10) == 660
     assert P.adaptation_gradients(P.PolicyConfig(phases=3, power_iterations=10, curvature="warm"), 10) == 126
+    # the smallest phases (2 updates) gather both: a within-chain variance needs two states
+    assert P.adaptation_points(P.PolicyConfig(freeze_step=6, phases=3)) == ((2, 4, 6), (0, 2, 4))
+
+
+@pytest.mark.parametrize("phi", ["rule", "shipped"])
+def test_the_smallest_budget_adapts_finite(phi):
+    """Phases of 2 updates under large minibatch noise (the leaderboard's G = 250 on a regression: every chain NaN
+    when a window gathered one state, its ∇Ũ variance 0 and the noise share's ratio past float32): every chain, ε
+    and the mass stay finite, ε > 0."""
+    alg = P.policy(gaussian_posterior(noise=1e6), None if phi == "rule" else P.load_meta_params("shipped"),
+                   P.PolicyConfig(freeze_step=6, curvature="warm"))
+    st, xs, info = run(alg, D, 12)
+    assert np.isfinite(xs).all() and np.isfinite(np.asarray(st.inv_mass)).all()
+    assert np.isfinite(float(st.eps)) and float(st.eps) > 0
 
 
 def test_phase_kernels_run_the_general_kernels_chains():
