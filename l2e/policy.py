@@ -82,7 +82,7 @@ class PolicyConfig:
     freeze_step: int = 1000
     phases: int = 3
     gather_fraction: float = 0.5
-    base_step: float = 1e-3
+    base_step: float = 1e-2
     base_kappa: float = 0.15
     base_damping: float = 0.1
     rms_decay: float = 0.99

@@ -45,8 +45,8 @@ tasks of the meta-training half (its CNNs cost too much for the 60-minute CPU bu
 class PolicyTrainConfig:
     """reference: the zoo's reference directory; tasks: meta-training tasks (each in tasks.zoo.train_names());
     budgets: G per run; chains M; draws K; batch_size B; population, sigma, learning_rate, clip_norm: the ES;
-    generations; tasks_per_generation; eval_every; hidden: the policy networks' widths; base_kappa: κ₀ of the rule
-    the policy corrects; curvature: where the stability cap is measured (l2e.policy.PolicyConfig's); task_shaping:
+    generations; tasks_per_generation; eval_every; hidden: the policy networks' widths; base_step: η₀ of phase 0's
+    travel; base_kappa: κ₀ of the rule the policy corrects; curvature: where the stability cap is measured (l2e.policy.PolicyConfig's); task_shaping:
     "standardise" (each task's losses standardised over the population before the ES averages them: regression's
     meta-loss runs on a larger scale than classification's) or "none"; dispersion_weight, temperature_weight: the
     meta-loss's; seed."""
@@ -65,6 +65,7 @@ class PolicyTrainConfig:
     tasks_per_generation: int = 4
     eval_every: int = 10
     hidden: tuple[int, ...] = (16,)
+    base_step: float = P.PolicyConfig.base_step
     base_kappa: float = 0.15
     curvature: str = "warm"
     task_shaping: str = "standardise"
@@ -89,7 +90,7 @@ class PolicyTrainConfig:
         self.sampler()  # the sampler's own checks (e.g. curvature)
 
     def sampler(self) -> P.PolicyConfig:
-        return P.PolicyConfig(base_kappa=self.base_kappa, curvature=self.curvature)
+        return P.PolicyConfig(base_step=self.base_step, base_kappa=self.base_kappa, curvature=self.curvature)
 
 
 class Programs:

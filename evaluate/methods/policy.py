@@ -41,7 +41,7 @@ class PolicySettings:
     mass_rule: str = "fisher"
     window_fraction: float = 0.5
     meta_params: str = "rule"
-    base_step: float = 1e-3
+    base_step: float = P.PolicyConfig.base_step
     base_kappa: float = 0.15
     base_damping: float = 0.1
     power_iterations: int = 10
