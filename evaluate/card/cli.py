@@ -10,6 +10,7 @@ import l2e
 from evaluate.card.report import card_markdown, plot_card
 from evaluate.card.run import hand_designed, learned_builder, sampler_card
 from evaluate.card.targets import CardConfig
+from evaluate.card import update as U
 from evaluate.methods.l2e_released import default_released_path
 from base.io import ConfigError, atomic_write_text
 from cli import apply_overrides
@@ -52,12 +53,17 @@ def card_samplers(sampler_path=None, released_path=None, learned=learned_builder
     return samplers, notes
 
 
-def run_card(out: Path, sampler_path=None, released_path=None, overrides=(), progress=None) -> dict:
-    """Validate everything, run the card, write card.json / card.md / card.png into `out` (created)."""
+def run_card(out: Path, sampler_path=None, released_path=None, overrides=(), progress=None, methods=None,
+             update: dict | None = None) -> dict:
+    """Validate everything, run the card (only the samplers named in `methods`, evaluate.card.update.select), write
+    card.json / card.md / card.png into `out` (created); with `update` (a card read from --output), its rows merged
+    (evaluate.card.update.merge) with this run's."""
     cfg = apply_overrides(CardConfig(), list(overrides)).check()
     samplers, notes = card_samplers(sampler_path, released_path, freeze_step=cfg.burn_in)
+    samplers = U.select(samplers, methods, notes)
     card = sampler_card(samplers, cfg, progress=progress)
-    card["notes"] = notes
+    card["notes"] = notes if methods is None else []
+    card = card if update is None else U.merge(update, card, methods)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "card.json", json.dumps(card, indent=1))
     atomic_write_text(out / "card.md", "# Sampler card\n\n" + card_markdown(card) + "".join(f"\n{n}\n" for n in notes))
@@ -66,16 +72,18 @@ def run_card(out: Path, sampler_path=None, released_path=None, overrides=(), pro
 
 
 def run_analytic_card(out: Path, sampler_path=None, released_path=None, overrides=(), progress=None,
-                      large: bool = False) -> dict:
+                      large: bool = False, methods=None, update: dict | None = None) -> dict:
     """Validate everything, run the analytic benchmark (AnalyticConfig(), or LARGE with `large`, then `overrides`)
-    for the card's samplers and the SMILE family, write analytic.json / .md / .png into `out` (created)."""
+    for the card's samplers and the SMILE family (only those named in `methods`), write analytic.json / .md / .png
+    into `out` (created); with `update` (a benchmark read from --output), merged with this run's."""
     from evaluate.card import analytic as ca
 
     cfg = apply_overrides(ca.LARGE if large else ca.AnalyticConfig(), list(overrides)).check()
     freeze = cfg.burn_in or cfg.num_steps // 10  # Mass-L2E needs a burn-in to set its constants from
     samplers, notes = card_samplers(sampler_path, released_path, freeze_step=freeze)
-    res = ca.run_analytic(cfg, {**samplers, **ca.smile_builders()}, progress)
-    res["notes"] = notes
+    res = ca.run_analytic(cfg, U.select({**samplers, **ca.smile_builders()}, methods, notes), progress)
+    res["notes"] = notes if methods is None else []
+    res = res if update is None else U.merge(update, res, methods)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "analytic.json", json.dumps(res, indent=1))
     atomic_write_text(out / "analytic.md", "# Analytic benchmark (the SMILE paper's analytic benchmark)\n\n" + ca.analytic_markdown(res)
@@ -95,6 +103,12 @@ def build_card_parser():
                    help="your own sampler (a factory with an optional grid attribute, or an evaluate.methods.Method "
                         "with a card builder), named NAME in PKG.MODULE on the Python path: carded beside ours, a "
                         "factory at its grid's first point (repeatable)")
+    p.add_argument("--methods", default=None, metavar="NAME,NAME",
+                   help="run only these samplers, by their row names on the card (e.g. policy,policy_learned or "
+                        "'kinetic (shipped)'; default: all)")
+    p.add_argument("--update", action="store_true",
+                   help="with --methods: merge their new rows into the card (or analytic benchmark) already in "
+                        "--output, every other row kept; the configuration must be the one it was run with")
     p.add_argument("--output", default="runs/card", help="card directory (default: runs/card)")
     p.add_argument("--sampler", default=None, help="also card this L2E checkpoint (run dir, checkpoints/ or step dir)")
     p.add_argument("--released", default=None,
@@ -120,15 +134,37 @@ def _check_card_output(out: Path, name: str, overwrite: bool) -> None:
     probe_writable(out, ConfigError)
 
 
-def _check_card_config(args) -> None:
-    """The --set overrides on the card's (or the analytic benchmark's) config, checked before anything is written."""
+def _check_card_config(args, out: Path, name: str) -> dict | None:
+    """The --set overrides on the card's (or the analytic benchmark's) config and --methods / --update, checked
+    before anything is written. Returns the result to update (read from --output) with --update, else None."""
+    import dataclasses
+
     from evaluate.card import analytic as ca
 
     base = (ca.LARGE if args.analytic == "large" else ca.AnalyticConfig()) if args.analytic else CardConfig()
-    apply_overrides(base, list(args.overrides)).check()
+    cfg = apply_overrides(base, list(args.overrides)).check()
+    args.methods = U.parse_methods(args.methods)
+    if args.methods is not None:  # every name checked against the card's samplers before anything runs
+        samplers, notes = card_samplers(args.sampler, args.released)
+        U.select({**samplers, **(ca.smile_builders() if args.analytic else {})}, args.methods, notes)
+    if not args.update:
+        return None
+    if args.methods is None:
+        raise ConfigError("--update needs --methods (the samplers whose rows it replaces)")
+    path = out / f"{name}.json"
+    if not path.is_file():
+        raise ConfigError(f"--update: no {name}.json in --output {out} to update")
+    try:
+        old = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ConfigError(f"--update: {path} is not a result of ours ({type(e).__name__})") from None
+    if not isinstance(old, dict):
+        raise ConfigError(f"--update: {path} is not a result of ours (not a JSON object)")
+    U.check_same_config(old, dataclasses.asdict(cfg), str(path))
+    return old
 
 
-def _card_run(args, out: Path, name: str, progress) -> tuple[dict, str]:
+def _card_run(args, out: Path, name: str, progress, update: dict | None) -> tuple[dict, str]:
     """Compute the card (or the analytic benchmark) into a staging directory and publish it as `out` (the card
     marker added; card.* and analytic.* of an earlier run kept unless replaced). Returns (result, Markdown)."""
     from cli import publish_dir, staging_dir
@@ -136,10 +172,11 @@ def _card_run(args, out: Path, name: str, progress) -> tuple[dict, str]:
 
     stage = staging_dir(out)
     if args.analytic:
-        res = run_analytic_card(stage, args.sampler, args.released, args.overrides, progress, args.analytic == "large")
+        res = run_analytic_card(stage, args.sampler, args.released, args.overrides, progress, args.analytic == "large",
+                                args.methods, update)
         text = analytic_markdown(res)
     else:
-        res = run_card(stage, args.sampler, args.released, args.overrides, progress)
+        res = run_card(stage, args.sampler, args.released, args.overrides, progress, args.methods, update)
         text = card_markdown(res)
     publish_dir(stage, out, (f"{name}.json", f"{name}.md", f"{name}.png"), kind="card")
     return res, text
@@ -160,11 +197,11 @@ def card_main(argv) -> int:
     name = "analytic" if args.analytic else "card"
     try:
         handle_sigterm()
-        _check_card_config(args)
-        _check_card_output(out, name, args.overwrite)
+        _check_card_output(out, name, args.overwrite or args.update)
+        update = _check_card_config(args, out, name)
         lock = OutputLock(out, ConfigError)
         progress = None if args.quiet else (lambda line: print(f"{name}: {line}", flush=True))
-        res, text = _card_run(args, out, name, progress)
+        res, text = _card_run(args, out, name, progress, update)
         lock.release(failed=False)
     except (KeyboardInterrupt, ConfigError, l2e.CheckpointError, ReleasedFormatError, ValueError, OSError) as e:
         return failed_run(e, lock, f"{args.output} is unchanged")
