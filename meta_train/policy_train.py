@@ -28,7 +28,7 @@ from jax import flatten_util  # noqa: F401  (jax.flatten_util)
 
 from l2e import policy as P
 
-__all__ = ["DEFAULT_TASKS", "PolicyTrainConfig", "gradient_variance", "train"]
+__all__ = ["DEFAULT_TASKS", "PolicyTrainConfig", "config_from_overrides", "gradient_variance", "train"]
 
 DEFAULT_TASKS = ("digits/mlp-16", "wine/mlp-16", "breast_cancer/mlp-16", "digits/mlp-linear", "digits/mlp-64-p0.05",
                  "iris/mlp-8-tanh", "breast_cancer/mlp-8-tanh", "breast_cancer/mlp-16x16-tanh-p0.05",
@@ -238,9 +238,10 @@ def train(config: PolicyTrainConfig, output, progress=print) -> dict:
     return row
 
 
-def gradient_variance(config: PolicyTrainConfig, repeats: int) -> dict:
+def gradient_variance(config: PolicyTrainConfig, repeats: int, raw: bool = False) -> dict:
     """At φ₀: `repeats` independent generation-sized antithetic ES estimates ĝ_r = mean_i z_i·f_i/σ (own
-    perturbations, tasks and minibatch keys each); relative variance E‖ĝ − ḡ‖²/‖ḡ‖² and mean cosine(ĝ_r, ḡ)."""
+    perturbations, tasks and minibatch keys each); relative variance E‖ĝ − ḡ‖²/‖ḡ‖² and mean cosine(ĝ_r, ḡ);
+    with `raw`, also the estimates themselves ("estimates", (repeats, |φ|))."""
     phi0 = P.init_meta_params(jax.random.PRNGKey(config.seed), config.hidden)
     flat0, unravel = jax.flatten_util.ravel_pytree(phi0)
     programs = Programs(config)
@@ -257,7 +258,23 @@ def gradient_variance(config: PolicyTrainConfig, repeats: int) -> dict:
     rel = float(np.mean(np.sum((g - mean) ** 2, axis=1)) / np.sum(mean**2))
     cos = float(np.mean(g @ mean / (np.linalg.norm(g, axis=1) * np.linalg.norm(mean) + 1e-30)))
     return {"repeats": repeats, "relative_variance": rel, "mean_cosine": cos, "population": config.population,
-            "sigma": config.sigma, "tasks_per_generation": config.tasks_per_generation, "budgets": list(config.budgets)}
+            "sigma": config.sigma, "tasks_per_generation": config.tasks_per_generation, "budgets": list(config.budgets),
+            **({"estimates": g} if raw else {})}
+
+
+def config_from_overrides(reference: str, generations: int | None, overrides: list[str]) -> PolicyTrainConfig:
+    """PolicyTrainConfig from the command line's --reference, --generations (None: the default) and --set
+    FIELD=VALUE items (tuples comma-separated); ValueError (one line) for an unknown field or a bad value."""
+    fields = {f.name: f for f in dataclasses.fields(PolicyTrainConfig)}
+    kw = {"reference": reference, **({} if generations is None else {"generations": generations})}
+    for item in overrides:
+        name, _, value = item.partition("=")
+        if name not in fields:
+            raise ValueError(f"--set {item}: unknown field {name!r}")
+        default = fields[name].default
+        kw[name] = (tuple(type(default[0])(v) for v in value.split(",")) if isinstance(default, tuple)
+                    else type(default)(value))
+    return PolicyTrainConfig(**kw)
 
 
 def main(argv=None) -> int:
@@ -271,16 +288,7 @@ def main(argv=None) -> int:
                    help="measure the ES gradient's relative variance over R estimates at φ₀ instead of training")
     args = p.parse_args(argv)
     try:
-        fields = {f.name: f for f in dataclasses.fields(PolicyTrainConfig)}
-        kw = {"reference": args.reference, "generations": args.generations}
-        for item in args.overrides:
-            name, _, value = item.partition("=")
-            if name not in fields:
-                raise ValueError(f"--set {item}: unknown field {name!r}")
-            default = fields[name].default
-            kw[name] = (tuple(type(default[0])(v) for v in value.split(",")) if isinstance(default, tuple)
-                        else type(default)(value))
-        config = PolicyTrainConfig(**kw)
+        config = config_from_overrides(args.reference, args.generations, args.overrides)
         if args.gradient_variance:
             print(json.dumps(gradient_variance(config, args.gradient_variance)))
             return 0

@@ -1,0 +1,182 @@
+"""python -m meta_train.policy_backprop: Policy-L2E's meta-gradient by truncated backprop — the outer estimator beside
+`meta_train.policy_train`'s antithetic ES, on the same tasks, budgets and meta-loss (meta_train.policy_task).
+
+The chains run their burn-in forward (no gradient), then the meta-loss is differentiated through the sampling
+window alone: φ's constants at the freeze (its last adaptation point: M⁻¹'s correction, κ and δ) → the window's
+SGHMC updates → the draws' BMA predictive and T_kin → the meta-loss. The truncation drops φ's earlier adaptation
+points (their effect on where the window starts): the estimate is biased towards the freeze's constants and, at
+the rule's start φ₀ (zero output layers), non-zero only in the output layers. The differentiable meta-loss is the
+classification one (class probabilities; a regression task's TV integrates each point's mixture on a grid, not
+written in JAX here): regression tasks are refused. A run whose meta-loss or gradient is not finite (a divergent
+chain) is left out and counted.
+
+`--gradient-variance R` measures, at φ₀, the relative variance E‖ĝ − ḡ‖² / ‖ḡ‖² of R independent estimates ĝ (each
+the mean over `tasks_per_generation` drawn tasks × `runs` independent chain keys, the same task draws as the ES
+measurement), their mean cosine to ḡ, the same for ES on the same tasks, both restricted to the output layers too,
+and the seconds per estimate.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import flatten_util  # noqa: F401  (jax.flatten_util)
+
+from l2e import policy as P
+
+__all__ = ["window_program", "gradient_variance"]
+
+
+def _step(kernel, batches, batch_size: int, data):
+    """One update t of the chains as l2e.chains.make_chunk runs it (fold_in(key, t) split into minibatch and noise
+    keys): the same chain as the sampler's."""
+    def step(phi, key, state, t):
+        k_batch, k_noise = jax.random.split(jax.random.fold_in(key, t))
+        return kernel(k_noise, state, batches(k_batch, data, batch_size), phi)
+
+    return step
+
+
+def window_program(pt, config: P.PolicyConfig, gradients: int, draws: int, chains: int, batch_size: int,
+                   dispersion_weight: float = 1.0, temperature_weight: float = 1.0):
+    """run(phi, key) -> (meta-loss, ∂meta-loss/∂φ through the sampling window) on the classification task `pt`
+    (meta_train.policy_task.PolicyTask) at budget `gradients`, K = `draws` = M = `chains` (one draw per chain, at
+    the last update, as the meta-training's split_budget gives); the same keys as `population_program`'s."""
+    if pt.task.likelihood.has_class_probs is False:
+        raise ValueError(f"{pt.name}: truncated backprop's meta-loss is the classification one (module docstring)")
+    steps, per_chain, _, freeze = P.split_budget(config, gradients, draws, chains)
+    if per_chain != 1:
+        raise ValueError("truncated backprop reads one draw per chain (draws == chains)")
+    config = dataclasses.replace(config, freeze_step=freeze, noise_halves=batch_size % 2 == 0)
+    task = pt.task
+    step = _step(P.build_kernel(task.posterior, config), P.per_chain_batches(task.sample_batch, chains), batch_size,
+                 task.train_data)
+    q = jnp.asarray(np.exp(pt.ref).mean(0), jnp.float32)  # the reference's BMA predictive (rows, C)
+    lo, hi = pt.band
+    temperature = config.temperature
+
+    @jax.jit
+    def burn(phi, key):
+        k_init, k_chain = jax.random.split(key)
+        state = P.init(jax.vmap(task.init_params)(jax.random.split(k_init, chains)))
+        state, _ = jax.lax.scan(lambda s, t: step(phi, k_chain, s, t), state, jnp.arange(freeze))
+        return state
+
+    def window_loss(phi, state, key):
+        k_chain = jax.random.split(key)[1]
+        state, info = jax.lax.scan(lambda s, t: step(phi, k_chain, s, t), state, jnp.arange(freeze, steps))
+        probs = jnp.exp(task.predict(state.position, pt.x))  # (K, rows, C): one draw per chain
+        tv = jnp.mean(0.5 * jnp.sum(jnp.abs(probs.mean(0) - q), axis=-1))
+        ratio = jnp.mean(jnp.var(probs, axis=0, ddof=1)) / pt.ref_var
+        w = info.sampling.astype(jnp.float32)
+        t_kin = jnp.sum(info.t_kin * w) / jnp.maximum(jnp.sum(w), 1.0)
+        disp = jax.nn.relu(jnp.log(lo / ratio)) + jax.nn.relu(jnp.log(ratio / hi))
+        heat = jax.nn.relu(jnp.abs(t_kin - temperature) / temperature - 0.1)
+        return jnp.log(tv / pt.floor) + dispersion_weight * disp + temperature_weight * heat
+
+    grad = jax.jit(jax.value_and_grad(window_loss))
+
+    def run(phi, key):
+        loss, g = grad(phi, burn(phi, key), key)
+        return float(loss), g
+
+    run.burn, run.window = burn, grad  # burn(φ, key) -> the state at the freeze; window(φ, state, key) -> (loss, ∂φ)
+    return run
+
+
+def _output_mask(phi0) -> np.ndarray:
+    """1 on the output layers' coordinates of the flattened φ (each network's last Dense_k), 0 elsewhere."""
+    def mark(path, leaf):
+        net, layer = (getattr(k, "key", str(k)) for k in path[:2])
+        last = max(phi0[net], key=lambda n: int(n.rsplit("_", 1)[1]))
+        return np.full(np.shape(leaf), 1.0 if layer == last else 0.0)
+
+    return np.asarray(jax.flatten_util.ravel_pytree(jax.tree_util.tree_map_with_path(mark, phi0))[0])
+
+
+def _spread(g: np.ndarray, mask: np.ndarray | None = None) -> dict:
+    """Relative variance E‖ĝ − ḡ‖²/‖ḡ‖² and mean cosine(ĝ_r, ḡ) of the rows of g (on the masked coordinates)."""
+    g = g if mask is None else g[:, mask > 0]
+    mean = g.mean(0)
+    rel = float(np.mean(np.sum((g - mean) ** 2, axis=1)) / np.sum(mean**2))
+    cos = float(np.mean(g @ mean / (np.linalg.norm(g, axis=1) * np.linalg.norm(mean) + 1e-30)))
+    return {"relative_variance": rel, "mean_cosine": cos}
+
+
+def gradient_variance(config, repeats: int, runs: int) -> dict:
+    """At φ₀ (module docstring): truncated backprop's and ES's relative variance on config's tasks (all
+    classification), R = `repeats` estimates each, every coordinate and the output layers alone; seconds per
+    estimate (both after their first, compiling, estimate)."""
+    from meta_train.policy_task import load_policy_task
+    from meta_train.policy_train import _generation_tasks, gradient_variance as es_gradient_variance
+
+    phi0 = P.init_meta_params(jax.random.PRNGKey(config.seed), config.hidden)
+    tasks = {t: load_policy_task(t, config.reference, config.draws, config.seed) for t in config.tasks}
+    programs = {(t, b): window_program(pt, config.sampler(), b, config.draws, config.chains, config.batch_size,
+                                       config.dispersion_weight, config.temperature_weight)
+                for t, pt in tasks.items() for b in config.budgets}
+    grads, seconds, dropped = [], [], 0
+    for r in range(repeats):
+        t0, parts = time.perf_counter(), []
+        key = jax.random.fold_in(jax.random.PRNGKey(config.seed + 2), r)
+        for i, name in enumerate(_generation_tasks(config, 1_000_000 + r)):
+            for b in config.budgets:
+                for j in range(runs):
+                    loss, g = programs[name, b](phi0, jax.random.fold_in(key, i * 1000 + j))
+                    flat = np.asarray(jax.flatten_util.ravel_pytree(g)[0], np.float64)
+                    if np.isfinite(loss) and np.all(np.isfinite(flat)):
+                        parts.append(flat)
+                    else:
+                        dropped += 1
+        grads.append(np.mean(parts, axis=0))
+        seconds.append(time.perf_counter() - t0)
+    g, mask = np.stack(grads), _output_mask(phi0)
+    t0 = time.perf_counter()
+    es = es_gradient_variance(config, repeats, raw=True)
+    es_seconds = (time.perf_counter() - t0) / repeats
+    return {"repeats": repeats, "runs_per_task": runs, "tasks": list(config.tasks),
+            "tasks_per_generation": config.tasks_per_generation, "budgets": list(config.budgets),
+            "base_step": config.base_step, "dropped_runs": dropped,
+            "backprop": {**_spread(g), "output_layers": _spread(g, mask),
+                         "seconds_per_estimate": float(np.mean(seconds[1:] if repeats > 1 else seconds))},
+            "es": {**_spread(es["estimates"]), "output_layers": _spread(es["estimates"], mask),
+                   "seconds_per_estimate": es_seconds, "population": config.population, "sigma": config.sigma},
+            "cosine_between_means": float(np.dot(g.mean(0), es["estimates"].mean(0)) / (
+                np.linalg.norm(g.mean(0)) * np.linalg.norm(es["estimates"].mean(0)) + 1e-30))}
+
+
+def main(argv=None) -> int:
+    from meta_train.policy_train import config_from_overrides
+
+    p = argparse.ArgumentParser(prog="python -m meta_train.policy_backprop", description=__doc__.splitlines()[0])
+    p.add_argument("--reference", default="results/references", help="the zoo's reference directory")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                   help="a PolicyTrainConfig field (tuples comma-separated), e.g. tasks=digits/mlp-16,wine/mlp-16")
+    p.add_argument("--gradient-variance", type=int, required=True, metavar="R", help="estimates per estimator")
+    p.add_argument("--runs", type=int, default=4, help="chain keys per task in one backprop estimate (default 4)")
+    p.add_argument("--json", default=None, help="also write the result here")
+    args = p.parse_args(argv)
+    try:
+        if args.gradient_variance < 2 or args.runs < 1:
+            raise ValueError("--gradient-variance needs R >= 2 and --runs >= 1")
+        config = config_from_overrides(args.reference, None, args.overrides)
+        res = gradient_variance(config, args.gradient_variance, args.runs)
+        text = json.dumps(res, indent=1)
+        if args.json:
+            with open(args.json, "w") as f:
+                f.write(text + "\n")
+        print(text)
+    except (ValueError, OSError) as e:
+        print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
