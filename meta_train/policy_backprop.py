@@ -10,6 +10,11 @@ classification one (class probabilities; a regression task's TV integrates each 
 written in JAX here): regression tasks are refused. A run whose meta-loss or gradient is not finite (a divergent
 chain) is left out and counted.
 
+`--output DIR` meta-trains by it: Adam (clipped, the ES's learning rate and clip) on the mean truncated gradient
+over `tasks_per_generation` drawn tasks × `runs` chain keys per generation, from φ₀, resumable (config.json,
+log.jsonl, state.npz, phi.npz, meta_loss.png as `meta_train.policy_train`'s, whose meta-loss curve — the mean φ on
+every configured task with fixed keys — it shares).
+
 `--gradient-variance R` measures, at φ₀, the relative variance E‖ĝ − ḡ‖² / ‖ḡ‖² of R independent estimates ĝ (each
 the mean over `tasks_per_generation` drawn tasks × `runs` independent chain keys, the same task draws as the ES
 measurement), their mean cosine to ḡ, the same for ES on the same tasks, both restricted to the output layers too,
@@ -22,15 +27,18 @@ import dataclasses
 import json
 import sys
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from jax import flatten_util  # noqa: F401  (jax.flatten_util)
 
 from l2e import policy as P
+from l2e.types import PyTree
 
-__all__ = ["window_program", "gradient_variance"]
+__all__ = ["window_program", "gradient_variance", "train"]
 
 
 def _step(kernel, batches, batch_size: int, data):
@@ -123,18 +131,12 @@ def gradient_variance(config, repeats: int, runs: int) -> dict:
                 for t, pt in tasks.items() for b in config.budgets}
     grads, seconds, dropped = [], [], 0
     for r in range(repeats):
-        t0, parts = time.perf_counter(), []
-        key = jax.random.fold_in(jax.random.PRNGKey(config.seed + 2), r)
-        for i, name in enumerate(_generation_tasks(config, 1_000_000 + r)):
-            for b in config.budgets:
-                for j in range(runs):
-                    loss, g = programs[name, b](phi0, jax.random.fold_in(key, i * 1000 + j))
-                    flat = np.asarray(jax.flatten_util.ravel_pytree(g)[0], np.float64)
-                    if np.isfinite(loss) and np.all(np.isfinite(flat)):
-                        parts.append(flat)
-                    else:
-                        dropped += 1
-        grads.append(np.mean(parts, axis=0))
+        t0 = time.perf_counter()
+        grad, _, lost = _mean_gradient(programs, _generation_tasks(config, 1_000_000 + r), config.budgets, runs, phi0,
+                                       jax.random.fold_in(jax.random.PRNGKey(config.seed + 2), r))
+        dropped += lost
+        if grad is not None:
+            grads.append(np.asarray(jax.flatten_util.ravel_pytree(grad)[0], np.float64))
         seconds.append(time.perf_counter() - t0)
     g, mask = np.stack(grads), _output_mask(phi0)
     t0 = time.perf_counter()
@@ -151,6 +153,80 @@ def gradient_variance(config, repeats: int, runs: int) -> dict:
                 np.linalg.norm(g.mean(0)) * np.linalg.norm(es["estimates"].mean(0)) + 1e-30))}
 
 
+def _mean_gradient(programs: dict, names, budgets, runs: int, phi, key) -> tuple[PyTree | None, float, int]:
+    """(mean ∂meta-loss/∂φ over names × budgets × runs chain keys (None if no run was finite), their mean meta-loss,
+    the runs left out as not finite)."""
+    parts, losses, dropped = [], [], 0
+    for i, name in enumerate(names):
+        for b in budgets:
+            for j in range(runs):
+                loss, g = programs[name, b](phi, jax.random.fold_in(key, i * 1000 + j))
+                if np.isfinite(loss) and all(bool(jnp.all(jnp.isfinite(v))) for v in jax.tree.leaves(g)):
+                    parts.append(g)
+                    losses.append(loss)
+                else:
+                    dropped += 1
+    if not parts:
+        return None, float("nan"), dropped
+    return jax.tree.map(lambda *v: jnp.mean(jnp.stack(v), 0), *parts), float(np.mean(losses)), dropped
+
+
+def train(config, output, runs: int = 4, progress=print) -> dict:
+    """Run (or resume) truncated-backprop meta-training in directory `output` (module docstring); returns the last
+    log row. A directory holding another configuration (or not this kind of run) is refused (ValueError)."""
+    from meta_train.policy_train import Programs, _evaluate, _generation_tasks, _load_state, _save_state, plot_log
+
+    out = Path(output)
+    conf = json.loads(json.dumps({"kind": "policy_backprop", "runs": runs, **dataclasses.asdict(config)}))
+    same = {k: v for k, v in conf.items() if k != "generations"}
+    if out.exists():
+        stored = json.loads((out / "config.json").read_text()) if (out / "config.json").is_file() else None
+        if not isinstance(stored, dict) or {k: v for k, v in stored.items() if k != "generations"} != same:
+            raise ValueError(f"--output {out} holds something else (another configuration or not a backprop run)")
+    else:
+        out.mkdir(parents=True)
+    (out / "config.json").write_text(json.dumps(conf, indent=1) + "\n")
+    phi = P.init_meta_params(jax.random.PRNGKey(config.seed), config.hidden)
+    opt = optax.chain(optax.clip_by_global_norm(config.clip_norm), optax.adam(config.learning_rate))
+    state = (phi, opt.init(phi))
+    log = out / "log.jsonl"
+    done = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
+    start = max([r["generation"] + 1 for r in done if r["kind"] == "train"], default=0)
+    if start:
+        state = _load_state(out / "state.npz", state)
+    evals = Programs(config)
+    programs = {(t, b): window_program(pt, config.sampler(), b, config.draws, config.chains, config.batch_size,
+                                       config.dispersion_weight, config.temperature_weight)
+                for t, pt in evals.tasks.items() for b in config.budgets}
+    row = {}
+    for g in range(start, config.generations + 1):
+        t0, (phi, opt_state) = time.perf_counter(), state
+        if (g % config.eval_every == 0 or g == config.generations) and not any(
+                r["kind"] == "eval" and r["generation"] == g for r in done):
+            row = {"kind": "eval", "generation": g, **_evaluate(evals, phi, config.seed),
+                   "seconds": time.perf_counter() - t0}
+            with open(log, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            progress(f"policy_backprop: generation {g} eval meta-loss {row['loss']:.4f}")
+            plot_log([json.loads(line) for line in log.read_text().splitlines()], out / "meta_loss.png")
+        if g == config.generations:
+            break
+        names = _generation_tasks(config, g)
+        grad, loss, dropped = _mean_gradient(programs, names, config.budgets, runs, phi,
+                                             jax.random.fold_in(jax.random.PRNGKey(config.seed + 3), g))
+        if grad is not None:
+            updates, opt_state = opt.update(grad, opt_state, phi)
+            state = (optax.apply_updates(phi, updates), opt_state)
+        _save_state(out / "state.npz", state)
+        P.save_meta_params(out / "phi.npz", state[0])
+        row = {"kind": "train", "generation": g, "tasks": names, "fitness_mean": loss, "dropped": dropped,
+               "seconds": time.perf_counter() - t0}
+        with open(log, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        progress(f"policy_backprop: generation {g} mean meta-loss {loss:.4f} ({row['seconds']:.1f} s)")
+    return row
+
+
 def main(argv=None) -> int:
     from meta_train.policy_train import config_from_overrides
 
@@ -158,14 +234,22 @@ def main(argv=None) -> int:
     p.add_argument("--reference", default="results/references", help="the zoo's reference directory")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                    help="a PolicyTrainConfig field (tuples comma-separated), e.g. tasks=digits/mlp-16,wine/mlp-16")
-    p.add_argument("--gradient-variance", type=int, required=True, metavar="R", help="estimates per estimator")
+    p.add_argument("--output", default=None, help="run directory (resumed when it holds this configuration)")
+    p.add_argument("--generations", type=int, default=None, help="default: PolicyTrainConfig's")
+    p.add_argument("--gradient-variance", type=int, default=0, metavar="R",
+                   help="measure both estimators' relative variance over R estimates at φ₀ instead of training")
     p.add_argument("--runs", type=int, default=4, help="chain keys per task in one backprop estimate (default 4)")
     p.add_argument("--json", default=None, help="also write the result here")
     args = p.parse_args(argv)
     try:
-        if args.gradient_variance < 2 or args.runs < 1:
-            raise ValueError("--gradient-variance needs R >= 2 and --runs >= 1")
-        config = config_from_overrides(args.reference, None, args.overrides)
+        if args.runs < 1 or (args.output is None) == (args.gradient_variance == 0):
+            raise ValueError("give either --output DIR (train) or --gradient-variance R, and --runs >= 1")
+        config = config_from_overrides(args.reference, args.generations, args.overrides)
+        if args.output is not None:
+            train(config, args.output, args.runs)
+            return 0
+        if args.gradient_variance < 2:
+            raise ValueError("--gradient-variance needs R >= 2")
         res = gradient_variance(config, args.gradient_variance, args.runs)
         text = json.dumps(res, indent=1)
         if args.json:
