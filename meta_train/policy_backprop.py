@@ -38,7 +38,7 @@ from jax import flatten_util  # noqa: F401  (jax.flatten_util)
 from l2e import policy as P
 from l2e.types import PyTree
 
-__all__ = ["window_program", "gradient_variance", "train"]
+__all__ = ["OBJECTIVES", "gradient_variance", "imq_ksd", "train", "window_program"]
 
 
 def _step(kernel, batches, batch_size: int, data):
@@ -51,12 +51,45 @@ def _step(kernel, batches, batch_size: int, data):
     return step
 
 
+KSD_STATES = 10
+"""States per chain the "ksd" objective reads from the window (evenly spaced, the last at the final update): with
+K = 10 draws alone a KSD in hundreds of dimensions rewards draws that have collapsed (its diagonal terms)."""
+OBJECTIVES = ("fidelity", "ksd")
+"""fidelity: the meta-training's meta-loss against the NUTS reference (classification); ksd: log of the kernel Stein
+discrepancy (`imq_ksd`) of KSD_STATES states per chain of the window under the full-batch posterior,
+reference-free: any task, no reference read."""
+
+
+def imq_ksd(x: jax.Array, score: jax.Array) -> jax.Array:
+    """The V-statistic kernel Stein discrepancy² (1/n²)Σᵢⱼ k_p(xᵢ, xⱼ) of draws x (n, d) with scores ∇log p = `score`
+    (n, d), under the IMQ kernel k = (c² + ‖x − y‖²)^(−½) with c² the median of the pairwise ‖x − y‖² (the median
+    heuristic, held constant in the gradient): ≥ 0, and → 0 as the draws' law approaches p (Gorham & Mackey, 2017).
+    With r = x − y, q = c² + ‖r‖², β = −½: k_p = k·sₓᵀs_y + 2βq^(β−1)(s_y − sₓ)ᵀr − 2βd·q^(β−1) −
+    4β(β−1)q^(β−2)‖r‖²."""
+    n, d = x.shape
+    gram, g = x @ x.T, score @ x.T  # g[i, j] = sᵢᵀxⱼ: every term below is an n × n matrix (no n × n × d tensor)
+    sq = jnp.diag(gram)
+    r2 = jnp.maximum(sq[:, None] + sq[None, :] - 2 * gram, 0.0)
+    c2 = jax.lax.stop_gradient(jnp.maximum(jnp.median(r2[jnp.triu_indices(n, 1)]), 1e-12))
+    beta, qq = -0.5, c2 + r2
+    ss = score @ score.T
+    own = jnp.diag(g)
+    cross = g.T - own[None, :] - own[:, None] + g  # (s_j − s_i)ᵀ(x_i − x_j)
+    kp = (qq**beta * ss + 2 * beta * qq ** (beta - 1) * cross - 2 * beta * d * qq ** (beta - 1)
+          - 4 * beta * (beta - 1) * qq ** (beta - 2) * r2)
+    return jnp.mean(kp)
+
+
 def window_program(pt, config: P.PolicyConfig, gradients: int, draws: int, chains: int, batch_size: int,
-                   dispersion_weight: float = 1.0, temperature_weight: float = 1.0):
-    """run(phi, key) -> (meta-loss, ∂meta-loss/∂φ through the sampling window) on the classification task `pt`
-    (meta_train.policy_task.PolicyTask) at budget `gradients`, K = `draws` = M = `chains` (one draw per chain, at
-    the last update, as the meta-training's split_budget gives); the same keys as `population_program`'s."""
-    if pt.task.likelihood.has_class_probs is False:
+                   dispersion_weight: float = 1.0, temperature_weight: float = 1.0, objective: str = "fidelity"):
+    """run(phi, key) -> (meta-loss, ∂meta-loss/∂φ through the sampling window) on task `pt`
+    (meta_train.policy_task.PolicyTask; "fidelity": a classification task) at budget `gradients`, K = `draws` = M =
+    `chains` (one draw per chain, at the last update, as the meta-training's split_budget gives); the same keys as
+    `population_program`'s. objective: OBJECTIVES ("ksd": log KSD² of the window's states, plus the same T_kin
+    penalty)."""
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    if objective == "fidelity" and pt.task.likelihood.has_class_probs is False:
         raise ValueError(f"{pt.name}: truncated backprop's meta-loss is the classification one (module docstring)")
     steps, per_chain, _, freeze = P.split_budget(config, gradients, draws, chains)
     if per_chain != 1:
@@ -65,8 +98,8 @@ def window_program(pt, config: P.PolicyConfig, gradients: int, draws: int, chain
     task = pt.task
     step = _step(P.build_kernel(task.posterior, config), P.per_chain_batches(task.sample_batch, chains), batch_size,
                  task.train_data)
-    q = jnp.asarray(np.exp(pt.ref).mean(0), jnp.float32)  # the reference's BMA predictive (rows, C)
-    lo, hi = pt.band
+    q = None if objective == "ksd" else jnp.asarray(np.exp(pt.ref).mean(0), jnp.float32)  # the reference's BMA
+    lo, hi = (1.0, 1.0) if objective == "ksd" else pt.band
     temperature = config.temperature
 
     @jax.jit
@@ -76,17 +109,38 @@ def window_program(pt, config: P.PolicyConfig, gradients: int, draws: int, chain
         state, _ = jax.lax.scan(lambda s, t: step(phi, k_chain, s, t), state, jnp.arange(freeze))
         return state
 
-    def window_loss(phi, state, key):
-        k_chain = jax.random.split(key)[1]
-        state, info = jax.lax.scan(lambda s, t: step(phi, k_chain, s, t), state, jnp.arange(freeze, steps))
-        probs = jnp.exp(task.predict(state.position, pt.x))  # (K, rows, C): one draw per chain
+    thin = max(1, (steps - freeze) // KSD_STATES)
+
+    def ksd(states):  # log KSD² of the window's states every `thin` updates (leaves (T, M, ...)), every chain's
+        flat = jax.vmap(lambda p: jax.flatten_util.ravel_pytree(p)[0])(
+            jax.tree.map(lambda v: v[thin - 1::thin].reshape((-1,) + v.shape[2:]), states))
+        unflat = jax.flatten_util.ravel_pytree(jax.tree.map(lambda v: v[0, 0], states))[1]
+        grad_u = jax.vmap(lambda f: jax.flatten_util.ravel_pytree(
+            task.posterior.potential_grad(unflat(f), task.train_data)[1])[0])(flat)
+        return jnp.log(imq_ksd(flat, -grad_u))
+
+    def fidelity(positions):  # the meta-loss's fidelity and dispersion terms of the draws (one per chain)
+        probs = jnp.exp(task.predict(positions, pt.x))  # (K, rows, C)
         tv = jnp.mean(0.5 * jnp.sum(jnp.abs(probs.mean(0) - q), axis=-1))
         ratio = jnp.mean(jnp.var(probs, axis=0, ddof=1)) / pt.ref_var
+        disp = jax.nn.relu(jnp.log(lo / ratio)) + jax.nn.relu(jnp.log(ratio / hi))
+        return jnp.log(tv / pt.floor) + dispersion_weight * disp
+
+    def update(phi, key):
+        def body(s, t):
+            s, info = step(phi, key, s, t)
+            return s, (info, s.position if objective == "ksd" else None)
+
+        return body
+
+    def window_loss(phi, state, key):
+        k_chain = jax.random.split(key)[1]
+        state, (info, states) = jax.lax.scan(update(phi, k_chain), state, jnp.arange(freeze, steps))
         w = info.sampling.astype(jnp.float32)
         t_kin = jnp.sum(info.t_kin * w) / jnp.maximum(jnp.sum(w), 1.0)
-        disp = jax.nn.relu(jnp.log(lo / ratio)) + jax.nn.relu(jnp.log(ratio / hi))
         heat = jax.nn.relu(jnp.abs(t_kin - temperature) / temperature - 0.1)
-        return jnp.log(tv / pt.floor) + dispersion_weight * disp + temperature_weight * heat
+        fit = ksd(states) if objective == "ksd" else fidelity(state.position)
+        return fit + temperature_weight * heat
 
     grad = jax.jit(jax.value_and_grad(window_loss))
 
@@ -117,40 +171,44 @@ def _spread(g: np.ndarray, mask: np.ndarray | None = None) -> dict:
     return {"relative_variance": rel, "mean_cosine": cos}
 
 
-def gradient_variance(config, repeats: int, runs: int) -> dict:
-    """At φ₀ (module docstring): truncated backprop's and ES's relative variance on config's tasks (all
-    classification), R = `repeats` estimates each, every coordinate and the output layers alone; seconds per
-    estimate (both after their first, compiling, estimate)."""
+def gradient_variance(config, repeats: int, runs: int, objective: str = "fidelity") -> dict:
+    """At φ₀ (module docstring): truncated backprop's relative variance on config's tasks (classification for
+    "fidelity"), R = `repeats` estimates, every coordinate and the output layers alone, and, for "fidelity", ES's on
+    the same tasks and task draws; seconds per estimate (backprop's after its first estimate; both include compiling
+    a task's programs on first use)."""
     from meta_train.policy_task import load_policy_task
     from meta_train.policy_train import _generation_tasks, gradient_variance as es_gradient_variance
 
     phi0 = P.init_meta_params(jax.random.PRNGKey(config.seed), config.hidden)
     tasks = {t: load_policy_task(t, config.reference, config.draws, config.seed) for t in config.tasks}
     programs = {(t, b): window_program(pt, config.sampler(), b, config.draws, config.chains, config.batch_size,
-                                       config.dispersion_weight, config.temperature_weight)
+                                       config.dispersion_weight, config.temperature_weight, objective)
                 for t, pt in tasks.items() for b in config.budgets}
     grads, seconds, dropped = [], [], 0
     for r in range(repeats):
         t0 = time.perf_counter()
-        grad, _, lost = _mean_gradient(programs, _generation_tasks(config, 1_000_000 + r), config.budgets, runs, phi0,
+        names = _generation_tasks(config, 1_000_000 + r)
+        grad, _, lost = _mean_gradient(programs, names, config.budgets, runs, phi0,
                                        jax.random.fold_in(jax.random.PRNGKey(config.seed + 2), r))
         dropped += lost
         if grad is not None:
             grads.append(np.asarray(jax.flatten_util.ravel_pytree(grad)[0], np.float64))
         seconds.append(time.perf_counter() - t0)
     g, mask = np.stack(grads), _output_mask(phi0)
+    res = {"repeats": repeats, "runs_per_task": runs, "objective": objective, "tasks": list(config.tasks),
+           "tasks_per_generation": config.tasks_per_generation, "budgets": list(config.budgets),
+           "base_step": config.base_step, "dropped_runs": dropped,
+           "backprop": {**_spread(g), "output_layers": _spread(g, mask),
+                        "seconds_per_estimate": float(np.mean(seconds[1:] if repeats > 1 else seconds))}}
+    if objective != "fidelity":
+        return res
     t0 = time.perf_counter()
-    es = es_gradient_variance(config, repeats, raw=True)
-    es_seconds = (time.perf_counter() - t0) / repeats
-    return {"repeats": repeats, "runs_per_task": runs, "tasks": list(config.tasks),
-            "tasks_per_generation": config.tasks_per_generation, "budgets": list(config.budgets),
-            "base_step": config.base_step, "dropped_runs": dropped,
-            "backprop": {**_spread(g), "output_layers": _spread(g, mask),
-                         "seconds_per_estimate": float(np.mean(seconds[1:] if repeats > 1 else seconds))},
-            "es": {**_spread(es["estimates"]), "output_layers": _spread(es["estimates"], mask),
-                   "seconds_per_estimate": es_seconds, "population": config.population, "sigma": config.sigma},
-            "cosine_between_means": float(np.dot(g.mean(0), es["estimates"].mean(0)) / (
-                np.linalg.norm(g.mean(0)) * np.linalg.norm(es["estimates"].mean(0)) + 1e-30))}
+    es = es_gradient_variance(config, repeats, raw=True)["estimates"]
+    return {**res, "es": {**_spread(es), "output_layers": _spread(es, mask),
+                          "seconds_per_estimate": (time.perf_counter() - t0) / repeats,
+                          "population": config.population, "sigma": config.sigma},
+            "cosine_between_means": float(np.dot(g.mean(0), es.mean(0)) / (
+                np.linalg.norm(g.mean(0)) * np.linalg.norm(es.mean(0)) + 1e-30))}
 
 
 def _mean_gradient(programs: dict, names, budgets, runs: int, phi, key) -> tuple[PyTree | None, float, int]:
@@ -171,13 +229,14 @@ def _mean_gradient(programs: dict, names, budgets, runs: int, phi, key) -> tuple
     return jax.tree.map(lambda *v: jnp.mean(jnp.stack(v), 0), *parts), float(np.mean(losses)), dropped
 
 
-def train(config, output, runs: int = 4, progress=print) -> dict:
+def train(config, output, runs: int = 4, progress=print, objective: str = "fidelity") -> dict:
     """Run (or resume) truncated-backprop meta-training in directory `output` (module docstring); returns the last
     log row. A directory holding another configuration (or not this kind of run) is refused (ValueError)."""
     from meta_train.policy_train import Programs, _evaluate, _generation_tasks, _load_state, _save_state, plot_log
 
     out = Path(output)
-    conf = json.loads(json.dumps({"kind": "policy_backprop", "runs": runs, **dataclasses.asdict(config)}))
+    conf = json.loads(json.dumps({"kind": "policy_backprop", "runs": runs, **dataclasses.asdict(config),
+                                  **({} if objective == "fidelity" else {"objective": objective})}))
     same = {k: v for k, v in conf.items() if k != "generations"}
     if out.exists():
         stored = json.loads((out / "config.json").read_text()) if (out / "config.json").is_file() else None
@@ -196,7 +255,7 @@ def train(config, output, runs: int = 4, progress=print) -> dict:
         state = _load_state(out / "state.npz", state)
     evals = Programs(config)
     programs = {(t, b): window_program(pt, config.sampler(), b, config.draws, config.chains, config.batch_size,
-                                       config.dispersion_weight, config.temperature_weight)
+                                       config.dispersion_weight, config.temperature_weight, objective)
                 for t, pt in evals.tasks.items() for b in config.budgets}
     row = {}
     for g in range(start, config.generations + 1):
@@ -239,6 +298,8 @@ def main(argv=None) -> int:
     p.add_argument("--gradient-variance", type=int, default=0, metavar="R",
                    help="measure both estimators' relative variance over R estimates at φ₀ instead of training")
     p.add_argument("--runs", type=int, default=4, help="chain keys per task in one backprop estimate (default 4)")
+    p.add_argument("--objective", choices=OBJECTIVES, default="fidelity",
+                   help="fidelity (the reference meta-loss, classification) or ksd (reference-free)")
     p.add_argument("--json", default=None, help="also write the result here")
     args = p.parse_args(argv)
     try:
@@ -246,11 +307,11 @@ def main(argv=None) -> int:
             raise ValueError("give either --output DIR (train) or --gradient-variance R, and --runs >= 1")
         config = config_from_overrides(args.reference, args.generations, args.overrides)
         if args.output is not None:
-            train(config, args.output, args.runs)
+            train(config, args.output, args.runs, objective=args.objective)
             return 0
         if args.gradient_variance < 2:
             raise ValueError("--gradient-variance needs R >= 2")
-        res = gradient_variance(config, args.gradient_variance, args.runs)
+        res = gradient_variance(config, args.gradient_variance, args.runs, args.objective)
         text = json.dumps(res, indent=1)
         if args.json:
             with open(args.json, "w") as f:
