@@ -80,6 +80,34 @@ def imq_ksd(x: jax.Array, score: jax.Array) -> jax.Array:
     return jnp.mean(kp)
 
 
+def _ksd_term(task, thin: int):
+    """states (leaves (T, M, ...): the window's positions) -> log KSD² of every `thin`-th state of every chain."""
+    def ksd(states):
+        picked = jax.tree.map(lambda v: v[thin - 1::thin].reshape((-1,) + v.shape[2:]), states)
+        flat = jax.vmap(lambda p: jax.flatten_util.ravel_pytree(p)[0])(picked)
+        unflat = jax.flatten_util.ravel_pytree(jax.tree.map(lambda v: v[0, 0], states))[1]
+        grad_u = jax.vmap(lambda f: jax.flatten_util.ravel_pytree(
+            task.posterior.potential_grad(unflat(f), task.train_data)[1])[0])(flat)
+        return jnp.log(imq_ksd(flat, -grad_u))
+
+    return ksd
+
+
+def _fidelity_term(pt, dispersion_weight: float):
+    """positions (the draws, one per chain) -> the meta-loss's fidelity and dispersion terms (policy_task's)."""
+    q = jnp.asarray(np.exp(pt.ref).mean(0), jnp.float32)  # the reference's BMA predictive (rows, C)
+    lo, hi = pt.band
+
+    def fidelity(positions):
+        probs = jnp.exp(pt.task.predict(positions, pt.x))  # (K, rows, C)
+        tv = jnp.mean(0.5 * jnp.sum(jnp.abs(probs.mean(0) - q), axis=-1))
+        ratio = jnp.mean(jnp.var(probs, axis=0, ddof=1)) / pt.ref_var
+        disp = jax.nn.relu(jnp.log(lo / ratio)) + jax.nn.relu(jnp.log(ratio / hi))
+        return jnp.log(tv / pt.floor) + dispersion_weight * disp
+
+    return fidelity
+
+
 def window_program(pt, config: P.PolicyConfig, gradients: int, draws: int, chains: int, batch_size: int,
                    dispersion_weight: float = 1.0, temperature_weight: float = 1.0, objective: str = "fidelity"):
     """run(phi, key) -> (meta-loss, ∂meta-loss/∂φ through the sampling window) on task `pt`
@@ -98,8 +126,6 @@ def window_program(pt, config: P.PolicyConfig, gradients: int, draws: int, chain
     task = pt.task
     step = _step(P.build_kernel(task.posterior, config), P.per_chain_batches(task.sample_batch, chains), batch_size,
                  task.train_data)
-    q = None if objective == "ksd" else jnp.asarray(np.exp(pt.ref).mean(0), jnp.float32)  # the reference's BMA
-    lo, hi = (1.0, 1.0) if objective == "ksd" else pt.band
     temperature = config.temperature
 
     @jax.jit
@@ -109,22 +135,8 @@ def window_program(pt, config: P.PolicyConfig, gradients: int, draws: int, chain
         state, _ = jax.lax.scan(lambda s, t: step(phi, k_chain, s, t), state, jnp.arange(freeze))
         return state
 
-    thin = max(1, (steps - freeze) // KSD_STATES)
-
-    def ksd(states):  # log KSD² of the window's states every `thin` updates (leaves (T, M, ...)), every chain's
-        flat = jax.vmap(lambda p: jax.flatten_util.ravel_pytree(p)[0])(
-            jax.tree.map(lambda v: v[thin - 1::thin].reshape((-1,) + v.shape[2:]), states))
-        unflat = jax.flatten_util.ravel_pytree(jax.tree.map(lambda v: v[0, 0], states))[1]
-        grad_u = jax.vmap(lambda f: jax.flatten_util.ravel_pytree(
-            task.posterior.potential_grad(unflat(f), task.train_data)[1])[0])(flat)
-        return jnp.log(imq_ksd(flat, -grad_u))
-
-    def fidelity(positions):  # the meta-loss's fidelity and dispersion terms of the draws (one per chain)
-        probs = jnp.exp(task.predict(positions, pt.x))  # (K, rows, C)
-        tv = jnp.mean(0.5 * jnp.sum(jnp.abs(probs.mean(0) - q), axis=-1))
-        ratio = jnp.mean(jnp.var(probs, axis=0, ddof=1)) / pt.ref_var
-        disp = jax.nn.relu(jnp.log(lo / ratio)) + jax.nn.relu(jnp.log(ratio / hi))
-        return jnp.log(tv / pt.floor) + dispersion_weight * disp
+    fit = (_ksd_term(task, max(1, (steps - freeze) // KSD_STATES)) if objective == "ksd"
+           else _fidelity_term(pt, dispersion_weight))
 
     def update(phi, key):
         def body(s, t):
@@ -139,8 +151,7 @@ def window_program(pt, config: P.PolicyConfig, gradients: int, draws: int, chain
         w = info.sampling.astype(jnp.float32)
         t_kin = jnp.sum(info.t_kin * w) / jnp.maximum(jnp.sum(w), 1.0)
         heat = jax.nn.relu(jnp.abs(t_kin - temperature) / temperature - 0.1)
-        fit = ksd(states) if objective == "ksd" else fidelity(state.position)
-        return fit + temperature_weight * heat
+        return fit(states if objective == "ksd" else state.position) + temperature_weight * heat
 
     grad = jax.jit(jax.value_and_grad(window_loss))
 
