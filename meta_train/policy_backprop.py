@@ -27,7 +27,6 @@ import dataclasses
 import json
 import sys
 import time
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -187,14 +186,13 @@ def gradient_variance(config, repeats: int, runs: int, objective: str = "fidelit
     "fidelity"), R = `repeats` estimates, every coordinate and the output layers alone, and, for "fidelity", ES's on
     the same tasks and task draws; seconds per estimate (backprop's after its first estimate; both include compiling
     a task's programs on first use)."""
-    from meta_train.policy_task import load_policy_task
-    from meta_train.policy_train import _generation_tasks, gradient_variance as es_gradient_variance
+    from meta_train.policy_train import Programs, _generation_tasks, gradient_variance as es_gradient_variance
 
     phi0 = P.init_meta_params(jax.random.PRNGKey(config.seed), config.hidden)
-    tasks = {t: load_policy_task(t, config.reference, config.draws, config.seed) for t in config.tasks}
+    evals = Programs(config)  # the tasks, loaded once for both estimators
     programs = {(t, b): window_program(pt, config.sampler(), b, config.draws, config.chains, config.batch_size,
                                        config.dispersion_weight, config.temperature_weight, objective)
-                for t, pt in tasks.items() for b in config.budgets}
+                for t, pt in evals.tasks.items() for b in config.budgets}
     grads, seconds, dropped = [], [], 0
     for r in range(repeats):
         t0 = time.perf_counter()
@@ -214,7 +212,7 @@ def gradient_variance(config, repeats: int, runs: int, objective: str = "fidelit
     if objective != "fidelity":
         return res
     t0 = time.perf_counter()
-    es = es_gradient_variance(config, repeats, raw=True)["estimates"]
+    es = es_gradient_variance(config, repeats, raw=True, programs=evals)["estimates"]
     return {**res, "es": {**_spread(es), "output_layers": _spread(es, mask),
                           "seconds_per_estimate": (time.perf_counter() - t0) / repeats,
                           "population": config.population, "sigma": config.sigma},
@@ -243,25 +241,15 @@ def _mean_gradient(programs: dict, names, budgets, runs: int, phi, key) -> tuple
 def train(config, output, runs: int = 4, progress=print, objective: str = "fidelity") -> dict:
     """Run (or resume) truncated-backprop meta-training in directory `output` (module docstring); returns the last
     log row. A directory holding another configuration (or not this kind of run) is refused (ValueError)."""
-    from meta_train.policy_train import Programs, _evaluate, _generation_tasks, _load_state, _save_state, plot_log
+    from meta_train.policy_train import (Programs, _generation_tasks, _load_state, _save_state, append_row, eval_row,
+                                         open_run)
 
-    out = Path(output)
-    conf = json.loads(json.dumps({"kind": "policy_backprop", "runs": runs, **dataclasses.asdict(config),
-                                  **({} if objective == "fidelity" else {"objective": objective})}))
-    same = {k: v for k, v in conf.items() if k != "generations"}
-    if out.exists():
-        stored = json.loads((out / "config.json").read_text()) if (out / "config.json").is_file() else None
-        if not isinstance(stored, dict) or {k: v for k, v in stored.items() if k != "generations"} != same:
-            raise ValueError(f"--output {out} holds something else (another configuration or not a backprop run)")
-    else:
-        out.mkdir(parents=True)
-    (out / "config.json").write_text(json.dumps(conf, indent=1) + "\n")
+    conf = {"kind": "policy_backprop", "runs": runs, **dataclasses.asdict(config),
+            **({} if objective == "fidelity" else {"objective": objective})}
+    out, done, start = open_run(output, conf, "backprop")
     phi = P.init_meta_params(jax.random.PRNGKey(config.seed), config.hidden)
     opt = optax.chain(optax.clip_by_global_norm(config.clip_norm), optax.adam(config.learning_rate))
     state = (phi, opt.init(phi))
-    log = out / "log.jsonl"
-    done = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
-    start = max([r["generation"] + 1 for r in done if r["kind"] == "train"], default=0)
     if start:
         state = _load_state(out / "state.npz", state)
     evals = Programs(config)
@@ -271,14 +259,7 @@ def train(config, output, runs: int = 4, progress=print, objective: str = "fidel
     row = {}
     for g in range(start, config.generations + 1):
         t0, (phi, opt_state) = time.perf_counter(), state
-        if (g % config.eval_every == 0 or g == config.generations) and not any(
-                r["kind"] == "eval" and r["generation"] == g for r in done):
-            row = {"kind": "eval", "generation": g, **_evaluate(evals, phi, config.seed),
-                   "seconds": time.perf_counter() - t0}
-            with open(log, "a") as f:
-                f.write(json.dumps(row) + "\n")
-            progress(f"policy_backprop: generation {g} eval meta-loss {row['loss']:.4f}")
-            plot_log([json.loads(line) for line in log.read_text().splitlines()], out / "meta_loss.png")
+        row = eval_row(out, config, done, g, evals, phi, "policy_backprop", progress, t0) or row
         if g == config.generations:
             break
         names = _generation_tasks(config, g)
@@ -291,8 +272,7 @@ def train(config, output, runs: int = 4, progress=print, objective: str = "fidel
         P.save_meta_params(out / "phi.npz", state[0])
         row = {"kind": "train", "generation": g, "tasks": names, "fitness_mean": loss, "dropped": dropped,
                "seconds": time.perf_counter() - t0}
-        with open(log, "a") as f:
-            f.write(json.dumps(row) + "\n")
+        append_row(out, row)
         progress(f"policy_backprop: generation {g} mean meta-loss {loss:.4f} ({row['seconds']:.1f} s)")
     return row
 

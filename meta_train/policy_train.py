@@ -186,40 +186,61 @@ def plot_log(rows: list[dict], path: Path) -> None:
     write_plot(draw, path, "generation")
 
 
-def train(config: PolicyTrainConfig, output, progress=print) -> dict:
-    """Run (or resume) the meta-training in directory `output` (module docstring); returns the last log row."""
+def open_run(output, conf: dict, what: str) -> tuple[Path, list[dict], int]:
+    """Open (or create) a policy run directory for configuration `conf` (its "kind" included): (the directory, the
+    rows of its log.jsonl, the first generation still to run). A directory holding another configuration (only
+    `generations` may differ: a run may be extended) or no configuration of ours is refused (ValueError naming
+    `what`); config.json is then (re)written."""
     out = Path(output)
-    conf = {"kind": "policy_train", **dataclasses.asdict(config)}
     conf = json.loads(json.dumps(conf))
-    same = {k: v for k, v in conf.items() if k != "generations"}  # a run may be extended
+    same = {k: v for k, v in conf.items() if k != "generations"}
     if out.exists():
         stored = json.loads((out / "config.json").read_text()) if (out / "config.json").is_file() else None
         if not isinstance(stored, dict) or {k: v for k, v in stored.items() if k != "generations"} != same:
-            raise ValueError(f"--output {out} holds something else (another configuration or not a policy run)")
+            raise ValueError(f"--output {out} holds something else (another configuration or not a {what} run)")
     else:
         out.mkdir(parents=True)
     (out / "config.json").write_text(json.dumps(conf, indent=1) + "\n")
+    log = out / "log.jsonl"
+    done = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
+    return out, done, max([r["generation"] + 1 for r in done if r["kind"] == "train"], default=0)
+
+
+def append_row(out: Path, row: dict) -> None:
+    """One row appended to the run's log.jsonl."""
+    with open(out / "log.jsonl", "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def eval_row(out: Path, config: PolicyTrainConfig, done: list[dict], g: int, programs: "Programs", phi,
+             prefix: str, progress, t0: float) -> dict | None:
+    """Generation g's "eval" row (the mean φ on every task, `_evaluate`) when one is due (every eval_every and at
+    the last) and not logged yet: appended, reported and plotted (meta_loss.png); else None."""
+    if not (g % config.eval_every == 0 or g == config.generations) or any(
+            r["kind"] == "eval" and r["generation"] == g for r in done):
+        return None
+    row = {"kind": "eval", "generation": g, **_evaluate(programs, phi, config.seed),
+           "seconds": time.perf_counter() - t0}
+    append_row(out, row)
+    progress(f"{prefix}: generation {g} eval meta-loss {row['loss']:.4f}")
+    plot_log([json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()], out / "meta_loss.png")
+    return row
+
+
+def train(config: PolicyTrainConfig, output, progress=print) -> dict:
+    """Run (or resume) the meta-training in directory `output` (module docstring); returns the last log row."""
+    out, done, start = open_run(output, {"kind": "policy_train", **dataclasses.asdict(config)}, "policy")
     phi0 = P.init_meta_params(jax.random.PRNGKey(config.seed), config.hidden)
     strategy = _strategy(config, phi0)
     params = strategy.default_params
     state = strategy.init(jax.random.PRNGKey(config.seed), phi0, params)
-    log = out / "log.jsonl"
-    done = [json.loads(line) for line in log.read_text().splitlines()] if log.is_file() else []
-    start = max([r["generation"] + 1 for r in done if r["kind"] == "train"], default=0)
     if start:
         state = _load_state(out / "state.npz", state)
     programs = Programs(config)
     row = {}
     for g in range(start, config.generations + 1):
         t0 = time.perf_counter()
-        if g % config.eval_every == 0 or g == config.generations:
-            if not any(r["kind"] == "eval" and r["generation"] == g for r in done):
-                row = {"kind": "eval", "generation": g, **_evaluate(programs, _mean_phi(strategy, state), config.seed),
-                       "seconds": time.perf_counter() - t0}
-                with open(log, "a") as f:
-                    f.write(json.dumps(row) + "\n")
-                progress(f"policy_train: generation {g} eval meta-loss {row['loss']:.4f}")
-                plot_log([json.loads(line) for line in log.read_text().splitlines()], out / "meta_loss.png")
+        row = eval_row(out, config, done, g, programs, _mean_phi(strategy, state), "policy_train", progress, t0) or row
         if g == config.generations:
             break
         key = jax.random.fold_in(jax.random.PRNGKey(config.seed), g)
@@ -232,19 +253,19 @@ def train(config: PolicyTrainConfig, output, progress=print) -> dict:
         P.save_meta_params(out / "phi.npz", _mean_phi(strategy, state))
         row = {"kind": "train", "generation": g, "tasks": names, "fitness_mean": float(np.mean(fitness)),
                "fitness_min": float(np.min(fitness)), "seconds": time.perf_counter() - t0}
-        with open(log, "a") as f:
-            f.write(json.dumps(row) + "\n")
+        append_row(out, row)
         progress(f"policy_train: generation {g} mean fitness {row['fitness_mean']:.4f} ({row['seconds']:.1f} s)")
     return row
 
 
-def gradient_variance(config: PolicyTrainConfig, repeats: int, raw: bool = False) -> dict:
+def gradient_variance(config: PolicyTrainConfig, repeats: int, raw: bool = False, programs=None) -> dict:
     """At φ₀: `repeats` independent generation-sized antithetic ES estimates ĝ_r = mean_i z_i·f_i/σ (own
     perturbations, tasks and minibatch keys each); relative variance E‖ĝ − ḡ‖²/‖ḡ‖² and mean cosine(ĝ_r, ḡ);
-    with `raw`, also the estimates themselves ("estimates", (repeats, |φ|))."""
+    with `raw`, also the estimates themselves ("estimates", (repeats, |φ|)); `programs`: config's loaded Programs
+    (default: loaded here)."""
     phi0 = P.init_meta_params(jax.random.PRNGKey(config.seed), config.hidden)
     flat0, unravel = jax.flatten_util.ravel_pytree(phi0)
-    programs = Programs(config)
+    programs = programs or Programs(config)
     grads = []
     for r in range(repeats):
         key = jax.random.fold_in(jax.random.PRNGKey(config.seed + 1), r)

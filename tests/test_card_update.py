@@ -1,5 +1,5 @@
 """`python -m evaluate card --methods A,B [--update]`: only the named samplers run; --update merges their rows into
-the card already in --output (evaluate.card.update), every other row kept byte for byte."""
+the card already in --output (evaluate.card.update), every other row kept unchanged."""
 from __future__ import annotations
 
 import json
