@@ -66,7 +66,8 @@ def run_card(out: Path, sampler_path=None, released_path=None, overrides=(), pro
     card = card if update is None else U.merge(update, card, methods)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "card.json", json.dumps(card, indent=1))
-    atomic_write_text(out / "card.md", "# Sampler card\n\n" + card_markdown(card) + "".join(f"\n{n}\n" for n in notes))
+    atomic_write_text(out / "card.md", "# Sampler card\n\n" + card_markdown(card)
+                      + "".join(f"\n{n}\n" for n in card["notes"]))
     plot_card(card, out / "card.png")
     return card
 
@@ -87,7 +88,7 @@ def run_analytic_card(out: Path, sampler_path=None, released_path=None, override
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "analytic.json", json.dumps(res, indent=1))
     atomic_write_text(out / "analytic.md", "# Analytic benchmark (the SMILE paper's analytic benchmark)\n\n" + ca.analytic_markdown(res)
-                      + "".join(f"\n{n}\n" for n in notes))
+                      + "".join(f"\n{n}\n" for n in res["notes"]))
     ca.plot_analytic(res, out / "analytic.png")
     return res
 
