@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from l2e.reductions import chain_sum
 from l2e.types import Posterior, PyTree, normal_like, tree_vdot
 
 __all__ = [
@@ -157,9 +158,8 @@ def pooled_moments(mean: PyTree, m2: PyTree, n, alive: jax.Array | None = None
     if alive is None:
         alive = jnp.ones(means.shape[0], bool)
     k = jnp.maximum(jnp.sum(alive), 1.0)
-    keep = alive[:, None]
-    centre = jnp.sum(jnp.where(keep, means, 0.0), axis=0) / k
-    within = jnp.sum(jnp.where(keep, m2s, 0.0), axis=0) / k / jnp.maximum(n - 1.0, 1.0)
-    spread = jnp.sum(jnp.where(keep, jnp.square(means - centre), 0.0), axis=0)
+    centre = chain_sum(means, alive) / k
+    within = chain_sum(m2s, alive) / k / jnp.maximum(n - 1.0, 1.0)
+    spread = chain_sum(jnp.square(means - centre), alive)
     between = spread / jnp.maximum(k - 1.0, 1.0) if means.shape[0] > 1 else jnp.zeros_like(within)
     return within, between, centre

@@ -48,6 +48,7 @@ from l2e.policy_params import check_meta_params, init_meta_params, load_meta_par
 from l2e.checks import check_choice, check_flag, check_in_range, check_positive, check_step_count
 from l2e.meta_model import MetaMLP, hidden_sizes
 from l2e.transient import MAX_DAMPING, NOISE_MARGIN, STABILITY
+from l2e.reductions import chain_sum
 from l2e.types import PyTree, Posterior, SamplingAlgorithm, all_finite, normal_like, settled, window_temperature
 
 __all__ = ["BudgetPlan", "COORD_FEATURES", "GLOBAL_FEATURES", "PHASES", "PolicyConfig", "PolicyInfo", "PolicyState",
@@ -218,7 +219,7 @@ def _gather(state: PolicyState, pre: PyTree, grad_u, noise, loss, t_kin, early) 
     live = jnp.maximum(jnp.sum(alive), 1.0)
 
     def mean(v):  # over the live chains (axis 0)
-        return jnp.sum(jnp.where(alive.reshape((-1,) + (1,) * (v.ndim - 1)), v, 0.0), axis=0) / live
+        return chain_sum(v, alive) / live
 
     nv = jax.tree.map(lambda m, v: m + (mean(v) - m) / count, state.noise_acc, noise)
     delta = loss - state.loss_mean
