@@ -58,9 +58,10 @@ def test_methods_and_update_refuse_bad_requests_before_writing(tmp_path):
 
 
 @pytest.mark.slow
-def test_update_merges_new_rows_into_an_existing_card(tmp_path):
+def test_update_merges_new_rows_into_an_existing_card(tmp_path, monkeypatch):
     """A two-sampler card, then --methods sgld --update: sghmc's rows unchanged, sgld's added after them on every
-    target; a different --set is refused with the card unchanged."""
+    target; a different --set is refused with the card unchanged; the card merged into is the one read under the
+    output lock (a writer that changed it just before the lock was taken is not overwritten)."""
     out = tmp_path / "card"
     assert run_cli("evaluate", "card", "--quiet", "--output", out, "--methods", "sghmc,psgld", *TINY).returncode == 0
     first = json.loads((out / "card.json").read_text())
@@ -77,3 +78,17 @@ def test_update_merges_new_rows_into_an_existing_card(tmp_path):
     line = one_error_line(run_cli("evaluate", "card", "--quiet", "--output", out, "--methods", "sgld", "--update",
                                   *TINY[:-2], "--set", "band_seeds=2"))
     assert "band_seeds" in line and (out / "card.json").read_bytes() == before
+
+    import cli
+
+    class WriterFirst(cli.OutputLock):  # another writer changes the card just before this run takes the lock
+        def __init__(self, path, error):
+            card = json.loads((out / "card.json").read_text())
+            card["notes"] = ["written by another run"]
+            (out / "card.json").write_text(json.dumps(card))
+            super().__init__(path, error)
+
+    monkeypatch.setattr(cli, "OutputLock", WriterFirst)
+    res = run_cli("evaluate", "card", "--quiet", "--output", out, "--methods", "psgld", "--update", *TINY)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert json.loads((out / "card.json").read_text())["notes"] == ["written by another run"]

@@ -137,7 +137,8 @@ def _check_card_output(out: Path, name: str, overwrite: bool) -> None:
 
 def _check_card_config(args, out: Path, name: str) -> dict | None:
     """The --set overrides on the card's (or the analytic benchmark's) config and --methods / --update, checked
-    before anything is written. Returns the result to update (read from --output) with --update, else None."""
+    before anything is written. Returns the config (a dict) the result to update must have, or None without
+    --update (`_read_update` reads that result under the output lock)."""
     import dataclasses
 
     from evaluate.card import analytic as ca
@@ -152,6 +153,12 @@ def _check_card_config(args, out: Path, name: str) -> dict | None:
         return None
     if args.methods is None:
         raise ConfigError("--update needs --methods (the samplers whose rows it replaces)")
+    _read_update(out, name, dataclasses.asdict(cfg))  # refused before anything is written; read again under the lock
+    return dataclasses.asdict(cfg)
+
+
+def _read_update(out: Path, name: str, config: dict) -> dict:
+    """The result in --output that --update merges into (checked: ours, with `config`); ConfigError otherwise."""
     path = out / f"{name}.json"
     if not path.is_file():
         raise ConfigError(f"--update: no {name}.json in --output {out} to update")
@@ -161,7 +168,7 @@ def _check_card_config(args, out: Path, name: str) -> dict | None:
         raise ConfigError(f"--update: {path} is not a result of ours ({type(e).__name__})") from None
     if not isinstance(old, dict):
         raise ConfigError(f"--update: {path} is not a result of ours (not a JSON object)")
-    U.check_same_config(old, dataclasses.asdict(cfg), str(path))
+    U.check_same_config(old, config, str(path))
     return old
 
 
@@ -199,8 +206,9 @@ def card_main(argv) -> int:
     try:
         handle_sigterm()
         _check_card_output(out, name, args.overwrite or args.update)
-        update = _check_card_config(args, out, name)
+        config = _check_card_config(args, out, name)
         lock = OutputLock(out, ConfigError)
+        update = None if config is None else _read_update(out, name, config)  # under the lock: no writer between
         progress = None if args.quiet else (lambda line: print(f"{name}: {line}", flush=True))
         res, text = _card_run(args, out, name, progress, update)
         lock.release(failed=False)
