@@ -208,3 +208,31 @@ def test_select_window_scores_the_geometric_mean_with_misses_at_twice_the_larges
     capsys.readouterr()
     assert main(["--run", "1.5=x"]) == 2
     assert capsys.readouterr().err.startswith("error: --run must be FRACTION=DIR")
+
+
+def test_policy_head_ablation_zeroes_exactly_the_named_outputs():
+    """bench.policy_head_ablation.variant: each variant zeroes its head's (or output's) last-layer columns and
+    biases and nothing else; "rule" zeroes both heads' outputs (the hand-designed rule, l2e.policy)."""
+    import jax
+    import numpy as np
+
+    from bench.policy_head_ablation import VARIANTS, variant
+    from l2e import policy as P
+    from l2e.meta_model import mlp_layers_names
+
+    phi = P.init_meta_params(jax.random.PRNGKey(0), (4,), start="random")
+    last = {h: mlp_layers_names(phi[h])[-1] for h in phi}
+
+    def zero_columns(tree, head):
+        k = np.asarray(tree[head][last[head]]["kernel"])
+        return [c for c in range(k.shape[1]) if not k[:, c].any() and not np.asarray(tree[head][last[head]]["bias"])[c]]
+
+    want = {"φ": ([], []), "mass head zeroed": ([0], []), "window head zeroed": ([], [0, 1]), "κ zeroed": ([], [0]),
+            "δ zeroed": ([], [1]), "rule": ([0], [0, 1])}
+    assert set(want) == set(VARIANTS)
+    for name, (mass, window) in want.items():
+        v = variant(phi, name)
+        assert (zero_columns(v, "mass"), zero_columns(v, "window")) == (mass, window), name
+        for head in phi:  # the hidden layers are φ's
+            for layer in mlp_layers_names(phi[head])[:-1]:
+                np.testing.assert_array_equal(v[head][layer]["kernel"], phi[head][layer]["kernel"])

@@ -26,7 +26,7 @@ from l2e import policy as P
 from l2e.chains import ChainSchedule
 from l2e.types import tree_size
 
-__all__ = ["METHOD_TABLE", "PolicyLearnedSettings", "PolicySettings", "policy_schedule", "run_policy"]
+__all__ = ["METHOD_TABLE", "PolicyLearnedSettings", "PolicySettings", "card_builder", "policy_schedule", "run_policy"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,8 +127,9 @@ class PolicyLearnedSettings(PolicySettings):
     meta_params: str = "shipped"
 
 
-def _card(settings: type):
-    """The sampler card's builder (evaluate.card): the card's chains as one ensemble (`ensemble = True`), tuning-free
+def card_builder(settings):
+    """The sampler card's builder (evaluate.card) for `settings` (PolicySettings, the class or an instance: its
+    meta_params and curvature are read): the card's chains as one ensemble (`ensemble = True`), tuning-free
     (the card's ε and C unused), exact-gradient form (the card's noise has no batch axis to halve), the freeze at a
     fifth of the chain; only the window's states count."""
     def build(post, eps, c, smin, steps):
@@ -145,7 +146,7 @@ def _card(settings: type):
 def _method(name: str, settings: type) -> Method:
     return Method(name, settings, run_policy, chain_allocation=False, kinetic_check=True,
                   check=lambda cfg, s: policy_schedule(cfg, s) and None, grids=dict(smoke=dict(chains=2, phases=2, power_iterations=1)),
-                  card=_card(settings))
+                  card=card_builder(settings))
 
 
 METHOD_TABLE = {"policy": _method("policy", PolicySettings),
