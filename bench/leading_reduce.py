@@ -4,7 +4,7 @@ l2e.reductions.chain_sum (the chains added one by one; a fori_loop beyond UNROLL
 Usage: python -m bench.leading_reduce [--shapes 4x784x256,16x784x256] [--calls 20] [--repeats 11] [--json FILE]
 
 Each row times the jitted forms side by side in the same rounds (`calls` calls per round, median over rounds of the
-paired ratio). The contraction is the same sum to float32 rounding (tests/test_reductions.py).
+paired ratio). chain_sum is the same sum to float32 rounding (tests/test_reductions.py).
 """
 from __future__ import annotations
 
@@ -63,7 +63,8 @@ def _shape(text: str) -> tuple[int, ...]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.leading_reduce", description=__doc__.splitlines()[0])
-    p.add_argument("--shapes", default="4x784x256,4x256x10,16x784x256,64x784x256", help="comma-separated MxD1x… shapes")
+    p.add_argument("--shapes", default="4x784x256,4x256x10,16x784x256,64x784x256",
+                   help="comma-separated MxD1x… shapes")
     p.add_argument("--calls", type=int, default=20)
     p.add_argument("--repeats", type=int, default=11)
     p.add_argument("--json", default=None, help="also write the results here")
