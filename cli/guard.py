@@ -5,7 +5,8 @@ the inputs are checked are held back until the checks pass.
     def main(argv=None) -> int:
         return guarded(_main, sys.argv[1:] if argv is None else argv)
 
-Exit codes: what `_main` returns; 130 / 143 for SIGINT / SIGTERM (`Terminated`); 1 for an unexpected exception
+Exit codes: what `_main` returns; 130 / 143 for SIGINT / SIGTERM (`Terminated`, also when an extension's import
+wrapped it in its own error); 1 for an unexpected exception
 (its type and first line; the traceback too with `--debug` or `L2E_DEBUG=1`); argparse's own exits (--help, usage
 errors of `OneLineErrorParser`) pass through.  A `SystemExit` from anywhere else (e.g. a user's module calling
 sys.exit while the run imports it) is an error: it must not end a run with status 0 and no output.
@@ -97,6 +98,19 @@ def debug_requested(argv) -> bool:
                                                                                                   "no")
 
 
+def _wrapped_interrupt(e: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C / SIGTERM behind `e`, if `e` only wraps one: a C extension's module initialisation turns an
+    interrupt raised while it runs into its own error (pybind11: `ImportError: initialization failed`, raised from
+    it; measured on CI, a SIGTERM during `evaluate card`'s imports), which must still end the run as an interrupt."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ if e.__cause__ is not None else e.__context__
+    return None
+
+
 def _interrupted(e: KeyboardInterrupt) -> int:
     terminated = isinstance(e, Terminated)
     print(f"error: {'terminated (SIGTERM)' if terminated else 'interrupted'}", file=sys.stderr, flush=True)
@@ -123,6 +137,8 @@ def guarded(main: Callable[[list[str]], int], argv) -> int:
         return _interrupted(e)
     except BaseException as e:  # noqa: B902 - the guard's purpose: SystemExit, MemoryError, RecursionError, bugs
         run_failure_cleanups()
+        if (interrupt := _wrapped_interrupt(e)) is not None:
+            return _interrupted(interrupt)
         if debug_requested(argv):
             traceback.print_exception(e, file=sys.stderr)
         what = (f"SystemExit({e.code!r}) raised during the run (e.g. by an imported module)"

@@ -25,6 +25,7 @@ import pytest
 import l2e
 from cli import DirectoryLock, guarded, held_warnings, publish_dir, read_marker, staging_dir, write_marker
 from cli.outputs import MARKER
+from cli.process import Terminated
 from conftest import ROOT, one_error_line, run_cli
 from test_fuzz import snapshot
 
@@ -378,6 +379,31 @@ def test_guard_turns_any_escaping_exception_into_one_line(exc, capsys, monkeypat
     assert "Traceback" in err and err.splitlines()[-1].startswith("error: ")
     monkeypatch.setenv("L2E_DEBUG", "1")
     assert guarded(body, []) == 1 and "Traceback" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("interrupt,code", [(Terminated("terminated (SIGTERM)"), 143), (KeyboardInterrupt(), 130)],
+                         ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("how", ["cause", "context"])
+def test_guard_sees_an_interrupt_an_extension_wrapped(interrupt, code, how, capsys):
+    """pybind11 turns an interrupt raised during a module's initialisation into `ImportError('initialization
+    failed')` raised from it (seen on CI): the run still ends as interrupted, one line, cleanups run."""
+    cleaned = []
+
+    def body(argv):
+        from cli.guard import on_failure
+
+        on_failure(lambda: cleaned.append(1))
+        try:
+            raise interrupt
+        except KeyboardInterrupt as e:
+            if how == "cause":
+                raise ImportError("initialization failed") from e
+            raise ImportError("initialization failed")
+
+    assert guarded(body, []) == code
+    err = capsys.readouterr().err.splitlines()
+    want = "error: terminated (SIGTERM)" if code == 143 else "error: interrupted"
+    assert err == [want] and cleaned == [1]
 
 
 def test_held_warnings_never_precede_the_error_line(capsys):
