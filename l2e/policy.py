@@ -24,7 +24,8 @@ The hand-designed rule (`policy="rule"`, or φ with zero output layers: the "rul
 
 The learned policy (`policy="learned"`) adds bounded corrections: a per-coordinate network h_φ (φ["mass"]) of the
 coordinate's features and the global ones adds B·tanh(h/B) to log M⁻¹ᵢ; a global network (φ["window"], two outputs)
-multiplies κ₀ and δ₀ by exp(B·tanh(·/B)). After the freeze the constants stay fixed and the chains are SGHMC with
+multiplies κ₀ and δ₀ by exp(B·tanh(·/B)), κ₀'s factor at most `max_step_gain` (1: φ may shorten the rule's step,
+never lengthen it). After the freeze the constants stay fixed and the chains are SGHMC with
 mass M and friction γᵢ·Mᵢ at temperature T: stationary for the posterior whatever φ is, up to the noise estimate —
 correct by construction. A step costs one minibatch gradient per chain (halved in the gathering windows: the same
 work); each adaptation point adds power_iterations + 1 Hessian-vector products on one chain, on every chain with
@@ -35,6 +36,7 @@ kernels (`build_kernel`'s phase, `chunk_phase`) run a phase's updates without pe
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import NamedTuple
 
 import jax
@@ -76,8 +78,11 @@ class PolicyConfig:
     stability cap; curvature: where the cap's λ_max is measured — "first": chain 0, "all": the largest over every
     chain (M times the Hessian-vector products; a chain elsewhere may be stiffer), "warm": chain 0's power method,
     then the largest of every chain's Rayleigh quotient along its top direction (one product per chain: a chain
-    stiffer along the shared direction, as where a scale parameter differs, caps the step); window_fraction: the share of a chain of G updates the
-    evaluation samples from (a protocol choice the kernel does not read)."""
+    stiffer along the shared direction, as where a scale parameter differs, caps the step); window_fraction: the
+    share of a chain of G updates the evaluation samples from (a protocol choice the kernel does not read);
+    max_step_gain: the largest factor φ's κ output may multiply κ₀ by (≥ 1; the default e^LOG_BOUND leaves it
+    unbounded beyond the tanh; 1 keeps the learned step at or below the rule's, which the curvature cap alone did not
+    make safe on heteroscedastic yacht)."""
 
     temperature: float = 1.0
     freeze_step: int = 1000
@@ -94,6 +99,7 @@ class PolicyConfig:
     power_iterations: int = 10
     window_fraction: float = 0.5
     curvature: str = "first"
+    max_step_gain: float = float(math.exp(LOG_BOUND))
 
     def __post_init__(self):
         check_choice("mass_rule", self.mass_rule, MASS_RULES), check_choice("policy", self.policy, POLICIES)
@@ -107,6 +113,7 @@ class PolicyConfig:
         check_in_range("window_fraction", self.window_fraction, 0, 1, include_low=False, include_high=False)
         check_in_range("rms_decay", self.rms_decay, 0.0, 1.0, include_high=False)
         check_flag(noise_halves=self.noise_halves)
+        check_in_range("max_step_gain", self.max_step_gain, 1.0, math.inf, include_high=False)
 
 
 class PolicyState(NamedTuple):
@@ -177,7 +184,8 @@ def _adapt(state: PolicyState, phi, config: PolicyConfig, posterior: Posterior, 
         h = MetaMLP(hidden_sizes(phi["mass"]), outputs=1).apply({"params": phi["mass"]},
                                                                jnp.concatenate([coord, g], axis=1))[:, 0]
         out = MetaMLP(hidden_sizes(phi["window"]), outputs=2).apply({"params": phi["window"]}, glob[None])[0]
-        log_s2, k_adj, d_adj = log_s2 + _bounded(h), _bounded(out[0]), _bounded(out[1])
+        log_s2, d_adj = log_s2 + _bounded(h), _bounded(out[1])
+        k_adj = jnp.minimum(_bounded(out[0]), math.log(config.max_step_gain))
     inv_mass = unflat(jnp.exp(log_s2), state.inv_mass)
     k_power, k_mom = jax.random.split(key)
     lam = ensemble_curvature(posterior, state.position, minibatch, inv_mass, k_power, config.power_iterations,

@@ -47,7 +47,7 @@ class PolicyTrainConfig:
     budgets: G per run; chains M; draws K; batch_size B; population, sigma, learning_rate, clip_norm: the ES;
     generations; tasks_per_generation; eval_every; hidden: the policy networks' widths; base_step: η₀ of phase 0's
     travel; base_kappa: κ₀ of the rule the policy corrects; curvature: where the stability cap is measured
-    (l2e.policy.PolicyConfig's); task_shaping: "standardise" (each task's losses standardised over the population
+    (l2e.policy.PolicyConfig's); max_step_gain: the bound on φ's step factor (PolicyConfig's); task_shaping: "standardise" (each task's losses standardised over the population
     before the ES averages them: regression's meta-loss runs on a larger scale than classification's) or "none";
     dispersion_weight, temperature_weight: the meta-loss's; seed."""
 
@@ -68,6 +68,7 @@ class PolicyTrainConfig:
     base_step: float = P.PolicyConfig.base_step
     base_kappa: float = 0.15
     curvature: str = "warm"
+    max_step_gain: float = P.PolicyConfig.max_step_gain
     task_shaping: str = "standardise"
     dispersion_weight: float = 1.0
     temperature_weight: float = 1.0
@@ -90,7 +91,8 @@ class PolicyTrainConfig:
         self.sampler()  # the sampler's own checks (e.g. curvature)
 
     def sampler(self) -> P.PolicyConfig:
-        return P.PolicyConfig(base_step=self.base_step, base_kappa=self.base_kappa, curvature=self.curvature)
+        return P.PolicyConfig(base_step=self.base_step, base_kappa=self.base_kappa, curvature=self.curvature,
+                              max_step_gain=self.max_step_gain)
 
 
 class Programs:
@@ -186,16 +188,22 @@ def plot_log(rows: list[dict], path: Path) -> None:
     write_plot(draw, path, "generation")
 
 
+ADDED_FIELDS = {"max_step_gain": P.PolicyConfig.max_step_gain}
+"""Configuration fields added after runs were made, with the value those runs had (open_run)."""
+
+
 def open_run(output, conf: dict, what: str) -> tuple[Path, list[dict], int]:
     """Open (or create) a policy run directory for configuration `conf` (its "kind" included): (the directory, the
     rows of its log.jsonl, the first generation still to run). A directory holding another configuration (only
     `generations` may differ: a run may be extended) or no configuration of ours is refused (ValueError naming
-    `what`); config.json is then (re)written."""
+    `what`); config.json is then (re)written. A field added since a run began (ADDED_FIELDS) reads as its default
+    there, so such a run still resumes."""
     out = Path(output)
     conf = json.loads(json.dumps(conf))
     same = {k: v for k, v in conf.items() if k != "generations"}
     if out.exists():
         stored = json.loads((out / "config.json").read_text()) if (out / "config.json").is_file() else None
+        stored = {**ADDED_FIELDS, **stored} if isinstance(stored, dict) else stored
         if not isinstance(stored, dict) or {k: v for k, v in stored.items() if k != "generations"} != same:
             raise ValueError(f"--output {out} holds something else (another configuration or not a {what} run)")
     else:

@@ -14,6 +14,8 @@
   5,000, B = 32) where plain SGHMC runs hot, the rule's variance ratio is in the dispersion band (slow);
 - a divergent chain is left out of the pooled statistics (the others adapt, finite); the stability cap's curvature
   "warm" reads a stiffer chain that "first" misses, and is at most "all"'s;
+- max_step_gain = 1 leaves the rule's ε where φ asks for a longer step (exactly) and shortens it where φ asks for
+  a shorter one (rtol 1e-5), the default lets the longer step through;
 - a saved φ loads back; a bad φ or configuration is refused with one line;
 - a φ riding the stability cap diverges on the card's banana with the cap measured at one chain (at least 3 of 4),
   at most 2 of 4 with it read over every chain; the shipped φ stays finite there (slow);
@@ -150,6 +152,34 @@ def test_zero_output_is_the_rule_and_phi_is_read():
     np.testing.assert_array_equal(xa, xb)
     assert float(a.eps) == float(b.eps) and np.array_equal(np.asarray(a.inv_mass), np.asarray(b.inv_mass))
     assert not np.allclose(np.asarray(c.inv_mass), np.asarray(a.inv_mass), rtol=0.05)
+
+
+def _step_output(value: float):
+    """The rule's φ (zero output layers) with the window head's κ output set to `value` (its last bias)."""
+    from l2e.meta_model import mlp_layers_names
+
+    phi = P.init_meta_params(jax.random.PRNGKey(0))
+    last = mlp_layers_names(phi["window"])[-1]
+    bias = np.array(phi["window"][last]["bias"]).copy()
+    bias[0] = value
+    return {**phi, "window": {**phi["window"], last: {**phi["window"][last], "bias": jnp.asarray(bias)}}}
+
+
+def test_max_step_gain_keeps_the_learned_step_at_or_below_the_rules():
+    """max_step_gain = 1: a φ asking for a longer step (κ output +2) gets the rule's ε exactly, one asking for a
+    shorter one (−2) still gets it; the default lets the longer step through (ε below every cap here: κ₀ small)."""
+    post = gaussian_posterior()
+    cfg = P.PolicyConfig(freeze_step=60, base_step=1e-2, base_kappa=0.01)
+    bounded = dataclasses.replace(cfg, max_step_gain=1.0)
+    rule = float(run(P.policy(post, None, cfg), D, 61)[0].eps)
+    eps = {(v, c.max_step_gain): float(run(P.policy(post, _step_output(v), c), D, 61)[0].eps)
+           for v in (2.0, -2.0) for c in (cfg, bounded)}
+    gain = np.exp(P.LOG_BOUND * np.tanh(2.0 / P.LOG_BOUND))
+    assert eps[2.0, 1.0] == rule
+    np.testing.assert_allclose(eps[2.0, cfg.max_step_gain], rule * gain, rtol=1e-5)
+    np.testing.assert_allclose([eps[-2.0, 1.0], eps[-2.0, cfg.max_step_gain]], rule / gain, rtol=1e-5)
+    with pytest.raises(ValueError, match="max_step_gain"):
+        P.PolicyConfig(max_step_gain=0.5)
 
 
 @pytest.mark.parametrize("rule", ["fisher", "variance", "scale"])

@@ -76,6 +76,9 @@ def test_run_resumes_and_refuses_another_configuration(tmp_path):
     import dataclasses
 
     train(dataclasses.replace(config, generations=2), tmp_path / "run2", progress=lambda s: None)
+    stored = json.loads((tmp_path / "run" / "config.json").read_text())
+    del stored["max_step_gain"]  # a run made before the field existed resumes at the field's default
+    (tmp_path / "run" / "config.json").write_text(json.dumps(stored))
     train(dataclasses.replace(config, generations=2), tmp_path / "run", progress=lambda s: None)
     rows = [json.loads(x) for x in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     again = [json.loads(x) for x in (tmp_path / "run2" / "log.jsonl").read_text().splitlines()]

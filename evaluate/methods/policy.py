@@ -6,7 +6,7 @@ False): the adaptation points' Hessian-vector products first (`l2e.policy.adapta
 S = ⌊(G − those)/M⌋ updates of each of the M chains; K/M draws per chain, evenly over the last window_fraction of its
 updates, the freeze where they start (as Transient-L2E's window rule). Settings: chains M; phases, mass_rule,
 gather_fraction, base_step, base_kappa, base_damping, power_iterations, curvature ("warm", as the shipped φ was
-trained): l2e.policy.PolicyConfig's; meta_params: "rule" (the hand-designed rule, φ unused) or the path of a saved
+trained), max_step_gain: l2e.policy.PolicyConfig's; meta_params: "rule" (the hand-designed rule, φ unused) or the path of a saved
 φ (l2e.policy.save_meta_params; the learned policy), "shipped" the shipped one. Two methods: `policy` (the rule) and
 `policy_learned` (the shipped φ)."""
 from __future__ import annotations
@@ -32,7 +32,7 @@ __all__ = ["METHOD_TABLE", "PolicyLearnedSettings", "PolicySettings", "card_buil
 @dataclasses.dataclass(frozen=True)
 class PolicySettings:
     """chains: M; phases, gather_fraction, mass_rule, window_fraction, base_step, base_kappa, base_damping,
-    power_iterations, curvature: PolicyConfig's; meta_params: "rule" or the
+    power_iterations, curvature, max_step_gain: PolicyConfig's; meta_params: "rule" or the
     path of a saved φ (module docstring)."""
 
     chains: int = 10
@@ -46,6 +46,7 @@ class PolicySettings:
     base_damping: float = 0.1
     power_iterations: int = 10
     curvature: str = "warm"
+    max_step_gain: float = P.PolicyConfig.max_step_gain
 
     def __post_init__(self):
         if not isinstance(self.chains, int) or self.chains < 2:
@@ -62,7 +63,7 @@ def _config(s: PolicySettings, freeze: int, noise_halves: bool = True) -> P.Poli
                           mass_rule=s.mass_rule, window_fraction=s.window_fraction, noise_halves=noise_halves,
                           base_step=s.base_step, base_kappa=s.base_kappa, base_damping=s.base_damping,
                           power_iterations=s.power_iterations, curvature=s.curvature,
-                          policy="rule" if s.meta_params == "rule" else "learned")
+                          max_step_gain=s.max_step_gain, policy="rule" if s.meta_params == "rule" else "learned")
 
 
 def policy_schedule(cfg, s: PolicySettings) -> tuple[ChainSchedule, int]:
@@ -129,14 +130,15 @@ class PolicyLearnedSettings(PolicySettings):
 
 def card_builder(settings):
     """The sampler card's builder (evaluate.card) for `settings` (PolicySettings, the class or an instance: its
-    meta_params and curvature are read): the card's chains as one ensemble (`ensemble = True`), tuning-free
+    meta_params, curvature and max_step_gain are read): the card's chains as one ensemble (`ensemble = True`), tuning-free
     (the card's ε and C unused), exact-gradient form (the card's noise has no batch axis to halve), the freeze at a
     fifth of the chain; only the window's states count."""
     def build(post, eps, c, smin, steps):
         freeze = max(2 * PolicySettings.phases, steps // 5)
         phi = None if settings.meta_params == "rule" else P.load_meta_params(settings.meta_params)
         alg = P.policy(post, phi, P.PolicyConfig(freeze_step=freeze, noise_halves=False,
-                                                 curvature=settings.curvature))
+                                                 curvature=settings.curvature,
+                                                 max_step_gain=settings.max_step_gain))
         return alg, lambda state: (state.step > freeze).astype(jnp.float32)
 
     build.ensemble = True
