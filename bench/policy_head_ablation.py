@@ -2,7 +2,7 @@
 the hand-designed rule's value there — on the sampler card's banana and, with --yacht, on heteroscedastic yacht.
 
 Usage: python -m bench.policy_head_ablation [--phi PATH|shipped] [--seeds 0,1] [--yacht] [--max-step-gain G]
-                                           [--variants A,B] [--json FILE]
+                                           [--variants A,B] [--card] [--json FILE]
 
 Variants: "φ" itself; "mass head zeroed" (the rule's mass, φ's step and damping); "window head zeroed" (φ's mass,
 the rule's step and damping); "κ zeroed" and "δ zeroed" (one of the window head's two outputs); "rule" (both zeroed).
@@ -11,7 +11,9 @@ seed: variance ratio median, T_kin, divergent chains (SGHMC's band on the card: 
 (`uci:yacht[mile-s1]/mlp-linear`, needs $L2E_DATA_DIR and results/references): `python -m evaluate leaderboard
 --methods policy_learned` at G = 2,000 and 8,000, M = 10, per seed, from a temporary directory: divergent chains
 and T_kin per run. --max-step-gain: PolicyConfig.max_step_gain for every variant (1: φ's step at most the rule's;
-default: the sampler's default); --variants: a comma-separated subset of VARIANTS (default: all).
+default: the sampler's default); --variants: a comma-separated subset of VARIANTS (default: all); --card: every
+target of the card (evaluate.card.targets.default_targets: the two Gaussians, the mixture, the banana), the same
+columns, under "card".
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from evaluate.card import CardConfig, run_sampler
-from evaluate.card.targets import banana_target
+from evaluate.card.targets import banana_target, default_targets
 from evaluate.methods.policy import PolicyLearnedSettings, card_builder
 from l2e import policy as P
 from l2e.meta_model import mlp_layers_names
@@ -54,9 +56,9 @@ def variant(phi, name: str):
     return out
 
 
-def _banana(path: Path, seed: int, gain: float) -> dict:
+def _banana(path: Path, seed: int, gain: float, target=None) -> dict:
     settings = PolicyLearnedSettings(meta_params=str(path), max_step_gain=gain)
-    r = run_sampler("policy", card_builder(settings), banana_target(), CardConfig(), seed)
+    r = run_sampler("policy", card_builder(settings), target or banana_target(), CardConfig(), seed)
     return {"seed": seed, **{k: r.get(k) for k in ("var_ratio_median", "t_kin", "diverged_chains")}}
 
 
@@ -81,6 +83,7 @@ def main(argv=None) -> int:
     p.add_argument("--max-step-gain", type=float, default=P.PolicyConfig.max_step_gain,
                    help="PolicyConfig.max_step_gain for every variant (default: the sampler's)")
     p.add_argument("--variants", default=",".join(VARIANTS), help="a comma-separated subset (default: all)")
+    p.add_argument("--card", action="store_true", help="also run every card target (the Gaussians and the mixture)")
     p.add_argument("--json", default=None, help="also write the results here")
     a = p.parse_args(argv)
     try:
@@ -101,10 +104,15 @@ def main(argv=None) -> int:
             path = Path(tmp) / f"v{i}.npz"
             P.save_meta_params(path, variant(phi, name))
             res["banana"][name] = [_banana(path, s, a.max_step_gain) for s in seeds]
+            if a.card:
+                res.setdefault("card", {})[name] = [{"target": t.name, **_banana(path, s, a.max_step_gain, t)}
+                                                    for t in default_targets() for s in seeds]
             if a.yacht:
                 res["yacht"][name] = _yacht(path, seeds, Path(tmp), a.max_step_gain)
             cells = [f"banana {r['var_ratio_median']} / T_kin {r['t_kin']} / {r['diverged_chains']} div"
                      for r in res["banana"][name]]
+            cells += [f"{r['target']} s{r['seed']}: {r['var_ratio_median']} / T_kin {r['t_kin']} / "
+                      f"{r['diverged_chains']} div" for r in res.get("card", {}).get(name, [])]
             cells += [f"yacht G={r['budget']} s{r['seed']}: {r['divergent_chains']} div, T_kin {r['t_kin']:.2f}"
                       for r in res["yacht"].get(name, [])]
             print(f"{name}: " + "; ".join(cells), flush=True)

@@ -236,3 +236,16 @@ def test_policy_head_ablation_zeroes_exactly_the_named_outputs():
         for head in phi:  # the hidden layers are φ's
             for layer in mlp_layers_names(phi[head])[:-1]:
                 np.testing.assert_array_equal(v[head][layer]["kernel"], phi[head][layer]["kernel"])
+
+
+def test_policy_head_ablation_refuses_bad_options_with_one_line(capsys):
+    """bench.policy_head_ablation: an unknown variant, or a step bound below 1 (PolicyConfig.max_step_gain's
+    range), is refused with one `error:` line and exit 2, before anything runs."""
+    from bench.policy_head_ablation import main
+
+    assert main(["--phi", "shipped", "--variants", "φ,no such head"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --variants: choose from φ"), err
+    assert main(["--phi", "shipped", "--max-step-gain", "0.5"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("error: max_step_gain must be in"), err
