@@ -47,8 +47,9 @@ class PolicyTrainConfig:
     budgets: G per run; chains M; draws K; batch_size B; population, sigma, learning_rate, clip_norm: the ES;
     generations; tasks_per_generation; eval_every; hidden: the policy networks' widths; base_step: η₀ of phase 0's
     travel; base_kappa: κ₀ of the rule the policy corrects; curvature: where the stability cap is measured
-    (l2e.policy.PolicyConfig's); max_step_gain: the bound on φ's step factor (PolicyConfig's); task_shaping: "standardise" (each task's losses standardised over the population
-    before the ES averages them: regression's meta-loss runs on a larger scale than classification's) or "none";
+    (l2e.policy.PolicyConfig's); max_step_gain: the bound on φ's step factor (PolicyConfig's); task_shaping:
+    "standardise" (each task's losses standardised over the population before the ES averages them: regression's
+    meta-loss runs on a larger scale than classification's) or "none";
     dispersion_weight, temperature_weight: the meta-loss's; seed."""
 
     reference: str = "results/references"

@@ -3,7 +3,8 @@
 - the meta-loss: log(TV/TV_K) for draws whose dispersion is in the band and whose T_kin is at T; the dispersion
   and temperature penalties add where they leave their bands; a member with a non-finite draw scores DIVERGED;
 - the configuration refuses a task of the held-out half (meta-training reads the training half only);
-- a run writes its meta-loss plot; it resumes and may be extended: one generation, then a call for two, logs the fitness of a two-generation run
+- a run writes its meta-loss plot; it resumes and may be extended: one generation, then a call for two, logs the
+  fitness of a two-generation run; a run directory whose config.json predates max_step_gain resumes
   in one call (slow: it compiles a task); another configuration in the same directory is refused.
 """
 from __future__ import annotations

@@ -6,8 +6,8 @@ False): the adaptation points' Hessian-vector products first (`l2e.policy.adapta
 S = ⌊(G − those)/M⌋ updates of each of the M chains; K/M draws per chain, evenly over the last window_fraction of its
 updates, the freeze where they start (as Transient-L2E's window rule). Settings: chains M; phases, mass_rule,
 gather_fraction, base_step, base_kappa, base_damping, power_iterations, curvature ("warm", as the shipped φ was
-trained), max_step_gain: l2e.policy.PolicyConfig's; meta_params: "rule" (the hand-designed rule, φ unused) or the path of a saved
-φ (l2e.policy.save_meta_params; the learned policy), "shipped" the shipped one. Two methods: `policy` (the rule) and
+trained), max_step_gain: l2e.policy.PolicyConfig's; meta_params: "rule" (the hand-designed rule, φ unused) or the
+path of a saved φ (l2e.policy.save_meta_params; the learned policy), "shipped" the shipped one. Two methods: `policy` (the rule) and
 `policy_learned` (the shipped φ)."""
 from __future__ import annotations
 
@@ -130,8 +130,8 @@ class PolicyLearnedSettings(PolicySettings):
 
 def card_builder(settings):
     """The sampler card's builder (evaluate.card) for `settings` (PolicySettings, the class or an instance: its
-    meta_params, curvature and max_step_gain are read): the card's chains as one ensemble (`ensemble = True`), tuning-free
-    (the card's ε and C unused), exact-gradient form (the card's noise has no batch axis to halve), the freeze at a
+    meta_params, curvature and max_step_gain are read): the card's chains as one ensemble (`ensemble = True`),
+    tuning-free (the card's ε and C unused), exact-gradient form (the card's noise has no batch axis to halve), the freeze at a
     fifth of the chain; only the window's states count."""
     def build(post, eps, c, smin, steps):
         freeze = max(2 * PolicySettings.phases, steps // 5)
