@@ -4,8 +4,12 @@ architecture refactor (commit 483545b; values in tests/golden/, written from tha
 - `python -m evaluate --preset smoke`: every method's acc / nll / ece / pairwise_kld, tuning-grid scores, BMA
   NLL curve and loss barriers equal the golden values to 1e-6 (absolute), at the pinned instruction level below
   (unpinned they moved by up to 3.6e-7 between SSE4_2 and AVX-512 at 483545b: too close to 1e-6 to hold anywhere).
-- `python -m meta_train --preset smoke`: the final meta-parameters and every outer iteration's fitnesses are
-  bit-identical to the golden ones, on any x86-64 machine.
+- `python -m meta_train --preset smoke`: the final meta-parameters equal the golden ones to PHI_ATOL and every outer
+  iteration's fitness to FITNESS_ATOL (absolute). They were bit-identical on the machines of earlier sessions, but the
+  pinned level does not pin everything: XLA:CPU also runs kernels that choose their instructions at run time
+  (`--xla_cpu_experimental_ynn_fusion_type=` changes the bits, so they run), and on an AMD EPYC without AVX-512 the
+  pinned run gave φ 6.7e-5 and the fitnesses 1.5e-5 from the golden (2026-11-28). The tolerances are 3× those; an
+  unpinned AVX2 run there was 1.3e-3 off, so they still tell the pinned code from any other instruction level.
 
 Both runs are subprocesses at one pinned instruction level (conftest.PINNED_XLA_FLAGS: XLA's
 `--xla_cpu_max_isa=SSE4_2`, Eigen single-threaded), the level at which both goldens were recorded from 483545b. Unpinned, XLA:CPU compiles for the host's widest vector instructions and φ moves
@@ -71,8 +75,12 @@ def test_smoke_evaluation_matches_golden(tmp_path):
         _close(have, want, key)
 
 
+PHI_ATOL, FITNESS_ATOL = 2e-4, 5e-5
+"""3× the pinned run's distance from the golden on a second machine (module docstring)."""
+
+
 @pytest.mark.slow
-def test_smoke_meta_training_is_bit_identical_to_golden(tmp_path):
+def test_smoke_meta_training_matches_golden(tmp_path):
     import jax
 
     import l2e
@@ -86,6 +94,7 @@ def test_smoke_meta_training_is_bit_identical_to_golden(tmp_path):
             for path, x in jax.tree_util.tree_flatten_with_path(params)[0]}
     assert sorted(flat) == sorted(golden["meta_params"])
     for name, want in golden["meta_params"].items():
-        np.testing.assert_array_equal(flat[name], np.asarray(want, np.float32), err_msg=name)
+        np.testing.assert_allclose(flat[name], np.asarray(want, np.float32), rtol=0, atol=PHI_ATOL, err_msg=name)
     rows = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines() if line.strip()]
-    assert [r["fitness"] for r in rows] == golden["fitness"]
+    assert len(rows) == len(golden["fitness"])
+    np.testing.assert_allclose([r["fitness"] for r in rows], golden["fitness"], rtol=0, atol=FITNESS_ATOL)

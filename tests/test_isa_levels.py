@@ -8,8 +8,10 @@ Prescott kernels (the level every x86-64 machine has), and asserts both pass. Sk
 
 Inventory (float comparisons across processes, devices or stored files; what each compares; how it is kept true):
 
-- test_golden.py::test_smoke_meta_training_is_bit_identical_to_golden — φ and fitnesses of a smoke meta-training,
-  bit for bit, against tests/golden/meta_train_smoke.json (stored file, recorded at commit 483545b). Unpinned, φ moved
+- test_golden.py::test_smoke_meta_training_matches_golden — φ and fitnesses of a smoke meta-training against
+  tests/golden/meta_train_smoke.json (stored file, recorded at commit 483545b), to 2e-4 / 5e-5: the pinned level
+  gave the same bits on earlier machines but 6.7e-5 / 1.5e-5 off on an AMD EPYC without AVX-512 (run-time-dispatched
+  kernels ignore it; test_golden.py's docstring). Unpinned, φ moved
   by 5.8e-5 SSE4_2 / AVX vs AVX-512 and 9.4e-7 AVX2 vs AVX-512 here (4.5e-4 on another AMD EPYC). Fix: the run is a
   subprocess at a pinned level (conftest.PINNED_XLA_FLAGS: --xla_cpu_max_isa=SSE4_2, Eigen single-threaded) and the
   golden is re-recorded from 483545b at that level; 483545b and the current code give the same bits there, and
@@ -49,7 +51,7 @@ import pytest
 from conftest import ROOT, is_x86_64, xla_flags_with
 
 FLOAT_SENSITIVE = (
-    "tests/test_golden.py::test_smoke_meta_training_is_bit_identical_to_golden",
+    "tests/test_golden.py::test_smoke_meta_training_matches_golden",
     "tests/test_paper_scale.py::test_meta_training_independent_of_device_count[vmap]",
     "tests/test_curve.py::test_merge_with_reference_rereads_a_run_against_the_recomputed_floors",
 )
