@@ -15,42 +15,48 @@ def handle_sigterm() -> None:
     """Make SIGTERM raise `Terminated` in the main thread, so the CLIs end it with their one-line message and
     cleanup (the default action kills the process silently), and SIGINT raise KeyboardInterrupt even when the
     parent started us with SIGINT ignored (a non-interactive shell's `cmd &` does: `kill -INT` was then a no-op).
+    Either interrupt raised where it cannot propagate (a finaliser, a gc callback) is delivered again outside.
 
     Returns:
       None (installs the handlers; main thread only).
     """
-    _SIGTERM["raised"] = False
-    if not getattr(sys.unraisablehook, "redelivers_sigterm", False):
+    for signum in _RAISED:
+        _RAISED[signum] = False
+    if not getattr(sys.unraisablehook, "redelivers_interrupts", False):
         sys.unraisablehook = _redeliver_swallowed(sys.unraisablehook)
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGINT, _raise_interrupt)
 
 
-_SIGTERM = {"raised": False}
-"""Whether a Terminated is on its way out (later SIGTERMs are ignored: the run is already ending)."""
+_RAISED = {signal.SIGTERM: False, signal.SIGINT: False}
+"""Whether the interrupt of each signal is on its way out (repeats are ignored: the run is already ending)."""
 
 
-def _raise_terminated(signum, frame):
-    if _SIGTERM["raised"]:
+def _raise_interrupt(signum, frame):
+    if _RAISED[signum]:
         return
-    _SIGTERM["raised"] = True
-    raise Terminated("terminated (SIGTERM)")
+    _RAISED[signum] = True
+    if signum == signal.SIGTERM:
+        raise Terminated("terminated (SIGTERM)")
+    raise KeyboardInterrupt
 
 
 def _redeliver_swallowed(previous):
-    """An unraisable hook: a Terminated raised while Python ran a garbage-collection callback or a finaliser (JAX
+    """An unraisable hook: an interrupt raised while Python ran a garbage-collection callback or a finaliser (JAX
     registers one) cannot propagate — Python would print "Exception ignored in ..." with a traceback and the run
-    would go on. Instead it is dropped silently and SIGTERM delivered again 50 ms later, outside that callback."""
+    would go on (measured on CI: a SIGINT in `_xla_gc_callback`, the evaluation then finished with status 0).
+    Instead it is dropped silently and its signal delivered again 50 ms later, outside that callback."""
     import threading
 
     def hook(unraisable):
-        if isinstance(unraisable.exc_value, Terminated):
-            _SIGTERM["raised"] = False
-            threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            signum = signal.SIGTERM if isinstance(unraisable.exc_value, Terminated) else signal.SIGINT
+            _RAISED[signum] = False
+            threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
             return
         previous(unraisable)
 
-    hook.redelivers_sigterm = True
+    hook.redelivers_interrupts = True
     return hook
 
 
