@@ -2,7 +2,7 @@
 families of bench.step_cost (random data of the right shapes).
 
 Usage: python -m bench.policy_step_cost [--family mlp,cnn-digits,...] [--chains 4] [--calls 10] [--repeats 7]
-                                        [--no-donate] [--json FILE]
+                                        [--chunk 1] [--no-donate] [--json FILE]
 
 Policy-L2E (l2e.policy) runs its M chains in one state, one minibatch per chain; its rival here is SGHMC's step
 vmapped over the same M chains and minibatches (the form the evaluation's batched runs take). Rows, each timed at an
@@ -10,7 +10,11 @@ update index inside the phase it names (freeze_step 300, 3 phases: adaptation po
 windows from 50, 150, 250), `calls` chained calls per round, round-robin with SGHMC's in the same rounds; time ÷
 SGHMC is the median over rounds of the paired ratio. Both sides' states are donated to each call (as the evaluation
 runs Policy-L2E's chunks: its state holds 7 per-chain trees of θ's size, which a call without donation copies
-whole, fields it leaves unchanged included); --no-donate times both without (this bench's first form):
+whole, fields it leaves unchanged included); --no-donate times both without (this bench's first form). --chunk N:
+each call runs N updates unrolled (update i's key folded with i, the same minibatch), both sides, as the evaluation's
+chunks do (l2e.chains.make_chunk; ChainSchedule.chunk, 10 by default); 1 (the default) one update per call. Each row
+also gives XLA's temporary buffer per call (MB; `temp_mb`): on glibc a buffer above 32 MB is mapped fresh at every
+call and its pages faulted in, which the measured gathering windows pay (docs/results.md, "Step cost"). Rows:
   phase 0               pSGLD (RMSprop Langevin), outside its gathering window
   phase 0 (gather)      the same with the statistics gathered: two half-batch gradients
   SGHMC phase           an adapted SGHMC phase outside its gathering window
@@ -45,8 +49,23 @@ index timed from)."""
 FREEZE = 300
 
 
-def measure(family: str, chains: int = 4, calls: int = 10, repeats: int = 7, donate: bool = True) -> dict:
-    """{family, d, chains, rows: [{row, ms, time_ratio, flop_ratio}]} (module docstring)."""
+def unrolled(step, length: int):
+    """The step (key, state, batch) -> (state, info) run `length` times in one call, update i's key folded with i."""
+    if length == 1:
+        return step
+
+    def chunk(key, state, batch):
+        for i in range(length):
+            state, info = step(jax.random.fold_in(key, i), state, batch)
+        return state, info
+
+    return chunk
+
+
+def measure(family: str, chains: int = 4, calls: int = 10, repeats: int = 7, donate: bool = True,
+            chunk: int = 1) -> dict:
+    """{family, d, chains, chunk, rows: [{row, ms, time_ratio, flop_ratio, temp_mb}]} (module docstring); ms and
+    the ratios per update."""
     fam = FAMILIES[family]
     post, fpost, theta, batch = make_problem(fam)
     stack = lambda tree: jax.tree.map(lambda v: jnp.broadcast_to(v, (chains,) + v.shape), tree)  # noqa: E731
@@ -54,35 +73,45 @@ def measure(family: str, chains: int = 4, calls: int = 10, repeats: int = 7, don
     keys = jax.random.split(jax.random.PRNGKey(3), chains)
     sghmc = baseline("sghmc", post, fpost)
     fns, flops = {}, {}
-    fns["sghmc"], flops["sghmc"] = runner(jax.vmap(sghmc.step), (keys, jax.vmap(sghmc.init)(thetas), batches),
+    step = (jax.vmap(sghmc.step) if chunk == 1 else
+            lambda k, st, b: jax.vmap(sghmc.step)(jax.random.split(k, chains), st, b))
+    fns["sghmc"], flops["sghmc"] = runner(unrolled(step, chunk), (keys if chunk == 1 else jax.random.PRNGKey(3),
+                                                                  jax.vmap(sghmc.init)(thetas), batches),
                                           calls, chained=True, donate=donate)
     phi, config = P.load_meta_params("shipped"), P.PolicyConfig(freeze_step=FREEZE)
     state0 = P.init(thetas)._replace(eps=jnp.asarray(1e-3, jnp.float32))
     for row, (phase, step) in PHASE_STEPS.items():
         kernel = P.build_kernel(post, config, phase)
         n = 1 if row == "adaptation point" else calls  # the point is one update; its row times it alone
-        fns[row], flops[row] = runner(lambda k, st, b, kernel=kernel: kernel(k, st, b, phi), (
+        length = 1 if row == "adaptation point" else chunk
+        fns[row], flops[row] = runner(unrolled(lambda k, st, b, kernel=kernel: kernel(k, st, b, phi), length), (
             jax.random.PRNGKey(4), state0._replace(step=jnp.asarray(step, jnp.int32)), batches), n, chained=True,
             donate=donate and row != "adaptation point")  # the point's row restarts there every round
     times = interleaved(fns, repeats)
-    rows = []
+    rows, per = [], calls * chunk  # updates per round (SGHMC's and every phase row's)
+    mb = lambda name: None if fns[name].temp_bytes is None else fns[name].temp_bytes / 2**20  # noqa: E731
     for row in PHASE_STEPS:
-        n = 1 if row == "adaptation point" else calls
-        ratio = median_ratio([t / n for t in times[row]], [t / calls for t in times["sghmc"]])
+        n = 1 if row == "adaptation point" else per
+        length = 1 if row == "adaptation point" else chunk
+        ratio = median_ratio([t / n for t in times[row]], [t / per for t in times["sghmc"]])
         rows.append({"row": row, "ms": statistics.median(times[row]) / n * 1e3, "time_ratio": ratio,
-                     "flop_ratio": flops[row] / flops["sghmc"] if flops["sghmc"] else float("nan")})
+                     "flop_ratio": flops[row] / length / (flops["sghmc"] / chunk) if flops["sghmc"] else float("nan"),
+                     "temp_mb": mb(row)})
     return {"family": family, "d": int(sum(x.size for x in jax.tree.leaves(theta))), "chains": chains, "donate": donate,
-            "batch": fam.batch, "sghmc_ms": statistics.median(times["sghmc"]) / calls * 1e3, "rows": rows}
+            "chunk": chunk, "batch": fam.batch, "sghmc_ms": statistics.median(times["sghmc"]) / per * 1e3,
+            "sghmc_temp_mb": mb("sghmc"), "rows": rows}
 
 
 def markdown(results: list[dict]) -> str:
-    lines = ["| family | d | M | row | ms per update of M chains | time ÷ SGHMC | FLOPs ÷ SGHMC |", "|---" * 7 + "|"]
+    lines = ["| family | d | M | updates per call | row | ms per update of M chains | time ÷ SGHMC | FLOPs ÷ SGHMC "
+             "| XLA temp buffer per call (MB) |", "|---" * 9 + "|"]
     for r in results:
-        lines.append(f"| {r['family']} | {r['d']:,} | {r['chains']} | SGHMC (vmapped) | {fmt(r['sghmc_ms'])} | 1.00 "
-                     "| 1.00 |")
+        temp = lambda v: "—" if v is None else fmt(v)  # noqa: E731
+        lines.append(f"| {r['family']} | {r['d']:,} | {r['chains']} | {r['chunk']} | SGHMC (vmapped) | "
+                     f"{fmt(r['sghmc_ms'])} | 1.00 | 1.00 | {temp(r['sghmc_temp_mb'])} |")
         for row in r["rows"]:
-            lines.append(f"| | | | {row['row']} | {fmt(row['ms'])} | {fmt(row['time_ratio'])} | "
-                         f"{fmt(row['flop_ratio'])} |")
+            lines.append(f"| | | | | {row['row']} | {fmt(row['ms'])} | {fmt(row['time_ratio'])} | "
+                         f"{fmt(row['flop_ratio'])} | {temp(row['temp_mb'])} |")
     return "\n".join(lines)
 
 
@@ -92,16 +121,17 @@ def main(argv=None) -> int:
     p.add_argument("--chains", type=int, default=4)
     p.add_argument("--calls", type=int, default=10)
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--chunk", type=int, default=1, help="updates per compiled call (the evaluation's chunks: 10)")
     p.add_argument("--no-donate", action="store_true", help="time without donating the states (the first form)")
     p.add_argument("--json", default=None, help="also write the results here")
     a = p.parse_args(argv)
     families = [f for f in a.family.split(",") if f]
     bad = [f for f in families if f not in FAMILIES]
-    if bad or a.chains < 2 or a.calls < 1 or a.repeats < 1:
-        print(f"error: unknown family {bad[0]!r}" if bad else "error: need --chains >= 2, --calls >= 1, --repeats >= 1",
-              file=sys.stderr)
+    if bad or a.chains < 2 or a.calls < 1 or a.repeats < 1 or a.chunk < 1:
+        print(f"error: unknown family {bad[0]!r}" if bad else
+              "error: need --chains >= 2, --calls >= 1, --repeats >= 1, --chunk >= 1", file=sys.stderr)
         return 2
-    results = [measure(f, a.chains, a.calls, a.repeats, not a.no_donate) for f in families]
+    results = [measure(f, a.chains, a.calls, a.repeats, not a.no_donate, a.chunk) for f in families]
     print(markdown(results))
     if a.json:
         with open(a.json, "w") as f:

@@ -232,10 +232,13 @@ def runner(fn, args, calls: int, chained: bool, donate: bool = False):
     unblocked calls of a one-core GEMM were not 2× faster than blocked ones, only the ~35 µs dispatch less).
     donate (chained only): the state's buffers are donated to each call (jax.jit's donate_argnums), as a loop that
     drops its old state lets XLA reuse them (the fields a step leaves unchanged are then not copied); each round
-    continues from the last round's state, and the caller's `args` are not consumed."""
+    continues from the last round's state, and the caller's `args` are not consumed. The callable's `temp_bytes`:
+    XLA's temporary buffer for one call (memory_analysis; None where the backend gives none)."""
     donate = donate and chained
     jitted = jax.jit(fn, donate_argnums=(1,) if donate else ())
     compiled = jitted.lower(*args).compile()
+    memory = compiled.memory_analysis()
+    temp = None if memory is None else int(memory.temp_size_in_bytes)
     cost = compiled.cost_analysis()
     cost = (cost[0] if cost else {}) if isinstance(cost, (list, tuple)) else (cost or {})
     call = compiled
@@ -250,6 +253,7 @@ def runner(fn, args, calls: int, chained: bool, donate: bool = False):
             cell[0] = s
             return s
 
+        run_donated.temp_bytes = temp
         return run_donated, float(cost.get("flops", 0.0))
     try:
         jax.block_until_ready(call(*(args if not chained else (args[0], call(*args)[0], args[2]))))
@@ -264,6 +268,7 @@ def runner(fn, args, calls: int, chained: bool, donate: bool = False):
             s, _ = call(key, s, batch)
         return s
 
+    run.temp_bytes = temp
     return run, float(cost.get("flops", 0.0))
 
 

@@ -111,6 +111,31 @@ def test_runner_donated_continues_the_chain_and_leaves_the_callers_state():
     assert jnp.allclose(s0["x"], 1.0)  # not donated away
     plain, _ = runner(step, (jax.random.PRNGKey(0), s0, 1.0), 2, chained=True)
     assert jnp.allclose(plain()["x"], 1.75) and jnp.allclose(plain()["x"], 1.75)  # each round restarts: 2 calls
+    assert run.temp_bytes is not None and run.temp_bytes >= 0 and plain.temp_bytes is not None
+
+
+def test_policy_step_cost_chunk_runs_the_step_n_times_with_folded_keys(capsys):
+    """bench.policy_step_cost.unrolled: a chunk of N updates is the step N times, update i's key folded with i
+    (the evaluation's chunks); N = 1 is the step itself. A --chunk below 1 is refused with one `error:` line."""
+    import jax
+    import jax.numpy as jnp
+
+    from bench.policy_step_cost import main, unrolled
+
+    def step(key, s, b):
+        return s * 2.0 + b + jax.random.uniform(key), key
+
+    key = jax.random.PRNGKey(5)
+    assert unrolled(step, 1) is step
+    out, last_key = unrolled(step, 3)(key, jnp.float32(1.0), 0.5)
+    want = jnp.float32(1.0)
+    for i in range(3):
+        want = want * 2.0 + 0.5 + jax.random.uniform(jax.random.fold_in(key, i))
+    assert float(out) == pytest.approx(float(want), rel=1e-6)
+    assert jnp.array_equal(last_key, jax.random.fold_in(key, 2))
+    assert main(["--chunk", "0"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("error: need --chains >= 2"), err
 
 
 @pytest.mark.slow

@@ -11,7 +11,8 @@
 - after the freeze the constants are fixed and θ' − θ = ε·M⁻¹r' (SGHMC with mass M);
 - stationarity with a random φ: the variance ratios on the 10-D Gaussian and the banana lie inside SGHMC's 3-seed
   band ± SLACK, E[θ1²θ2] on the banana too, T_kin within 10 % of T (slow); on a large-N logistic regression (N =
-  5,000, B = 32) where plain SGHMC runs hot, the rule's variance ratio is in the dispersion band (slow);
+  5,000, B = 32) where plain SGHMC runs hot, the variance ratio of the rule, the shipped φ and the bounded backprop
+  φ (mass head zeroed, max_step_gain 1) is in the dispersion band, T_kin within 10 % (slow);
 - a divergent chain is left out of the pooled statistics (the others adapt, finite); the stability cap's curvature
   "warm" reads a stiffer chain that "first" misses, and is at most "all"'s;
 - max_step_gain = 1 leaves the rule's ε where φ asks for a longer step (exactly) and shortens it where φ asks for
@@ -25,6 +26,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +38,8 @@ from l2e import policy as P
 from test_control_variates import BAND, _batch, _logistic, _logistic_truth, _ratio
 
 from test_transient import D, SD, banana_posterior, gaussian_posterior  # the same toy targets
+
+ROOT = Path(__file__).resolve().parents[1]
 
 M = 8
 SLACK = 0.08
@@ -265,18 +269,24 @@ def test_window_samples_inside_sghmc_band(target):
         assert min(e) - 2 * SLACK <= np.mean(xs[:, 0] ** 2 * xs[:, 1]) <= max(e) + 2 * SLACK
 
 
+BOUNDED_PHI = ROOT / "results" / "leaderboard_policy_backprop_bounded" / "phi" / "phi_nomass.npz"
+"""The backprop φ trained with max_step_gain = 1, its mass head zeroed (docs/results.md): run at max_step_gain 1."""
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("phi", [None, "shipped"])
+@pytest.mark.parametrize("phi", [None, "shipped", "bounded"])
 def test_large_n_logistic_regression_in_band(phi):
     """N = 5,000, d = 5, B = 32 (where plain SGHMC runs hot: tests/test_control_variates.py): the rule's chains (φ
-    None) and the shipped learned policy's with curvature "warm", 16 of them from 0, freeze at 2,000 updates, then
-    8,000 window updates: the variance ratio about the exact mean (importance sampling) in the dispersion band, per
-    coordinate and its 3-s.e. interval; T_kin within 10 % (measured: 0.99 ± 0.02 and T_kin 1.00 for both)."""
+    None), the shipped learned policy's and the bounded backprop φ's (its mass head zeroed, at max_step_gain 1) with
+    curvature "warm", 16 of them from 0, freeze at 2,000 updates, then 8,000 window updates: the variance ratio about
+    the exact mean (importance sampling) in the dispersion band, per coordinate and its 3-s.e. interval; T_kin within
+    10 % (measured: 0.99 ± 0.02 and T_kin 1.00 for all three)."""
     post, data = _logistic(5_000, 5)
     _, mean, var = _logistic_truth(data)
     chains, steps, freeze = 16, 10_000, 2_000
-    meta = None if phi is None else P.load_meta_params(phi)
-    alg = P.policy(post, meta, P.PolicyConfig(freeze_step=freeze, curvature="warm" if phi else "first"))
+    meta = None if phi is None else P.load_meta_params(str(BOUNDED_PHI) if phi == "bounded" else phi)
+    gain = {"max_step_gain": 1.0} if phi == "bounded" else {}
+    alg = P.policy(post, meta, P.PolicyConfig(freeze_step=freeze, curvature="warm" if phi else "first", **gain))
 
     def body(st, t):
         keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(2), t), chains + 1)
