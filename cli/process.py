@@ -22,6 +22,7 @@ def handle_sigterm() -> None:
     """
     for signum in _RAISED:
         _RAISED[signum] = False
+    _PENDING["signum"] = None
     if not getattr(sys.unraisablehook, "redelivers_interrupts", False):
         sys.unraisablehook = _redeliver_swallowed(sys.unraisablehook)
     signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -30,15 +31,30 @@ def handle_sigterm() -> None:
 
 _RAISED = {signal.SIGTERM: False, signal.SIGINT: False}
 """Whether the interrupt of each signal is on its way out (repeats are ignored: the run is already ending)."""
+_PENDING: dict[str, int | None] = {"signum": None}
+"""A signal whose interrupt a finaliser swallowed and whose redelivery has not yet arrived (`raise_pending`)."""
 
 
 def _raise_interrupt(signum, frame):
     if _RAISED[signum]:
         return
     _RAISED[signum] = True
+    _PENDING["signum"] = None
     if signum == signal.SIGTERM:
         raise Terminated("terminated (SIGTERM)")
     raise KeyboardInterrupt
+
+
+def raise_pending() -> None:
+    """Raise now the interrupt a finaliser swallowed, if its redelivery (50 ms later) has not arrived yet: called
+    before a run publishes its outputs, so an interrupted run never replaces them in that window.
+
+    Returns:
+      None (raises Terminated / KeyboardInterrupt when one is pending; the redelivery is then ignored).
+    """
+    signum = _PENDING["signum"]
+    if signum is not None:
+        _raise_interrupt(signum, None)
 
 
 def _redeliver_swallowed(previous):
@@ -52,6 +68,7 @@ def _redeliver_swallowed(previous):
         if isinstance(unraisable.exc_value, KeyboardInterrupt):
             signum = signal.SIGTERM if isinstance(unraisable.exc_value, Terminated) else signal.SIGINT
             _RAISED[signum] = False
+            _PENDING["signum"] = signum
             threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
             return
         previous(unraisable)

@@ -258,7 +258,9 @@ def publish_dir(stage: str | Path, out: str | Path, replaced: tuple[str, ...], k
       `out` as a Path.
     """
     from cli.outputs import check_ours, write_marker
+    from cli.process import raise_pending
 
+    raise_pending()  # an interrupt a finaliser swallowed ends the run here, before anything is replaced
     stage, shown, out = Path(stage), Path(out), resolve_output(out)
     if str(stage) not in _HELD:
         raise ValueError(f"{stage} is not a staging directory of this process (cli.staging_dir)")

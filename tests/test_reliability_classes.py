@@ -689,6 +689,52 @@ def test_an_interrupt_swallowed_by_a_finaliser_is_delivered_again(monkeypatch, s
             signal.signal(s, h)
 
 
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_swallowed_interrupt_is_raised_before_publishing(monkeypatch, tmp_path, signame):
+    """An interrupt a finaliser swallowed, caught before its redelivery (50 ms later) arrives: cli.process.raise_pending
+    raises it at once, as the same kind, and the redelivery is then ignored (one interrupt, not two); publish_dir calls
+    it first, so such a run leaves its earlier outputs in place."""
+    import signal
+    import time
+
+    from cli.guard import run_failure_cleanups
+    from cli.process import Terminated, handle_sigterm, raise_pending
+
+    signum = getattr(signal, signame)
+    kind = Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # restored after the test
+
+    class Finaliser:
+        def __del__(self):
+            signal.raise_signal(signum)
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "kept.txt").write_text("old\n")
+    try:
+        handle_sigterm()
+        raise_pending()  # nothing pending: no-op
+        Finaliser()  # swallowed here; its redelivery is 50 ms away
+        with pytest.raises(kind) as caught:
+            raise_pending()
+        assert type(caught.value) is kind
+        time.sleep(0.3)  # the redelivery arrives and is ignored
+        handle_sigterm()  # a new run
+        write_marker(out, "card")
+        stage = staging_dir(out)
+        (Path(stage) / "kept.txt").write_text("new\n")
+        Finaliser()
+        with pytest.raises(kind):
+            publish_dir(stage, out, ("kept.txt",), "card")
+        assert (out / "kept.txt").read_text() == "old\n"
+        time.sleep(0.3)
+    finally:
+        run_failure_cleanups()  # the staging directory, as the CLI guard would
+        for s, h in handlers.items():
+            signal.signal(s, h)
+
+
 # =========================================================================== 6. the library's own checks
 
 
