@@ -13,7 +13,8 @@ chain) is left out and counted.
 `--output DIR` meta-trains by it: Adam (clipped, the ES's learning rate and clip) on the mean truncated gradient
 over `tasks_per_generation` drawn tasks × `runs` chain keys per generation, from φ₀, resumable (config.json,
 log.jsonl, state.npz, phi.npz, meta_loss.png as `meta_train.policy_train`'s, whose meta-loss curve — the mean φ on
-every configured task with fixed keys — it shares).
+every configured task with fixed keys — it shares). `--set heads=window` trains the window head alone: the mass
+head's gradient is zeroed, so it keeps φ₀'s zero output layer (the rule's mass) exactly.
 
 `--gradient-variance R` measures, at φ₀, the relative variance E‖ĝ − ḡ‖² / ‖ḡ‖² of R independent estimates ĝ (each
 the mean over `tasks_per_generation` drawn tasks × `runs` independent chain keys, the same task draws as the ES
@@ -266,6 +267,7 @@ def train(config, output, runs: int = 4, progress=print, objective: str = "fidel
         grad, loss, dropped = _mean_gradient(programs, names, config.budgets, runs, phi,
                                              jax.random.fold_in(jax.random.PRNGKey(config.seed + 3), g))
         if grad is not None:
+            grad = {h: g if h in config.heads else jax.tree.map(jnp.zeros_like, g) for h, g in grad.items()}
             updates, opt_state = opt.update(grad, opt_state, phi)
             state = (optax.apply_updates(phi, updates), opt_state)
         _save_state(out / "state.npz", state)

@@ -28,7 +28,7 @@ from jax import flatten_util  # noqa: F401  (jax.flatten_util)
 
 from l2e import policy as P
 
-__all__ = ["DEFAULT_TASKS", "PolicyTrainConfig", "config_from_overrides", "gradient_variance", "train"]
+__all__ = ["DEFAULT_TASKS", "HEADS", "PolicyTrainConfig", "config_from_overrides", "gradient_variance", "train"]
 
 DEFAULT_TASKS = ("digits/mlp-16", "wine/mlp-16", "breast_cancer/mlp-16", "digits/mlp-linear", "digits/mlp-64-p0.05",
                  "iris/mlp-8-tanh", "breast_cancer/mlp-8-tanh", "breast_cancer/mlp-16x16-tanh-p0.05",
@@ -41,6 +41,10 @@ DEFAULT_TASKS = ("digits/mlp-16", "wine/mlp-16", "breast_cancer/mlp-16", "digits
 tasks of the meta-training half (its CNNs cost too much for the 60-minute CPU budget)."""
 
 
+HEADS = ("mass", "window")
+"""φ's two heads (l2e.policy): the per-coordinate mass correction and the window's step and damping factors."""
+
+
 @dataclasses.dataclass(frozen=True)
 class PolicyTrainConfig:
     """reference: the zoo's reference directory; tasks: meta-training tasks (each in tasks.zoo.train_names());
@@ -50,7 +54,9 @@ class PolicyTrainConfig:
     (l2e.policy.PolicyConfig's); max_step_gain: the bound on φ's step factor (PolicyConfig's); task_shaping:
     "standardise" (each task's losses standardised over the population before the ES averages them: regression's
     meta-loss runs on a larger scale than classification's) or "none";
-    dispersion_weight, temperature_weight: the meta-loss's; seed."""
+    dispersion_weight, temperature_weight: the meta-loss's; seed; heads: the heads of φ that learn (HEADS; a head
+    left out keeps its zero output layer, the rule's value there; a subset is trained by meta_train.policy_backprop
+    only)."""
 
     reference: str = "results/references"
     tasks: tuple[str, ...] = DEFAULT_TASKS
@@ -74,11 +80,12 @@ class PolicyTrainConfig:
     dispersion_weight: float = 1.0
     temperature_weight: float = 1.0
     seed: int = 0
+    heads: tuple[str, ...] = ("mass", "window")
 
     def __post_init__(self):
         from tasks.zoo import train_names
 
-        for name in ("tasks", "budgets", "hidden"):
+        for name in ("tasks", "budgets", "hidden", "heads"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         outside = [t for t in self.tasks if t not in set(train_names())]
         if outside:
@@ -89,6 +96,8 @@ class PolicyTrainConfig:
             raise ValueError(f"tasks_per_generation must be in [1, {len(self.tasks)}]")
         if self.task_shaping not in ("standardise", "none"):
             raise ValueError(f"task_shaping must be standardise or none, got {self.task_shaping!r}")
+        if not self.heads or len(set(self.heads)) != len(self.heads) or not set(self.heads) <= set(HEADS):
+            raise ValueError(f"heads must be a non-empty subset of {', '.join(HEADS)}, got {', '.join(self.heads)}")
         self.sampler()  # the sampler's own checks (e.g. curvature)
 
     def sampler(self) -> P.PolicyConfig:
@@ -189,7 +198,7 @@ def plot_log(rows: list[dict], path: Path) -> None:
     write_plot(draw, path, "generation")
 
 
-ADDED_FIELDS = {"max_step_gain": P.PolicyConfig.max_step_gain}
+ADDED_FIELDS = {"max_step_gain": P.PolicyConfig.max_step_gain, "heads": ["mass", "window"]}
 """Configuration fields added after runs were made, with the value those runs had (open_run)."""
 
 
@@ -237,7 +246,10 @@ def eval_row(out: Path, config: PolicyTrainConfig, done: list[dict], g: int, pro
 
 
 def train(config: PolicyTrainConfig, output, progress=print) -> dict:
-    """Run (or resume) the meta-training in directory `output` (module docstring); returns the last log row."""
+    """Run (or resume) the meta-training in directory `output` (module docstring); returns the last log row. A
+    subset of heads is refused (ValueError): the ES perturbs every head."""
+    if config.heads != HEADS:
+        raise ValueError(f"heads={','.join(config.heads)}: only meta_train.policy_backprop trains a subset of φ's heads")
     out, done, start = open_run(output, {"kind": "policy_train", **dataclasses.asdict(config)}, "policy")
     phi0 = P.init_meta_params(jax.random.PRNGKey(config.seed), config.hidden)
     strategy = _strategy(config, phi0)

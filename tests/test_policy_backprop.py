@@ -8,10 +8,12 @@
 - a regression task is refused by the fidelity objective (the meta-loss in JAX is the classification one);
 - the reference-free objective's kernel Stein discrepancy: its closed form equals the Stein kernel built by autodiff,
   and on a Gaussian exact draws score below shifted, narrowed and widened ones (200 draws);
-- a run trains, resumes and refuses another configuration in its directory.
+- a run trains, resumes and refuses another configuration in its directory; a run of the window head alone keeps
+  the mass head at φ₀ exactly, and the ES refuses such a subset.
 """
 from __future__ import annotations
 
+import dataclasses
 import types
 from pathlib import Path
 
@@ -125,13 +127,34 @@ def test_a_backprop_run_trains_resumes_and_refuses_another_configuration(tmp_pat
     assert all(np.isfinite(r["loss"]) for r in rows if r["kind"] == "eval")
     phi = P.load_meta_params(tmp_path / "run" / "phi.npz")
     assert float(jnp.abs(phi["window"]["Dense_1"]["bias"]).sum()) > 0 and (tmp_path / "run" / "meta_loss.png").is_file()
-    import dataclasses
 
     train(dataclasses.replace(cfg, generations=3), tmp_path / "run", runs=1, progress=lambda line: None)
     rows = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
     assert [r["generation"] for r in rows if r["kind"] == "train"] == [0, 1, 2]
     with pytest.raises(ValueError, match="holds something else"):
         train(dataclasses.replace(cfg, chains=5), tmp_path / "run", runs=1)
+
+
+def test_a_backprop_run_of_the_window_head_alone_keeps_the_rules_mass(tmp_path):
+    """heads=("window",): after two generations the mass head is φ₀'s exactly (its output layer still zero: the
+    rule's mass) while the window head moved; the ES, which perturbs every head, refuses the subset; a bad head
+    name is refused."""
+    from meta_train.policy_backprop import train
+    from meta_train.policy_train import PolicyTrainConfig
+    from meta_train.policy_train import train as train_es
+
+    cfg = PolicyTrainConfig(reference=str(ROOT / "results" / "references"), tasks=(TASK,), tasks_per_generation=1,
+                            generations=2, eval_every=2, heads=("window",))
+    train(cfg, tmp_path / "run", runs=1, progress=lambda line: None)
+    phi, phi0 = P.load_meta_params(tmp_path / "run" / "phi.npz"), P.init_meta_params(jax.random.PRNGKey(0), (16,))
+    for a, b in zip(jax.tree.leaves(phi["mass"]), jax.tree.leaves(phi0["mass"])):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+    assert float(jnp.abs(phi["window"]["Dense_1"]["bias"]).sum()) > 0
+    with pytest.raises(ValueError, match="only meta_train.policy_backprop"):
+        train_es(cfg, tmp_path / "es")
+    assert not (tmp_path / "es").exists()
+    with pytest.raises(ValueError, match="heads must be"):
+        dataclasses.replace(cfg, heads=("mass", "step"))
 
 
 @pytest.mark.slow
