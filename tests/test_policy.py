@@ -247,6 +247,27 @@ def test_evaluation_method_splits_the_budget():
         PolicySettings(chains=1)
 
 
+def test_settings_reach_the_sampler_whole_in_the_evaluation_and_on_the_card(monkeypatch):
+    """evaluate.methods.policy: every SHARED setting, set away from its default, is the PolicyConfig's value that
+    the evaluation (sampler_config) and the card's builder hand to l2e.policy.policy; the settings' defaults are
+    PolicyConfig's but curvature ("warm")."""
+    import evaluate.methods.policy as M
+
+    odd = dict(phases=4, gather_fraction=0.25, mass_rule="variance", window_fraction=0.4, base_step=3e-3,
+               base_kappa=0.2, base_damping=0.3, power_iterations=3, curvature="all", max_step_gain=1.5)
+    assert set(odd) == set(M.SHARED)
+    settings = M.PolicySettings(**odd)
+    config = M.sampler_config(settings, 120)
+    assert {k: getattr(config, k) for k in M.SHARED} == odd and config.policy == "rule"
+    seen = []
+    monkeypatch.setattr(M.P, "policy", lambda post, phi, cfg: seen.append(cfg) or "alg")
+    M.card_builder(settings)(gaussian_posterior(), 0.1, 0.1, 0.0, 1000)
+    assert {k: getattr(seen[0], k) for k in M.SHARED} == odd and seen[0].freeze_step == 200
+    default, rule = M.PolicySettings(), P.PolicyConfig()
+    assert {k: getattr(default, k) for k in M.SHARED if k != "curvature"} == {
+        k: getattr(rule, k) for k in M.SHARED if k != "curvature"} and default.curvature == "warm"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["gauss", "banana"])
 def test_window_samples_inside_sghmc_band(target):

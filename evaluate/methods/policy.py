@@ -4,10 +4,11 @@ pooled statistics at a few points of the burn-in, then frozen (docs/samplers.md,
 Tuning-free: no grid. The budget G minibatch gradients is split by the method itself (Method.chain_allocation is
 False): the adaptation points' Hessian-vector products first (`l2e.policy.adaptation_gradients`), the rest as
 S = ⌊(G − those)/M⌋ updates of each of the M chains; K/M draws per chain, evenly over the last window_fraction of its
-updates, the freeze where they start (as Transient-L2E's window rule). Settings: chains M; phases, mass_rule,
-gather_fraction, base_step, base_kappa, base_damping, power_iterations, curvature ("warm", as the shipped φ was
-trained), max_step_gain: l2e.policy.PolicyConfig's; meta_params: "rule" (the hand-designed rule, φ unused) or the
-path of a saved φ (l2e.policy.save_meta_params; the learned policy), "shipped" the shipped one. Two methods: `policy` (the rule) and
+updates, the freeze where they start (as Transient-L2E's window rule). Settings: chains M; the SHARED fields
+(phases, mass_rule, gather_fraction, base_step, base_kappa, base_damping, power_iterations, curvature — "warm", as
+the shipped φ was trained — and max_step_gain): l2e.policy.PolicyConfig's, passed to it unchanged by the evaluation
+and the card alike; meta_params: "rule" (the hand-designed rule, φ unused) or the path of a saved φ
+(l2e.policy.save_meta_params; the learned policy), "shipped" the shipped one. Two methods: `policy` (the rule) and
 `policy_learned` (the shipped φ)."""
 from __future__ import annotations
 
@@ -26,51 +27,57 @@ from l2e import policy as P
 from l2e.chains import ChainSchedule
 from l2e.types import tree_size
 
-__all__ = ["METHOD_TABLE", "PolicyLearnedSettings", "PolicySettings", "card_builder", "policy_schedule", "run_policy"]
+__all__ = ["METHOD_TABLE", "PolicyLearnedSettings", "PolicySettings", "SHARED", "card_builder", "policy_schedule",
+           "run_policy", "sampler_config"]
+
+
+SHARED = ("phases", "gather_fraction", "mass_rule", "window_fraction", "base_step", "base_kappa", "base_damping",
+          "power_iterations", "curvature", "max_step_gain")
+"""The settings that are l2e.policy.PolicyConfig's fields, passed to it unchanged (`sampler_config`): one source for
+their meaning, range and (but curvature) default."""
+_DEFAULT = P.PolicyConfig()
 
 
 @dataclasses.dataclass(frozen=True)
 class PolicySettings:
-    """chains: M; phases, gather_fraction, mass_rule, window_fraction, base_step, base_kappa, base_damping,
-    power_iterations, curvature, max_step_gain: PolicyConfig's; meta_params: "rule" or the
-    path of a saved φ (module docstring)."""
+    """chains: M; SHARED (phases, gather_fraction, mass_rule, window_fraction, base_step, base_kappa, base_damping,
+    power_iterations, curvature, max_step_gain): PolicyConfig's, with its defaults but curvature "warm" (as the
+    shipped φ was trained); meta_params: "rule" or the path of a saved φ (module docstring)."""
 
     chains: int = 10
-    phases: int = 3
-    gather_fraction: float = 0.5
-    mass_rule: str = "fisher"
-    window_fraction: float = 0.5
+    phases: int = _DEFAULT.phases
+    gather_fraction: float = _DEFAULT.gather_fraction
+    mass_rule: str = _DEFAULT.mass_rule
+    window_fraction: float = _DEFAULT.window_fraction
     meta_params: str = "rule"
-    base_step: float = P.PolicyConfig.base_step
-    base_kappa: float = 0.15
-    base_damping: float = 0.1
-    power_iterations: int = 10
+    base_step: float = _DEFAULT.base_step
+    base_kappa: float = _DEFAULT.base_kappa
+    base_damping: float = _DEFAULT.base_damping
+    power_iterations: int = _DEFAULT.power_iterations
     curvature: str = "warm"
-    max_step_gain: float = P.PolicyConfig.max_step_gain
+    max_step_gain: float = _DEFAULT.max_step_gain
 
     def __post_init__(self):
         if not isinstance(self.chains, int) or self.chains < 2:
             raise ConfigError(f"settings.policy.chains must be an integer >= 2, got {self.chains!r}")
         try:
-            _config(self, 100 * self.phases)
+            sampler_config(self, 100 * self.phases)
         except ValueError as e:
             raise ConfigError(f"settings.policy: {e}") from None
 
 
-def _config(s: PolicySettings, freeze: int, noise_halves: bool = True) -> P.PolicyConfig:
-    """The sampler's PolicyConfig with the window starting at update `freeze`."""
-    return P.PolicyConfig(freeze_step=freeze, phases=s.phases, gather_fraction=s.gather_fraction,
-                          mass_rule=s.mass_rule, window_fraction=s.window_fraction, noise_halves=noise_halves,
-                          base_step=s.base_step, base_kappa=s.base_kappa, base_damping=s.base_damping,
-                          power_iterations=s.power_iterations, curvature=s.curvature,
-                          max_step_gain=s.max_step_gain, policy="rule" if s.meta_params == "rule" else "learned")
+def sampler_config(s: PolicySettings, freeze: int, noise_halves: bool = True) -> P.PolicyConfig:
+    """The sampler's PolicyConfig for settings `s` (every SHARED field), the window starting at update `freeze`."""
+    return P.PolicyConfig(freeze_step=freeze, noise_halves=noise_halves,
+                          policy="rule" if s.meta_params == "rule" else "learned",
+                          **{name: getattr(s, name) for name in SHARED})
 
 
 def policy_schedule(cfg, s: PolicySettings) -> tuple[ChainSchedule, int]:
     """(each chain's ChainSchedule, freeze_step) at G = cfg.num_steps, K = cfg.num_samples (l2e.policy.split_budget)."""
     try:
-        steps, draws, thinning, freeze = P.split_budget(_config(s, 100 * s.phases), cfg.num_steps, cfg.num_samples,
-                                                        s.chains)
+        steps, draws, thinning, freeze = P.split_budget(sampler_config(s, 100 * s.phases), cfg.num_steps,
+                                                        cfg.num_samples, s.chains)
     except ValueError as e:
         raise ConfigError(f"settings.policy: {e}") from None
     return ChainSchedule(steps, draws, thinning, cfg.batch_size, cfg.chunk), freeze
@@ -89,7 +96,7 @@ def run_policy(ctx, key, hp: dict):
     """M chains of S updates from M prior draws (module docstring); grad_evals: M·S + the adaptation points'."""
     s, task = ctx.settings, ctx.task
     schedule, freeze = policy_schedule(ctx.cfg, s)
-    config = _config(s, freeze, noise_halves=schedule.batch_size % 2 == 0)
+    config = sampler_config(s, freeze, noise_halves=schedule.batch_size % 2 == 0)
     phi = _meta_params(s)
     init_key, key_chain = chain_keys(key)
     state = P.init(jax.vmap(task.init_params)(jax.random.split(init_key, s.chains)))
@@ -129,16 +136,16 @@ class PolicyLearnedSettings(PolicySettings):
 
 
 def card_builder(settings):
-    """The sampler card's builder (evaluate.card) for `settings` (PolicySettings, the class or an instance: its
-    meta_params, curvature and max_step_gain are read): the card's chains as one ensemble (`ensemble = True`),
-    tuning-free (the card's ε and C unused), exact-gradient form (the card's noise has no batch axis to halve), the freeze at a
-    fifth of the chain; only the window's states count."""
+    """The sampler card's builder (evaluate.card) for `settings` (PolicySettings, the class — its defaults — or an
+    instance; every SHARED field and meta_params are read, `sampler_config`): the card's chains as one ensemble
+    (`ensemble = True`), tuning-free (the card's ε and C unused), exact-gradient form (the card's noise has no batch
+    axis to halve), the freeze at a fifth of the chain; only the window's states count."""
+    s = settings() if isinstance(settings, type) else settings
+
     def build(post, eps, c, smin, steps):
-        freeze = max(2 * PolicySettings.phases, steps // 5)
-        phi = None if settings.meta_params == "rule" else P.load_meta_params(settings.meta_params)
-        alg = P.policy(post, phi, P.PolicyConfig(freeze_step=freeze, noise_halves=False,
-                                                 curvature=settings.curvature,
-                                                 max_step_gain=settings.max_step_gain))
+        freeze = max(2 * s.phases, steps // 5)
+        phi = None if s.meta_params == "rule" else P.load_meta_params(s.meta_params)
+        alg = P.policy(post, phi, sampler_config(s, freeze, noise_halves=False))
         return alg, lambda state: (state.step > freeze).astype(jnp.float32)
 
     build.ensemble = True
@@ -147,8 +154,8 @@ def card_builder(settings):
 
 def _method(name: str, settings: type) -> Method:
     return Method(name, settings, run_policy, chain_allocation=False, kinetic_check=True,
-                  check=lambda cfg, s: policy_schedule(cfg, s) and None, grids=dict(smoke=dict(chains=2, phases=2, power_iterations=1)),
-                  card=card_builder(settings))
+                  check=lambda cfg, s: policy_schedule(cfg, s) and None,
+                  grids=dict(smoke=dict(chains=2, phases=2, power_iterations=1)), card=card_builder(settings))
 
 
 METHOD_TABLE = {"policy": _method("policy", PolicySettings),
