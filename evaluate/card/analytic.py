@@ -40,6 +40,7 @@ import numpy as np
 
 import l2e
 import l2e.smile
+from evaluate.card.analytic_report import analytic_markdown, plot_analytic
 from evaluate.card.run import always
 from l2e.diagnostics import virial
 from base.io import ConfigError
@@ -214,26 +215,36 @@ def step_grid(name: str, points: int) -> np.ndarray:
     return np.logspace(np.log10(lo), np.log10(hi), points)
 
 
+ENSEMBLE_CHAINS = 4
+"""Chains per lane of an ensemble sampler (`ensemble = True`: one state holds them all, l2e.policy), as on the card;
+each chain draws its own noise, and the lane's sums pool them."""
+
+
 def _lane(builder, target: AnalyticTarget, cfg: AnalyticConfig, a, law, spatial, eps, key, x0):
-    """One chain: weighted sums (w, Σx, Σx², Σ kinetic, Σ x·∇U), all-finite flag, final ε (NaN if none)."""
+    """One lane (a chain, or an ensemble's ENSEMBLE_CHAINS chains pooled): weighted sums (w, Σx, Σx², Σ kinetic,
+    Σ x·∇U), all-finite flag, final ε (NaN if none)."""
     alg, weight = builder(_posterior(target, cfg, spatial), eps, cfg.friction, 1.0, cfg.num_steps)
     grad_u = jax.grad(target.energy)
+    chains = ENSEMBLE_CHAINS if getattr(builder, "ensemble", False) else None
+    noise = lambda k: cfg.noise_scale * a @ _base_noise(k, law, cfg)  # noqa: E731
 
     def body(carry, t):
         state, sums = carry
         k_noise, k_step = jax.random.split(jax.random.fold_in(key, t))
-        xi = cfg.noise_scale * a @ _base_noise(k_noise, law, cfg)
+        xi = noise(k_noise) if chains is None else jax.vmap(noise)(jax.random.split(k_noise, chains))
         state, info = alg.step(k_step, state, xi)
-        x = state.position["x"]
+        x = state.position["x"].reshape(-1, 10)
         keep = (t >= cfg.burn_in) & ((t + 1 - cfg.burn_in) % cfg.thinning == 0)
         w = jnp.where(keep, weight(state), 0.0)
-        kin = getattr(info, "kinetic", jnp.zeros(()))
-        new = (sums[0] + w, sums[1] + w * x, sums[2] + w * x * x, sums[3] + w * kin,
-               sums[4] + w * virial(x, grad_u), sums[5] & jnp.all(jnp.isfinite(x)))
+        kin = jnp.sum(getattr(info, "kinetic", jnp.zeros(())))
+        new = (sums[0] + w * x.shape[0], sums[1] + w * jnp.sum(x, 0), sums[2] + w * jnp.sum(x * x, 0),
+               sums[3] + w * kin, sums[4] + w * jnp.sum(jax.vmap(lambda v: virial(v, grad_u))(x)),
+               sums[5] & jnp.all(jnp.isfinite(x)))
         return (state, new), None
 
     zero, zd = jnp.zeros(()), jnp.zeros(10)
-    init = (alg.init({"x": x0}), (zero, zd, zd, zero, zero, jnp.ones((), bool)))
+    start = x0 if chains is None else jnp.broadcast_to(x0, (chains, 10))
+    init = (alg.init({"x": start}), (zero, zd, zd, zero, zero, jnp.ones((), bool)))
     (state, sums), _ = jax.lax.scan(body, init, jnp.arange(cfg.num_steps))
     return sums, jnp.asarray(getattr(state, "step_size", jnp.nan), jnp.float32)
 
@@ -297,7 +308,8 @@ def _summarise(name: str, target: AnalyticTarget, cfg: AnalyticConfig, steps, su
         pts = []
         for j, eps in enumerate(steps):
             ok = m["finite"][i, j]
-            row = {"sampler": name, "target": target.name, "noise": noise, "step_size": float(eps),
+            row = {"sampler": name, "target": target.name, "noise": noise,
+                   "step_size": float(eps) if math.isfinite(eps) else None,
                    "diverged": int((~ok).sum()), "seeds": int(cfg.seeds)}
             for key in ("metric", "var_ratio", "mean_error", "t_kin", "t_conf"):
                 v = None if m[key] is None else m[key][i, j][ok]
@@ -314,87 +326,24 @@ def _summarise(name: str, target: AnalyticTarget, cfg: AnalyticConfig, steps, su
 
 def run_analytic(cfg: AnalyticConfig, samplers: dict, progress: Callable[[str], None] | None = None) -> dict:
     """{"config", "step_sizes": {sampler: grid}, "rows": every (sampler, target, noise, step), "best": the best
-    step per (sampler, target, noise), "skipped": {sampler: why}}; samplers: name -> card builder
-    (evaluate.card.SamplerBuilder). An ensemble builder (`ensemble = True`, l2e.policy) is skipped: the lanes here
-    are single chains swept over a step-size grid."""
+    step per (sampler, target, noise), "skipped": {} (kept for reports that list skipped samplers)}; samplers: name
+    -> card builder (evaluate.card.SamplerBuilder). An ensemble builder (`ensemble = True`, l2e.policy: tuning-free)
+    runs once per lane, ENSEMBLE_CHAINS chains pooled, with no step grid (its step_size None)."""
     cfg.check()
     rows, best, grids = [], [], {}
-    skipped = sorted(n for n, b in samplers.items() if getattr(b, "ensemble", False))
-    samplers = {n: b for n, b in samplers.items() if n not in skipped}
     for tname in cfg.targets:
         target = TARGETS[tname]()
         for name, builder in samplers.items():
             if progress:
                 progress(f"{tname} {name}")
-            steps = step_grid(name, cfg.points)
-            grids[name] = steps.tolist()
+            shape = (ENSEMBLE_CHAINS, 10) if getattr(builder, "ensemble", False) else (10,)
+            steps = np.array([np.nan]) if len(shape) == 2 else step_grid(name, cfg.points)  # tuning-free: one point
+            grids[name] = [] if len(shape) == 2 else steps.tolist()
             sums, final_eps = _sweep(builder, target, cfg, steps)
             probe, _ = builder(_posterior(target, cfg, 0.0), 0.01, cfg.friction, 1.0, cfg.num_steps)
-            info = jax.eval_shape(probe.step, jax.random.PRNGKey(0), probe.init({"x": jnp.zeros(10)}), jnp.zeros(10))
+            info = jax.eval_shape(probe.step, jax.random.PRNGKey(0), probe.init({"x": jnp.zeros(shape)}),
+                                  jnp.zeros(shape))
             r, b = _summarise(name, target, cfg, steps, sums, final_eps, "kinetic" in info[1]._fields)
             rows += r
             best += b
-    return {"config": dataclasses.asdict(cfg), "step_sizes": grids, "rows": rows, "best": best,
-            "skipped": {n: "an ensemble sampler (its state holds every chain): the benchmark's lanes are single chains"
-                        for n in skipped}}
-
-
-def _f(v, spec=".3g"):
-    return "—" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
-
-
-def analytic_markdown(res: dict) -> str:
-    """Per target a sampler × noise table of the best SMILE error, then every best point with the card's metrics."""
-    out = []
-    noises = res["config"]["noises"]
-    for t in res["config"]["targets"]:
-        out += [f"**{t}** — SMILE error at the best step size (mean ± s.e. over {res['config']['seeds']} seeds)", "",
-                "| sampler | " + " | ".join(noises) + " |", "|---" * (len(noises) + 1) + "|"]
-        for name in res["step_sizes"]:
-            cells = {r["noise"]: r for r in res["best"] if r["target"] == t and r["sampler"] == name}
-            out.append(f"| {name} | " + " | ".join(
-                f"{_f(cells[n]['metric'])} ± {_f(cells[n]['metric_se'], '.2g')}" if cells[n]["metric"] is not None
-                else "diverged" for n in noises) + " |")
-        out.append("")
-    for name, why in res.get("skipped", {}).items():
-        out += [f"Not run: {name} — {why}.", ""]
-    out += ["| target | noise | sampler | best step | SMILE error | var ratio | mean err / σ | T_kin | T_conf | "
-            "final ε |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in res["best"]:
-        out.append(f"| {r['target']} | {r['noise']} | {r['sampler']} | {_f(r['step_size'])} | {_f(r['metric'])} | "
-                   f"{_f(r['var_ratio'])} ± {_f(r['var_ratio_se'], '.2g')} | {_f(r['mean_error'])} | "
-                   f"{_f(r['t_kin'])} | {_f(r['t_conf'])} | {_f(r['final_step_size'])} |")
-    return "\n".join(out) + "\n"
-
-
-def plot_analytic(res: dict, path) -> None:
-    """One panel per (target, noise): SMILE error against step size (each sampler in its own units), log–log."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    targets, noises = res["config"]["targets"], res["config"]["noises"]
-    fig, axes = plt.subplots(len(targets), len(noises), figsize=(3.0 * len(noises), 2.6 * len(targets)),
-                             squeeze=False)
-    for i, t in enumerate(targets):
-        for j, n in enumerate(noises):
-            ax = axes[i][j]
-            for k, name in enumerate(res["step_sizes"]):
-                pts = [r for r in res["rows"] if r["target"] == t and r["noise"] == n and r["sampler"] == name
-                       and r["diverged"] == 0 and r["metric"] is not None]
-                if pts:
-                    color, style = plt.get_cmap("tab10")(k % 10), "o" + ("-", ":", "--")[k // 10 % 3]
-                    ax.plot([r["step_size"] for r in pts], [r["metric"] for r in pts], style, ms=3, c=color, label=name)
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-            ax.set_title(f"{t} / {n}", fontsize=9)
-            if j == 0:
-                ax.set_ylabel("SMILE error")
-            if i == len(targets) - 1:
-                ax.set_xlabel("step size (own units)")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 8), fontsize=8) if labels else None
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    return {"config": dataclasses.asdict(cfg), "step_sizes": grids, "rows": rows, "best": best, "skipped": {}}

@@ -144,8 +144,9 @@ def card_builder(settings):
 
     def build(post, eps, c, smin, steps):
         freeze = max(2 * s.phases, steps // 5)
-        phi = None if s.meta_params == "rule" else P.load_meta_params(s.meta_params)
-        alg = P.policy(post, phi, sampler_config(s, freeze, noise_halves=False))
+        with jax.ensure_compile_time_eval():  # φ concrete even when built inside a trace (the analytic benchmark)
+            phi = None if s.meta_params == "rule" else P.load_meta_params(s.meta_params)
+            alg = P.policy(post, phi, sampler_config(s, freeze, noise_halves=False))
         return alg, lambda state: (state.step > freeze).astype(jnp.float32)
 
     build.ensemble = True
