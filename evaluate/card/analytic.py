@@ -20,7 +20,9 @@ mean_i (Ê[x_i²] − E[x_i²])² / Var[x_i²]; the card's variance ratio (media
 T_conf = ⟨x·∇U(x)⟩ / d with the exact ∇U (1 for any correct sampler).  Each sampler sweeps `points` step sizes
 log-spaced over its own range (STEP_RANGES, in the units of the card's builders with σ_min = 1: SGLD's Langevin
 step h, pSGLD's lr, the momentum samplers' physical ε, SMILE's initial ε); the best point of each (sampler,
-target, noise) has the smallest mean SMILE error among points where no seed diverged.
+target, noise) has the smallest mean SMILE error among points where no seed diverged. An ensemble sampler (a builder
+with `ensemble = True`: Policy-L2E, whose state holds every chain) is tuning-free: one point, no step size, and each
+lane runs ENSEMBLE_CHAINS chains, each with its own ξ, their sums pooled.
 
 Budgets: `AnalyticConfig()` (10,000 steps, 3 seeds, 5 step sizes) is the small default: 331 s wall for the 11
 samplers of `python -m evaluate card --analytic` on 2 CPU cores shared with a load average of 5–8 (measured once);
