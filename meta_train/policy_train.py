@@ -80,7 +80,7 @@ class PolicyTrainConfig:
     dispersion_weight: float = 1.0
     temperature_weight: float = 1.0
     seed: int = 0
-    heads: tuple[str, ...] = ("mass", "window")
+    heads: tuple[str, ...] = HEADS
 
     def __post_init__(self):
         from tasks.zoo import train_names
@@ -198,7 +198,7 @@ def plot_log(rows: list[dict], path: Path) -> None:
     write_plot(draw, path, "generation")
 
 
-ADDED_FIELDS = {"max_step_gain": P.PolicyConfig.max_step_gain, "heads": ["mass", "window"]}
+ADDED_FIELDS = {"max_step_gain": P.PolicyConfig.max_step_gain, "heads": list(HEADS)}
 """Configuration fields added after runs were made, with the value those runs had (open_run)."""
 
 
@@ -248,7 +248,7 @@ def eval_row(out: Path, config: PolicyTrainConfig, done: list[dict], g: int, pro
 def train(config: PolicyTrainConfig, output, progress=print) -> dict:
     """Run (or resume) the meta-training in directory `output` (module docstring); returns the last log row. A
     subset of heads is refused (ValueError): the ES perturbs every head."""
-    if config.heads != HEADS:
+    if set(config.heads) != set(HEADS):
         raise ValueError(f"heads={','.join(config.heads)}: only meta_train.policy_backprop trains a subset of φ's heads")
     out, done, start = open_run(output, {"kind": "policy_train", **dataclasses.asdict(config)}, "policy")
     phi0 = P.init_meta_params(jax.random.PRNGKey(config.seed), config.hidden)

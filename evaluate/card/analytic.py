@@ -338,9 +338,10 @@ def run_analytic(cfg: AnalyticConfig, samplers: dict, progress: Callable[[str], 
         for name, builder in samplers.items():
             if progress:
                 progress(f"{tname} {name}")
-            shape = (ENSEMBLE_CHAINS, 10) if getattr(builder, "ensemble", False) else (10,)
-            steps = np.array([np.nan]) if len(shape) == 2 else step_grid(name, cfg.points)  # tuning-free: one point
-            grids[name] = [] if len(shape) == 2 else steps.tolist()
+            ensemble = getattr(builder, "ensemble", False)
+            shape = (ENSEMBLE_CHAINS, 10) if ensemble else (10,)
+            steps = np.array([np.nan]) if ensemble else step_grid(name, cfg.points)  # tuning-free: one point
+            grids[name] = [] if ensemble else steps.tolist()
             sums, final_eps = _sweep(builder, target, cfg, steps)
             probe, _ = builder(_posterior(target, cfg, 0.0), 0.01, cfg.friction, 1.0, cfg.num_steps)
             info = jax.eval_shape(probe.step, jax.random.PRNGKey(0), probe.init({"x": jnp.zeros(shape)}),
