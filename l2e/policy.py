@@ -303,7 +303,13 @@ def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), ph
                                    )(state.momentum)
         kinetic = jax.vmap(lambda r: sum(jnp.sum(ri * ri * mi) for ri, mi in zip(
             jax.tree.leaves(settled(r)), jax.tree.leaves(state.inv_mass))))(state.momentum)
-        state = _branch(gather, lambda s: _gather(s, pre, grad_u, noise, loss, t_kin, early), lambda s: s, state)
+        # In a phase kernel the statistics still go through a conditional, on the general kernel's traced flag (true
+        # throughout the phase's window): XLA:CPU then runs them update by update. Called directly, nothing on the
+        # chains' path needs them, so XLA deferred them to the end of the chunk, every update's θ, ∇Ũ and V̂ live
+        # until then (a 10-update chunk's temporary buffer 288 MB instead of 185; the MLP's gathering updates 1.6–1.8
+        # × SGHMC's instead of 1.3; docs/results.md, "Step cost").
+        fence = gather if phase is None or not gather else (index < phases) & (state.step >= gathers_a[p])
+        state = _branch(fence, lambda s: _gather(s, pre, grad_u, noise, loss, t_kin, early), lambda s: s, state)
         finite = jax.vmap(lambda l, x: all_finite(l, sum(jnp.sum(v * v) for v in jax.tree.leaves(settled(x))))
                           )(loss, state.position)
         return state._replace(step=state.step + 1), PolicyInfo(loss, finite, kinetic, t_kin, sampling)
