@@ -218,7 +218,13 @@ def _psgld(state: PolicyState, grad_u, key, config: PolicyConfig, n_data: int, s
 
 def _gather(state: PolicyState, pre: PyTree, grad_u, noise, loss, t_kin, early) -> PolicyState:
     """The gathering window's statistics with one more state per chain (θ before the update, its ∇Ũ, V̂, loss); the
-    pooled V̂ and T_kin average the live chains only (a divergent chain's are not finite: left out)."""
+    pooled V̂ and T_kin average the live chains only (a divergent chain's are not finite: left out).
+
+    The kernels call it inside a conditional (`_branch` on a traced flag, in the phase kernels too). Called directly,
+    nothing on the chains' path needs its result, so XLA:CPU deferred it to the end of a compiled chunk and kept every
+    update's θ, ∇Ũ and V̂ live until then: a 10-update chunk of a 269k-parameter MLP's 4 chains held a 288 MB
+    temporary buffer instead of 185, mapped fresh at every call, and its gathering updates cost 1.6–1.8 × SGHMC's
+    instead of 1.24–1.45 (docs/results.md, "Step cost")."""
     count = state.count + 1.0
     mx, sx = jax.vmap(welford, in_axes=(None, 0, 0, 0))(count, state.mean_x, state.m2_x, pre)
     mg, sg = jax.vmap(welford, in_axes=(None, 0, 0, 0))(count, state.mean_g, state.m2_g, grad_u)
@@ -303,11 +309,8 @@ def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), ph
                                    )(state.momentum)
         kinetic = jax.vmap(lambda r: sum(jnp.sum(ri * ri * mi) for ri, mi in zip(
             jax.tree.leaves(settled(r)), jax.tree.leaves(state.inv_mass))))(state.momentum)
-        # In a phase kernel the statistics still go through a conditional, on the general kernel's traced flag (true
-        # throughout the phase's window): XLA:CPU then runs them update by update. Called directly, nothing on the
-        # chains' path needs them, so XLA deferred them to the end of the chunk, every update's θ, ∇Ũ and V̂ live
-        # until then (a 10-update chunk's temporary buffer 288 MB instead of 185; the MLP's gathering updates 1.6–1.8
-        # × SGHMC's instead of 1.3; docs/results.md, "Step cost").
+        # a phase kernel gathers under the general kernel's traced flag too: a conditional, which XLA:CPU runs update
+        # by update instead of deferring the statistics to the chunk's end (`_gather`)
         fence = gather if phase is None or not gather else (index < phases) & (state.step >= gathers_a[p])
         state = _branch(fence, lambda s: _gather(s, pre, grad_u, noise, loss, t_kin, early), lambda s: s, state)
         finite = jax.vmap(lambda l, x: all_finite(l, sum(jnp.sum(v * v) for v in jax.tree.leaves(settled(x))))
