@@ -76,3 +76,47 @@ def test_card_rows_on_the_banana_for_the_new_rivals():
     for name, builder in builders.items():
         row = run_sampler(name, builder, banana_target(), short, 0)
         assert row["diverged_chains"] == 0 and row["moment"]["label"] == "E[θ1²θ2]", name
+
+
+def test_half_batches_keep_the_noise_and_give_its_variance():
+    """evaluate.card.half_batches: the two rows' mean is the plain draw ξ for the same key (rtol 1e-6), each row has
+    twice ξ's variance and half their difference ξ's (20,000 draws: within 5 %); the card's posterior reads a batch
+    of rows, or one half, as its mean; a builder with `halves = True` gets (chains, 2, d) rows, an ensemble's too."""
+    from evaluate.card import batch_noise, card_posterior, half_batches
+
+    target = gaussian_target("g3", np.array([1.0, 2.0, 0.5]))
+    post, sample = card_posterior(target, CardConfig(noise=0.5))
+    keys = jax.random.split(jax.random.PRNGKey(0), 20_000)
+    xi, rows = jax.vmap(sample)(keys), jax.vmap(half_batches(sample))(keys)
+    assert rows.shape == (20_000, 2, 3)
+    np.testing.assert_allclose(np.asarray(rows.mean(axis=1)), np.asarray(xi), rtol=1e-6, atol=1e-7)
+    var = np.var(np.asarray(xi), axis=0)
+    np.testing.assert_allclose(np.var(np.asarray(rows[:, 0]), axis=0) / var, 2.0, rtol=0.05)
+    np.testing.assert_allclose(np.var(np.asarray(rows[:, 0] - rows[:, 1]) / 2, axis=0) / var, 1.0, rtol=0.05)
+    x = {"x": jnp.array([0.3, -0.2, 1.0])}
+    np.testing.assert_allclose(float(post.nll(x, rows[0])), float(post.nll(x, xi[0])), rtol=1e-6)
+    np.testing.assert_allclose(float(post.nll(x, rows[0, :1])), float(post.nll(x, rows[0, 0])), rtol=1e-6)
+    one = xi[0]
+    assert batch_noise(one, x["x"]) is one
+    import l2e
+
+    seen = []
+
+    def halves(ensemble):
+        def build(post, eps, c, smin, steps):
+            sgld = l2e.sgld(post, 1e-4)
+
+            def step(key, state, batch):
+                seen.append(batch.shape)
+                if ensemble:
+                    return jax.vmap(sgld.step)(jax.random.split(key, batch.shape[0]), state, batch)
+                return sgld.step(key, state, batch)
+
+            return l2e.SamplingAlgorithm(jax.vmap(sgld.init) if ensemble else sgld.init, step), \
+                lambda s: np.float32(1.0)
+        build.halves, build.ensemble = True, ensemble
+        return build
+
+    cfg = dataclasses.replace(CFG, num_steps=10, burn_in=0)
+    run_sampler("h", halves(False), target, cfg, 0), run_sampler("he", halves(True), target, cfg, 0)
+    assert (2, 3) in seen and (cfg.num_chains, 2, 3) in seen, seen

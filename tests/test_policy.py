@@ -355,14 +355,15 @@ def test_shipped_policy_loads_and_both_methods_are_registered():
 
 @pytest.mark.slow
 def test_card_runs_the_chains_as_one_ensemble():
-    """The sampler card's builder of `policy` (evaluate.card: the card's chains as one Policy-L2E state, exact-gradient
-    form): on the 10-D Gaussian with the card's gradient noise, variance ratio within 15 % of 1 and T_kin within 15 %
-    (the card's noise has no batch axis, so it is not corrected: measured 1.02 and 1.09), no divergence."""
+    """The sampler card's builder of `policy` (evaluate.card: the card's chains as one Policy-L2E state, its noise
+    estimated from evaluate.card.half_batches' rows): on the 10-D Gaussian with the card's gradient noise, variance
+    ratio within 15 % of 1 and T_kin within 10 % (measured 0.99 and 1.06; 1.02 and 1.09 when the card gave no rows
+    and the noise went uncorrected), no divergence."""
     from evaluate.card import CardConfig, gaussian_target, hand_designed, run_sampler
 
     row = run_sampler("policy", hand_designed()["policy"], gaussian_target("g10", np.ones(10)),
                       CardConfig(num_steps=4_000, burn_in=1_000), 0)
-    assert row["diverged_chains"] == 0 and abs(row["var_ratio_median"] - 1) < 0.15 and abs(row["t_kin"] - 1) < 0.15
+    assert row["diverged_chains"] == 0 and abs(row["var_ratio_median"] - 1) < 0.15 and abs(row["t_kin"] - 1) < 0.10
 
 
 @pytest.mark.slow

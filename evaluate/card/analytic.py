@@ -22,7 +22,8 @@ log-spaced over its own range (STEP_RANGES, in the units of the card's builders 
 step h, pSGLD's lr, the momentum samplers' physical ε, SMILE's initial ε); the best point of each (sampler,
 target, noise) has the smallest mean SMILE error among points where no seed diverged. An ensemble sampler (a builder
 with `ensemble = True`: Policy-L2E, whose state holds every chain) is tuning-free: one point, no step size, and each
-lane runs ENSEMBLE_CHAINS chains, each with its own ξ, their sums pooled.
+lane runs ENSEMBLE_CHAINS chains, each with its own ξ, their sums pooled. A builder with `halves = True` (Policy-L2E's)
+gets each ξ as two half-batch rows whose mean is ξ (evaluate.card.half_batches), to estimate its noise from.
 
 Budgets: `AnalyticConfig()` (10,000 steps, 3 seeds, 5 step sizes) is the small default: 331 s wall for the 11
 samplers of `python -m evaluate card --analytic` on 2 CPU cores shared with a load average of 5–8 (measured once);
@@ -44,6 +45,7 @@ import l2e
 import l2e.smile
 from evaluate.card.analytic_report import analytic_markdown, plot_analytic
 from evaluate.card.run import always
+from evaluate.card.targets import batch_noise, half_batches
 from l2e.diagnostics import virial
 from base.io import ConfigError
 from l2e.types import Posterior
@@ -196,7 +198,7 @@ def _posterior(target: AnalyticTarget, cfg: AnalyticConfig, spatial) -> Posterio
     def nll(params, xi):
         x = params["x"]
         w = jnp.exp(-spatial * x[2] / target.spatial_scale)
-        return (target.energy(x) - w * jnp.dot(xi, x)) / cfg.data_size
+        return (target.energy(x) - w * jnp.dot(batch_noise(xi, x), x)) / cfg.data_size
 
     return Posterior(nll, lambda params: jnp.zeros(()), cfg.data_size)
 
@@ -229,6 +231,8 @@ def _lane(builder, target: AnalyticTarget, cfg: AnalyticConfig, a, law, spatial,
     grad_u = jax.grad(target.energy)
     chains = ENSEMBLE_CHAINS if getattr(builder, "ensemble", False) else None
     noise = lambda k: cfg.noise_scale * a @ _base_noise(k, law, cfg)  # noqa: E731
+    if getattr(builder, "halves", False):  # two half-batches whose mean is ξ (evaluate.card.half_batches)
+        noise = half_batches(noise)
 
     def body(carry, t):
         state, sums = carry
@@ -339,13 +343,14 @@ def run_analytic(cfg: AnalyticConfig, samplers: dict, progress: Callable[[str], 
             if progress:
                 progress(f"{tname} {name}")
             ensemble = getattr(builder, "ensemble", False)
-            shape = (ENSEMBLE_CHAINS, 10) if ensemble else (10,)
+            shape = (ENSEMBLE_CHAINS,) * ensemble + (10,)
+            row_axis = (2,) * getattr(builder, "halves", False)
             steps = np.array([np.nan]) if ensemble else step_grid(name, cfg.points)  # tuning-free: one point
             grids[name] = [] if ensemble else steps.tolist()
             sums, final_eps = _sweep(builder, target, cfg, steps)
             probe, _ = builder(_posterior(target, cfg, 0.0), 0.01, cfg.friction, 1.0, cfg.num_steps)
             info = jax.eval_shape(probe.step, jax.random.PRNGKey(0), probe.init({"x": jnp.zeros(shape)}),
-                                  jnp.zeros(shape))
+                                  jnp.zeros(shape[:-1] + row_axis + shape[-1:]))
             r, b = _summarise(name, target, cfg, steps, sums, final_eps, "kinetic" in info[1]._fields)
             rows += r
             best += b

@@ -14,8 +14,8 @@ import numpy as np
 from base.io import ConfigError
 from l2e.types import Posterior
 
-__all__ = ["CardConfig", "Target", "banana_target", "card_posterior", "default_targets", "gaussian_target",
-           "mixture_target"]
+__all__ = ["CardConfig", "Target", "banana_target", "batch_noise", "card_posterior", "default_targets",
+           "gaussian_target", "half_batches", "mixture_target"]
 
 
 class Target(NamedTuple):
@@ -112,14 +112,35 @@ class CardConfig:
         return self
 
 
+def half_batches(sample_noise: Callable) -> Callable:
+    """sample_noise(key) -> ξ made into a minibatch of two half-batches: rows(key) -> (ξ + ξ', ξ − ξ') stacked, ξ' an
+    independent draw of ξ's law. The rows' mean (`batch_noise`) is ξ, the noise every other sampler sees, its law
+    unchanged; each row has twice ξ's variance, as half a minibatch does, and half their difference, ξ', has ξ's
+    variance: what a sampler that estimates its minibatch noise from two half-batches reads
+    (l2e.adaptation.halved_gradients). The card and the analytic benchmark give it to a builder with
+    `halves = True` (Policy-L2E's)."""
+    def rows(key):
+        xi, other = sample_noise(key), sample_noise(jax.random.fold_in(key, 1))
+        return jnp.stack([xi + other, xi - other])
+
+    return rows
+
+
+def batch_noise(xi: jax.Array, x: jax.Array) -> jax.Array:
+    """The noise of a minibatch for a position x: ξ itself (x's shape), or the mean of a batch of `half_batches`'
+    rows (a leading row axis: both rows, or one half)."""
+    return jnp.mean(xi, axis=0) if xi.ndim > x.ndim else xi
+
+
 def card_posterior(target: Target, cfg: CardConfig) -> tuple[Posterior, Callable]:
-    """(posterior, sample_noise(key) -> ξ (d,)) of `target` with gradient noise ν·grad_scale."""
+    """(posterior, sample_noise(key) -> ξ (d,)) of `target` with gradient noise ν·grad_scale; the posterior also
+    takes `half_batches`' rows."""
     n = cfg.data_size
     noise_std = jnp.asarray(cfg.noise * target.grad_scale)
 
     def nll(params, xi):
         x = params["x"]
-        return (target.energy(x) + jnp.dot(x, xi)) / n
+        return (target.energy(x) + jnp.dot(x, batch_noise(xi, x))) / n
 
     post = Posterior(nll, lambda params: jnp.zeros(()), n)
     return post, lambda key: noise_std * jax.random.normal(key, noise_std.shape)

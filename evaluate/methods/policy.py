@@ -138,18 +138,19 @@ class PolicyLearnedSettings(PolicySettings):
 def card_builder(settings):
     """The sampler card's builder (evaluate.card) for `settings` (PolicySettings, the class — its defaults — or an
     instance; every SHARED field and meta_params are read, `sampler_config`): the card's chains as one ensemble
-    (`ensemble = True`), tuning-free (the card's ε and C unused), exact-gradient form (the card's noise has no batch
-    axis to halve), the freeze at a fifth of the chain; only the window's states count."""
+    (`ensemble = True`), tuning-free (the card's ε and C unused), its minibatch noise estimated from two half-batches
+    (`halves = True`: the card gives each chain evaluate.card.half_batches' rows, whose mean is the card's noise),
+    the freeze at a fifth of the chain; only the window's states count."""
     s = settings() if isinstance(settings, type) else settings
 
     def build(post, eps, c, smin, steps):
         freeze = max(2 * s.phases, steps // 5)
         with jax.ensure_compile_time_eval():  # φ concrete even when built inside a trace (the analytic benchmark)
             phi = None if s.meta_params == "rule" else P.load_meta_params(s.meta_params)
-            alg = P.policy(post, phi, sampler_config(s, freeze, noise_halves=False))
+            alg = P.policy(post, phi, sampler_config(s, freeze))
         return alg, lambda state: (state.step > freeze).astype(jnp.float32)
 
-    build.ensemble = True
+    build.ensemble = build.halves = True
     return build
 
 
