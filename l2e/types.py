@@ -271,8 +271,9 @@ class Protocol:
       phase_of: (config, start, length) -> the phase that updates start … start + length − 1 may run with (one of
         `phases`, or None for the general kernel), so that a chunk compiles without per-update branches (the same
         numbers); None: the sampler has one kernel (`l2e.chains.run_chain`'s chunk_at).
-      batchless: config -> the config for gradients without a minibatch to split (the sampler card's noisy
-        gradients: e.g. no half-batch noise estimate); None: the config as it is.
+      batchless: config -> the config for gradients without a minibatch to split (e.g. no half-batch noise
+        estimate); None: the config as it is. A sampler that declares it splits its minibatches: the sampler card
+        gives it each noise draw as two half-batch rows (evaluate.card.half_batches), and runs its config as it is.
     """
 
     tuning_free: bool = False

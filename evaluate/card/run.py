@@ -46,7 +46,9 @@ def learned_builder(meta_params, config, factory: Callable = l2e.l2e) -> Sampler
       factory: (posterior, meta_params, config) -> SamplingAlgorithm, e.g. l2e.l2e, l2e.kinetic, l2e.mass.
 
     Returns:
-      builder(post, eps, c, smin, steps) -> (SamplingAlgorithm at lr = ε²N and friction C, `always`).
+      builder(post, eps, c, smin, steps) -> (SamplingAlgorithm at lr = ε²N and friction C, `always`); with
+      `halves = True` where the sampler splits its minibatches (Protocol.batchless declared: Transient-L2E's noise
+      estimate), so that the card gives it two half-batch rows per noise draw (evaluate.card.half_batches).
     """
 
     entry = learned.kind_of_config(config)
@@ -54,9 +56,9 @@ def learned_builder(meta_params, config, factory: Callable = l2e.l2e) -> Sampler
     def build(post, eps, c, smin, steps):  # a tuning-free sampler (Protocol.tuning_free) runs as configured
         cfg = (config if entry.tuning_free
                else dataclasses.replace(config, learning_rate=eps**2 * post.data_size, friction=c))
-        # the card's gradient noise ξ has no batch axis to split (Protocol.batchless)
-        return factory(post, meta_params, entry.batchless(cfg)), always
+        return factory(post, meta_params, cfg), always
 
+    build.halves = entry.protocol.batchless is not None
     return build
 
 

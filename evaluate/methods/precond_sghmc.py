@@ -90,11 +90,12 @@ def run_precond(ctx, key, hp: dict, rule: str = "fisher"):
 
 
 def _card(kind: str):
-    """The card's builder: the mass adapted over the first fifth, then frozen (the card's gradient noise has no batch
-    to split: the noise-variance estimate is off)."""
+    """The card's builder: the mass adapted over the first fifth, then frozen; "fisher" estimates the minibatch noise
+    from two half-batches as in the evaluation (`halves = True`: the card gives it two half-batch rows per noise draw,
+    evaluate.card.half_batches)."""
     def build(post, eps, c, smin, steps):
-        return l2e.precond_sghmc(post, eps**2 * post.data_size, c, preconditioner=kind, freeze_step=steps // 5,
-                                 noise_halves=False), always
+        return l2e.precond_sghmc(post, eps**2 * post.data_size, c, preconditioner=kind, freeze_step=steps // 5), always
+    build.halves = kind == "fisher"
     return build
 
 
