@@ -81,7 +81,9 @@ def test_card_rows_on_the_banana_for_the_new_rivals():
 def test_half_batches_keep_the_noise_and_give_its_variance():
     """evaluate.card.half_batches: the two rows' mean is the plain draw ξ for the same key (rtol 1e-6), each row has
     twice ξ's variance and half their difference ξ's (20,000 draws: within 5 %); the card's posterior reads a batch
-    of rows, or one half, as its mean; a builder with `halves = True` gets (chains, 2, d) rows, an ensemble's too."""
+    of rows, or one half, as its mean; a builder with `halves = True` gets (chains, 2, d) rows, an ensemble's too;
+    the builders that say so are those whose sampler splits its minibatch (Transient-L2E, precond_fisher,
+    Policy-L2E), not Mass-L2E's or precond_rmsprop's."""
     from evaluate.card import batch_noise, card_posterior, half_batches
 
     target = gaussian_target("g3", np.array([1.0, 2.0, 0.5]))
@@ -120,3 +122,9 @@ def test_half_batches_keep_the_noise_and_give_its_variance():
     cfg = dataclasses.replace(CFG, num_steps=10, burn_in=0)
     run_sampler("h", halves(False), target, cfg, 0), run_sampler("he", halves(True), target, cfg, 0)
     assert (2, 3) in seen and (cfg.num_chains, 2, 3) in seen, seen
+    from l2e.learned import REGISTRY
+
+    ours = hand_designed()
+    assert learned_builder(None, REGISTRY["transient"].config()).halves
+    assert not learned_builder(None, REGISTRY["mass"].config()).halves
+    assert ours["precond_fisher"].halves and not ours["precond_rmsprop"].halves and ours["policy"].halves

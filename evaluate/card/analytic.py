@@ -22,8 +22,9 @@ log-spaced over its own range (STEP_RANGES, in the units of the card's builders 
 step h, pSGLD's lr, the momentum samplers' physical ε, SMILE's initial ε); the best point of each (sampler,
 target, noise) has the smallest mean SMILE error among points where no seed diverged. An ensemble sampler (a builder
 with `ensemble = True`: Policy-L2E, whose state holds every chain) is tuning-free: one point, no step size, and each
-lane runs ENSEMBLE_CHAINS chains, each with its own ξ, their sums pooled. A builder with `halves = True` (Policy-L2E's)
-gets each ξ as two half-batch rows whose mean is ξ (evaluate.card.half_batches), to estimate its noise from.
+lane runs ENSEMBLE_CHAINS chains, each with its own ξ, their sums pooled. A builder with `halves = True` (Policy-L2E's,
+Transient-L2E's, precond_fisher's) gets each ξ as two half-batch rows whose mean is ξ (evaluate.card.half_batches),
+to estimate its noise from.
 
 Budgets: `AnalyticConfig()` (10,000 steps, 3 seeds, 5 step sizes) is the small default: 331 s wall for the 11
 samplers of `python -m evaluate card --analytic` on 2 CPU cores shared with a load average of 5–8 (measured once);

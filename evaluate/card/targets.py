@@ -118,7 +118,7 @@ def half_batches(sample_noise: Callable) -> Callable:
     unchanged; each row has twice ξ's variance, as half a minibatch does, and half their difference, ξ', has ξ's
     variance: what a sampler that estimates its minibatch noise from two half-batches reads
     (l2e.adaptation.halved_gradients). The card and the analytic benchmark give it to a builder with
-    `halves = True` (Policy-L2E's)."""
+    `halves = True` (Policy-L2E's, Transient-L2E's, precond_fisher's)."""
     def rows(key):
         xi, other = sample_noise(key), sample_noise(jax.random.fold_in(key, 1))
         return jnp.stack([xi + other, xi - other])
