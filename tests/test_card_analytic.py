@@ -133,10 +133,12 @@ def test_cli_bad_analytic_input_is_one_line_exit_2_and_writes_nothing(tmp_path):
 
 def _exact_ensemble(target_name: str, scale: float, seen: list):
     """An ensemble 'sampler' (`ensemble = True`): every chain of its state draws x = √scale · (exact draw) each step;
-    `seen` records the shapes of the state and minibatches it is given."""
+    `seen` records the shapes of the state and minibatches it is given, and the steps it is built for."""
     sample = TARGETS[target_name]().sample
 
     def builder(post, eps, c, smin, steps):
+        seen.append(("steps", steps))
+
         def init(position):
             seen.append(position["x"].shape)
             return ExactState(position)
@@ -155,8 +157,10 @@ def _exact_ensemble(target_name: str, scale: float, seen: list):
 def test_an_ensemble_sampler_runs_in_pooled_lanes():
     """An ensemble builder (Policy-L2E: one state for every chain) runs ENSEMBLE_CHAINS chains per lane, each with
     its own noise draw, pooled: exact draws give variance ratio and T_conf within 0.2 of 1 and SMILE error < 0.1,
-    twice-wide draws a variance ratio within 0.3 of 2; tuning-free, so one point per noise and no step size. The
-    rule's Policy-L2E runs too (finite, in the markdown's tables, nothing "Not run")."""
+    twice-wide draws a variance ratio within 0.3 of 2; tuning-free, so one point per noise and no step size; at
+    equal gradients, each chain num_steps / ENSEMBLE_CHAINS steps, and a config that leaves a chain fewer than
+    `thinning` steps is refused. The rule's Policy-L2E runs too (finite, in the markdown's tables, nothing
+    "Not run")."""
     from evaluate.card.analytic import ENSEMBLE_CHAINS
     from evaluate.methods.registry import get_method
 
@@ -165,7 +169,8 @@ def test_an_ensemble_sampler_runs_in_pooled_lanes():
     res = run_analytic(cfg, {"exact": _exact_ensemble("gaussian", 1.0, seen),
                              "wide": _exact_ensemble("gaussian", 2.0, []),
                              "policy": get_method("policy").card}, progress=lambda line: None)
-    assert ENSEMBLE_CHAINS >= 2 and set(seen) == {(ENSEMBLE_CHAINS, 10)}, set(seen)
+    assert ENSEMBLE_CHAINS >= 2 and set(seen) == {(ENSEMBLE_CHAINS, 10), ("steps", 1_000 // ENSEMBLE_CHAINS)}, \
+        set(seen)
     best = {r["sampler"]: r for r in res["best"]}
     assert best["exact"]["metric"] < 0.1 and abs(best["exact"]["var_ratio"] - 1) < 0.2, best["exact"]
     assert abs(best["exact"]["t_conf"] - 1) < 0.2 and abs(best["wide"]["var_ratio"] - 2) < 0.3, best
@@ -173,3 +178,6 @@ def test_an_ensemble_sampler_runs_in_pooled_lanes():
     assert best["policy"]["diverged"] == 0 and np.isfinite(best["policy"]["var_ratio"]) and best["policy"]["t_kin"]
     text = analytic_markdown(res)
     assert "| gaussian | isotropic | policy | — |" in text and "Not run" not in text
+    with pytest.raises(ConfigError, match="ensemble"):
+        run_analytic(dataclasses.replace(cfg, num_steps=30, thinning=10),
+                     {"exact": _exact_ensemble("gaussian", 1.0, [])})

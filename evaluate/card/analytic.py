@@ -22,7 +22,9 @@ log-spaced over its own range (STEP_RANGES, in the units of the card's builders 
 step h, pSGLD's lr, the momentum samplers' physical ε, SMILE's initial ε); the best point of each (sampler,
 target, noise) has the smallest mean SMILE error among points where no seed diverged. An ensemble sampler (a builder
 with `ensemble = True`: Policy-L2E, whose state holds every chain) is tuning-free: one point, no step size, and each
-lane runs ENSEMBLE_CHAINS chains, each with its own ξ, their sums pooled. A builder with `halves = True` (Policy-L2E's,
+lane runs ENSEMBLE_CHAINS chains, each with its own ξ, their sums pooled, at equal gradients: each chain runs
+num_steps / ENSEMBLE_CHAINS steps (its burn-in burn_in / ENSEMBLE_CHAINS), so a lane spends what a single-chain lane
+does and keeps as many states. A builder with `halves = True` (Policy-L2E's,
 Transient-L2E's, precond_fisher's) gets each ξ as two half-batch rows whose mean is ξ (evaluate.card.half_batches),
 to estimate its noise from.
 
@@ -225,12 +227,25 @@ ENSEMBLE_CHAINS = 4
 each chain draws its own noise, and the lane's sums pool them."""
 
 
+def _lane_steps(cfg: AnalyticConfig, chains: int | None) -> tuple[int, int]:
+    """(steps, burn-in) of each chain of a lane: cfg's for a single chain; an ensemble's `chains` share them (equal
+    gradients). ConfigError where that leaves fewer than `thinning` steps after the burn-in."""
+    if chains is None:
+        return cfg.num_steps, cfg.burn_in
+    steps, burn_in = cfg.num_steps // chains, cfg.burn_in // chains
+    if steps - burn_in < cfg.thinning:
+        raise ConfigError(f"num_steps ({cfg.num_steps}) shared by an ensemble's {chains} chains leaves fewer than "
+                          f"thinning ({cfg.thinning}) steps each")
+    return steps, burn_in
+
+
 def _lane(builder, target: AnalyticTarget, cfg: AnalyticConfig, a, law, spatial, eps, key, x0):
     """One lane (a chain, or an ensemble's ENSEMBLE_CHAINS chains pooled): weighted sums (w, Σx, Σx², Σ kinetic,
     Σ x·∇U), all-finite flag, final ε (NaN if none)."""
-    alg, weight = builder(_posterior(target, cfg, spatial), eps, cfg.friction, 1.0, cfg.num_steps)
-    grad_u = jax.grad(target.energy)
     chains = ENSEMBLE_CHAINS if getattr(builder, "ensemble", False) else None
+    steps, burn_in = _lane_steps(cfg, chains)
+    alg, weight = builder(_posterior(target, cfg, spatial), eps, cfg.friction, 1.0, steps)
+    grad_u = jax.grad(target.energy)
     noise = lambda k: cfg.noise_scale * a @ _base_noise(k, law, cfg)  # noqa: E731
     if getattr(builder, "halves", False):  # two half-batches whose mean is ξ (evaluate.card.half_batches)
         noise = half_batches(noise)
@@ -241,7 +256,7 @@ def _lane(builder, target: AnalyticTarget, cfg: AnalyticConfig, a, law, spatial,
         xi = noise(k_noise) if chains is None else jax.vmap(noise)(jax.random.split(k_noise, chains))
         state, info = alg.step(k_step, state, xi)
         x = state.position["x"].reshape(-1, 10)
-        keep = (t >= cfg.burn_in) & ((t + 1 - cfg.burn_in) % cfg.thinning == 0)
+        keep = (t >= burn_in) & ((t + 1 - burn_in) % cfg.thinning == 0)
         w = jnp.where(keep, weight(state), 0.0)
         kin = jnp.sum(getattr(info, "kinetic", jnp.zeros(())))
         new = (sums[0] + w * x.shape[0], sums[1] + w * jnp.sum(x, 0), sums[2] + w * jnp.sum(x * x, 0),
@@ -252,7 +267,7 @@ def _lane(builder, target: AnalyticTarget, cfg: AnalyticConfig, a, law, spatial,
     zero, zd = jnp.zeros(()), jnp.zeros(10)
     start = x0 if chains is None else jnp.broadcast_to(x0, (chains, 10))
     init = (alg.init({"x": start}), (zero, zd, zd, zero, zero, jnp.ones((), bool)))
-    (state, sums), _ = jax.lax.scan(body, init, jnp.arange(cfg.num_steps))
+    (state, sums), _ = jax.lax.scan(body, init, jnp.arange(steps))
     return sums, jnp.asarray(getattr(state, "step_size", jnp.nan), jnp.float32)
 
 
@@ -335,8 +350,11 @@ def run_analytic(cfg: AnalyticConfig, samplers: dict, progress: Callable[[str], 
     """{"config", "step_sizes": {sampler: grid}, "rows": every (sampler, target, noise, step), "best": the best
     step per (sampler, target, noise), "skipped": {} (kept for reports that list skipped samplers)}; samplers: name
     -> card builder (evaluate.card.SamplerBuilder). An ensemble builder (`ensemble = True`, l2e.policy: tuning-free)
-    runs once per lane, ENSEMBLE_CHAINS chains pooled, with no step grid (its step_size None)."""
+    runs once per lane, ENSEMBLE_CHAINS chains pooled at equal gradients (`_lane_steps`), with no step grid (its
+    step_size None)."""
     cfg.check()
+    if any(getattr(b, "ensemble", False) for b in samplers.values()):
+        _lane_steps(cfg, ENSEMBLE_CHAINS)  # refused before anything runs
     rows, best, grids = [], [], {}
     for tname in cfg.targets:
         target = TARGETS[tname]()
@@ -349,7 +367,8 @@ def run_analytic(cfg: AnalyticConfig, samplers: dict, progress: Callable[[str], 
             steps = np.array([np.nan]) if ensemble else step_grid(name, cfg.points)  # tuning-free: one point
             grids[name] = [] if ensemble else steps.tolist()
             sums, final_eps = _sweep(builder, target, cfg, steps)
-            probe, _ = builder(_posterior(target, cfg, 0.0), 0.01, cfg.friction, 1.0, cfg.num_steps)
+            probe, _ = builder(_posterior(target, cfg, 0.0), 0.01, cfg.friction, 1.0,
+                               _lane_steps(cfg, ENSEMBLE_CHAINS if ensemble else None)[0])
             info = jax.eval_shape(probe.step, jax.random.PRNGKey(0), probe.init({"x": jnp.zeros(shape)}),
                                   jnp.zeros(shape[:-1] + row_axis + shape[-1:]))
             r, b = _summarise(name, target, cfg, steps, sums, final_eps, "kinetic" in info[1]._fields)
