@@ -289,8 +289,9 @@ def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), ph
                                                                 k_adapt, learning_rate, progress), lambda s: s, state)
         index = jnp.sum(state.step >= ends_a)
         p = jnp.minimum(index, phases - 1)
+        window = (index < phases) & (state.step >= gathers_a[p])  # the update lies in its phase's gathering window
         if phase is None:
-            first, gather = index == 0, (index < phases) & (state.step >= gathers_a[p])
+            first, gather = index == 0, window
         else:
             first, gather = phase.startswith("psgld"), phase.endswith("gather")
         early = state.count < halves[p]
@@ -309,10 +310,9 @@ def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), ph
                                    )(state.momentum)
         kinetic = jax.vmap(lambda r: sum(jnp.sum(ri * ri * mi) for ri, mi in zip(
             jax.tree.leaves(settled(r)), jax.tree.leaves(state.inv_mass))))(state.momentum)
-        # a phase kernel gathers under the general kernel's traced flag too: a conditional, which XLA:CPU runs update
-        # by update instead of deferring the statistics to the chunk's end (`_gather`)
-        fence = gather if phase is None or not gather else (index < phases) & (state.step >= gathers_a[p])
-        state = _branch(fence, lambda s: _gather(s, pre, grad_u, noise, loss, t_kin, early), lambda s: s, state)
+        # a phase kernel gathers under the traced `window` too: a conditional, which XLA:CPU runs update by update
+        # instead of deferring the statistics to the chunk's end (`_gather`)
+        state = _branch(window if gather is True else gather, lambda s: _gather(s, pre, grad_u, noise, loss, t_kin, early), lambda s: s, state)
         finite = jax.vmap(lambda l, x: all_finite(l, sum(jnp.sum(v * v) for v in jax.tree.leaves(settled(x))))
                           )(loss, state.position)
         return state._replace(step=state.step + 1), PolicyInfo(loss, finite, kinetic, t_kin, sampling)

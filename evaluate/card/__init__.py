@@ -22,9 +22,9 @@ report (card.md, card.png), analytic (SMILE's analytic benchmark), cli (`python 
 """
 from evaluate.card.report import card_markdown, plot_card
 from evaluate.card.run import SamplerBuilder, always, hand_designed, learned_builder, run_sampler, sampler_card
-from evaluate.card.targets import (CardConfig, Target, banana_target, batch_noise, card_posterior, default_targets,
-                                   gaussian_target, half_batches, mixture_target)
+from evaluate.card.targets import (CardConfig, Target, banana_target, batch_noise, builder_noise, card_posterior,
+                                   default_targets, gaussian_target, half_batches, mixture_target)
 
-__all__ = ["CardConfig", "SamplerBuilder", "Target", "always", "banana_target", "batch_noise", "card_markdown",
-           "card_posterior", "default_targets", "gaussian_target", "half_batches", "hand_designed", "learned_builder",
-           "mixture_target", "plot_card", "run_sampler", "sampler_card"]
+__all__ = ["CardConfig", "SamplerBuilder", "Target", "always", "banana_target", "batch_noise", "builder_noise",
+           "card_markdown", "card_posterior", "default_targets", "gaussian_target", "half_batches", "hand_designed",
+           "learned_builder", "mixture_target", "plot_card", "run_sampler", "sampler_card"]

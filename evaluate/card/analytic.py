@@ -48,7 +48,7 @@ import l2e
 import l2e.smile
 from evaluate.card.analytic_report import analytic_markdown, plot_analytic
 from evaluate.card.run import always
-from evaluate.card.targets import batch_noise, half_batches
+from evaluate.card.targets import batch_noise, builder_noise
 from l2e.diagnostics import virial
 from base.io import ConfigError
 from l2e.types import Posterior
@@ -246,9 +246,7 @@ def _lane(builder, target: AnalyticTarget, cfg: AnalyticConfig, a, law, spatial,
     steps, burn_in = _lane_steps(cfg, chains)
     alg, weight = builder(_posterior(target, cfg, spatial), eps, cfg.friction, 1.0, steps)
     grad_u = jax.grad(target.energy)
-    noise = lambda k: cfg.noise_scale * a @ _base_noise(k, law, cfg)  # noqa: E731
-    if getattr(builder, "halves", False):  # two half-batches whose mean is ξ (evaluate.card.half_batches)
-        noise = half_batches(noise)
+    noise = builder_noise(builder, lambda k: cfg.noise_scale * a @ _base_noise(k, law, cfg))
 
     def body(carry, t):
         state, sums = carry
@@ -363,14 +361,14 @@ def run_analytic(cfg: AnalyticConfig, samplers: dict, progress: Callable[[str], 
                 progress(f"{tname} {name}")
             ensemble = getattr(builder, "ensemble", False)
             shape = (ENSEMBLE_CHAINS,) * ensemble + (10,)
-            row_axis = (2,) * getattr(builder, "halves", False)
+            batch = (ENSEMBLE_CHAINS,) * ensemble + (2,) * getattr(builder, "halves", False) + (10,)  # a noise draw
             steps = np.array([np.nan]) if ensemble else step_grid(name, cfg.points)  # tuning-free: one point
             grids[name] = [] if ensemble else steps.tolist()
             sums, final_eps = _sweep(builder, target, cfg, steps)
             probe, _ = builder(_posterior(target, cfg, 0.0), 0.01, cfg.friction, 1.0,
                                _lane_steps(cfg, ENSEMBLE_CHAINS if ensemble else None)[0])
             info = jax.eval_shape(probe.step, jax.random.PRNGKey(0), probe.init({"x": jnp.zeros(shape)}),
-                                  jnp.zeros(shape[:-1] + row_axis + shape[-1:]))
+                                  jnp.zeros(batch))
             r, b = _summarise(name, target, cfg, steps, sums, final_eps, "kinetic" in info[1]._fields)
             rows += r
             best += b

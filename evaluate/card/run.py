@@ -12,7 +12,7 @@ import numpy as np
 import l2e
 from l2e import learned
 from evaluate.methods.base import always
-from evaluate.card.targets import CardConfig, Target, card_posterior, default_targets, half_batches
+from evaluate.card.targets import CardConfig, Target, builder_noise, card_posterior, default_targets
 from l2e.diagnostics import virial
 
 __all__ = ["SamplerBuilder", "always", "hand_designed", "learned_builder", "run_sampler", "sampler_card"]
@@ -135,8 +135,7 @@ def run_sampler(name: str, builder: SamplerBuilder, target: Target, cfg: CardCon
       of the target temperature), "moment" (None, or the target's extra statistic: label, value, exact).
     """
     post, sample_noise = card_posterior(target, cfg)
-    if getattr(builder, "halves", False):  # its noise estimated from two half-batches
-        sample_noise = half_batches(sample_noise)
+    sample_noise = builder_noise(builder, sample_noise)  # half-batch rows for a sampler that splits its batch
     smin = float(1.0 / np.max(target.grad_scale))  # σ_min
     eps = cfg.step_factor * smin
     alg, weight = builder(post, eps, cfg.friction, smin, cfg.num_steps)

@@ -14,8 +14,8 @@ import numpy as np
 from base.io import ConfigError
 from l2e.types import Posterior
 
-__all__ = ["CardConfig", "Target", "banana_target", "batch_noise", "card_posterior", "default_targets",
-           "gaussian_target", "half_batches", "mixture_target"]
+__all__ = ["CardConfig", "Target", "banana_target", "batch_noise", "builder_noise", "card_posterior",
+           "default_targets", "gaussian_target", "half_batches", "mixture_target"]
 
 
 class Target(NamedTuple):
@@ -124,6 +124,12 @@ def half_batches(sample_noise: Callable) -> Callable:
         return jnp.stack([xi + other, xi - other])
 
     return rows
+
+
+def builder_noise(builder, sample_noise: Callable) -> Callable:
+    """The noise draw a card builder's sampler is given: `half_batches(sample_noise)` for a builder with
+    `halves = True`, else `sample_noise` itself."""
+    return half_batches(sample_noise) if getattr(builder, "halves", False) else sample_noise
 
 
 def batch_noise(xi: jax.Array, x: jax.Array) -> jax.Array:
