@@ -210,3 +210,13 @@ def run_chain(
     # on the host: an eager jnp.concatenate would compile once per distinct number of chunks
     info = jax.tree.map(lambda *xs: np.concatenate([np.asarray(x) for x in xs], axis=info_axis), *infos)
     return ChainResult(state, stacked, info)
+
+
+def per_chain_batches(sample_batch, chains: int):
+    """sample_batch(key, data, batch_size) -> minibatch made into one that draws `chains` independent minibatches
+    (leaves with a leading axis `chains`), what a kernel of batched chains takes (l2e.policy's; a `make_chunk`
+    BatchFn)."""
+    def batches(key, data, batch_size):
+        return jax.vmap(lambda k: sample_batch(k, data, batch_size))(jax.random.split(key, chains))
+
+    return batches

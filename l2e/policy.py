@@ -25,13 +25,15 @@ The hand-designed rule (`policy="rule"`, or φ with zero output layers: the "rul
 The learned policy (`policy="learned"`) adds bounded corrections: a per-coordinate network h_φ (φ["mass"]) of the
 coordinate's features and the global ones adds B·tanh(h/B) to log M⁻¹ᵢ; a global network (φ["window"], two outputs)
 multiplies κ₀ and δ₀ by exp(B·tanh(·/B)), κ₀'s factor at most `max_step_gain` (1: φ may shorten the rule's step,
-never lengthen it). After the freeze the constants stay fixed and the chains are SGHMC with
-mass M and friction γᵢ·Mᵢ at temperature T: stationary for the posterior whatever φ is, up to the noise estimate —
-correct by construction. A step costs one minibatch gradient per chain (halved in the gathering windows: the same
-work); each adaptation point adds power_iterations + 1 Hessian-vector products on one chain, on every chain with
-curvature="all", or on chain 0 plus one per chain with curvature="warm" (`adaptation_gradients`). A chain whose
-statistics are not finite (divergent) is left out of every pooled statistic and of the curvature cap. The phase
-kernels (`build_kernel`'s phase, `chunk_phase`) run a phase's updates without per-update branches.
+never lengthen it). After the freeze the constants stay fixed and the chains are SGHMC with mass M and friction
+γᵢ·Mᵢ at temperature T: stationary for the posterior whatever φ is, up to the noise estimate — correct by
+construction. A step costs one minibatch gradient per chain (halved in the gathering windows: the same work); each
+adaptation point adds power_iterations + 1 Hessian-vector products on one chain, on every chain with curvature="all",
+or on chain 0 plus one per chain with curvature="warm" (`adaptation_gradients`). With control_variate, each
+adaptation point also moves a shared anchor to the chains' pooled mean (a pass over the data) and the later phases
+are SGHMC-CV (two gradients per update). A chain whose statistics are not finite (divergent) is left out of every
+pooled statistic and of the curvature cap. The phase kernels (`build_kernel`'s phase, `chunk_phase`) run a phase's
+updates without per-update branches.
 """
 from __future__ import annotations
 
@@ -42,21 +44,22 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from l2e.adaptation import (corrected_sghmc, ensemble_curvature, halved_gradients, rmsprop_langevin, unflat,
-                            welford)
-from l2e.policy_budget import BudgetPlan, adaptation_gradients, adaptation_points, plan_budget, split_budget
-from l2e.policy_features import COORD_FEATURES, GLOBAL_FEATURES, features
+from l2e.adaptation import corrected_sghmc, ensemble_curvature, halved_gradients, rmsprop_langevin, unflat
+from l2e.policy_budget import (ANCHOR_SHARE, BudgetPlan, adaptation_gradients, adaptation_points, anchored,
+                               chunk_phase, plan_budget, run_gradients, split_budget)
+from l2e.control_variates import Anchor, cv_posterior, full_gradient_cost, full_nll_grad
+from l2e.policy_features import COORD_FEATURES, GLOBAL_FEATURES, features, gather
 from l2e.policy_params import check_meta_params, init_meta_params, load_meta_params, save_meta_params
+from l2e.chains import per_chain_batches
 from l2e.checks import check_choice, check_flag, check_in_range, check_positive, check_step_count
 from l2e.meta_model import MetaMLP, hidden_sizes
 from l2e.transient import MAX_DAMPING, NOISE_MARGIN, STABILITY
-from l2e.reductions import chain_sum
 from l2e.types import PyTree, Posterior, SamplingAlgorithm, all_finite, normal_like, settled, window_temperature
 
-__all__ = ["BudgetPlan", "COORD_FEATURES", "GLOBAL_FEATURES", "PHASES", "PolicyConfig", "PolicyInfo", "PolicyState",
-           "adaptation_gradients", "adaptation_points", "build_kernel", "check_meta_params", "chunk_phase", "features",
+__all__ = ["ANCHOR_SHARE", "BudgetPlan", "COORD_FEATURES", "GLOBAL_FEATURES", "PHASES", "PolicyConfig", "PolicyInfo", "PolicyState",
+           "adaptation_gradients", "adaptation_points", "anchored", "build_kernel", "check_meta_params", "chunk_phase", "features",
            "for_budget", "init", "init_meta_params", "load_meta_params", "per_chain_batches", "plan_budget", "policy",
-           "save_meta_params", "split_budget"]
+           "run_gradients", "save_meta_params", "split_budget"]
 
 LOG_BOUND = 3.0
 PHASES = ("psgld", "psgld_gather", "sghmc", "sghmc_gather")
@@ -82,7 +85,11 @@ class PolicyConfig:
     share of a chain of G updates the evaluation samples from (a protocol choice the kernel does not read);
     max_step_gain: the largest factor φ's κ output may multiply κ₀ by (≥ 1; the default e^LOG_BOUND leaves it
     unbounded beyond the tanh; 1 keeps the learned step at or below the rule's, which the curvature cap alone did not
-    make safe on heteroscedastic yacht)."""
+    make safe on heteroscedastic yacht); control_variate: from the first adaptation point on, every chain's gradient
+    is the control-variate estimate around a shared anchor (SGHMC-CV; l2e.control_variates), the anchor refreshed at
+    every adaptation point to the live chains' pooled mean of the gathered θ (a pass over the data each: the kernel
+    takes `data`; two minibatch gradients per update after phase 0, `run_gradients`); anchor_chunk: training examples
+    per gradient call of that pass."""
 
     temperature: float = 1.0
     freeze_step: int = 1000
@@ -100,6 +107,8 @@ class PolicyConfig:
     window_fraction: float = 0.5
     curvature: str = "first"
     max_step_gain: float = float(math.exp(LOG_BOUND))
+    control_variate: bool = False
+    anchor_chunk: int = 2048
 
     def __post_init__(self):
         check_choice("mass_rule", self.mass_rule, MASS_RULES), check_choice("policy", self.policy, POLICIES)
@@ -112,7 +121,8 @@ class PolicyConfig:
         check_in_range("gather_fraction", self.gather_fraction, 0, 1, include_low=False)
         check_in_range("window_fraction", self.window_fraction, 0, 1, include_low=False, include_high=False)
         check_in_range("rms_decay", self.rms_decay, 0.0, 1.0, include_high=False)
-        check_flag(noise_halves=self.noise_halves)
+        check_flag(noise_halves=self.noise_halves, control_variate=self.control_variate)
+        check_step_count("anchor_chunk", self.anchor_chunk, 1)
         check_in_range("max_step_gain", self.max_step_gain, 1.0, math.inf, include_high=False)
 
 
@@ -122,7 +132,9 @@ class PolicyState(NamedTuple):
     noise_var: shared M⁻¹, γᵢ and the V̂ the SGHMC phases correct for (no chain axis); eps: ε (0 in phase 0);
     noise_acc: the gathering window's running mean V̂ (pooled over chains); count: states gathered (f32);
     loss_mean, loss_m2: per chain, Welford moments of the minibatch loss; loss_early: per chain, the mean loss over
-    the window's first half; kin: the window's running mean T_kin; step: updates done (int32)."""
+    the window's first half; kin: the window's running mean T_kin; step: updates done (int32); anchor, anchor_grad:
+    the control variates' shared anchor θ̂ and mean NLL gradient over the data there (no chain axis; zeros and unread
+    without control_variate)."""
 
     position: PyTree
     momentum: PyTree
@@ -142,6 +154,8 @@ class PolicyState(NamedTuple):
     loss_m2: jax.Array
     loss_early: jax.Array
     kin: jax.Array
+    anchor: PyTree
+    anchor_grad: PyTree
 
 
 class PolicyInfo(NamedTuple):
@@ -167,7 +181,7 @@ def init(positions: PyTree) -> PolicyState:
     z, zm = jnp.zeros((), jnp.float32), jnp.zeros((chains,), jnp.float32)
     return PolicyState(positions, zeros, jnp.zeros((), jnp.int32), _shared(positions, 1.0), z,
                        _shared(positions, 0.0), _shared(positions, 0.0), zeros, z, zeros, zeros, zeros, zeros,
-                       _shared(positions, 0.0), zm, zm, zm, z)
+                       _shared(positions, 0.0), zm, zm, zm, z, _shared(positions, 0.0), _shared(positions, 0.0))
 
 
 def _bounded(x):
@@ -175,9 +189,13 @@ def _bounded(x):
 
 
 def _adapt(state: PolicyState, phi, config: PolicyConfig, posterior: Posterior, minibatch, key, scale,
-           progress) -> PolicyState:
-    """The next phase's constants at an adaptation point (module docstring), fresh momenta, statistics reset."""
+           progress, data) -> PolicyState:
+    """The next phase's constants at an adaptation point (module docstring), fresh momenta, statistics reset; with
+    control_variate, the anchor moved to the live chains' pooled mean of θ (one pass over `data`)."""
     coord, glob, stats = features(state, config, posterior.data_size, progress)
+    if config.control_variate:
+        anchor = unflat(stats["centre"], state.anchor)
+        state = state._replace(anchor=anchor, anchor_grad=full_nll_grad(posterior, anchor, data, config.anchor_chunk))
     log_s2, k_adj, d_adj = stats["log_s2"], 0.0, 0.0
     if config.policy == "learned":
         g = jnp.broadcast_to(glob, (coord.shape[0], glob.shape[0]))
@@ -209,39 +227,29 @@ def _adapt(state: PolicyState, phi, config: PolicyConfig, posterior: Posterior, 
                           loss_early=zc, kin=jnp.zeros((), jnp.float32))
 
 
-def _psgld(state: PolicyState, grad_u, key, config: PolicyConfig, n_data: int, scale, temperature) -> PolicyState:
-    """Phase 0's update of every chain: RMSprop-preconditioned Langevin at η₀ (l2e.adaptation.rmsprop_langevin)."""
-    pos, sq = rmsprop_langevin(state.position, grad_u, state.sq, normal_like(key, state.position),
-                               config.base_step * scale, temperature, n_data, config.rms_decay, config.rms_eps)
-    return state._replace(position=pos, sq=sq)
+def _move(state: PolicyState, grad_u, key, config: PolicyConfig, n_data: int, scale, temperature, first):
+    """Every chain's update: in phase 0 (`first`) RMSprop-preconditioned Langevin at η₀ (l2e.adaptation.
+    rmsprop_langevin), after it the noise-corrected SGHMC of the phase's constants (l2e.adaptation.corrected_sghmc)."""
+    def psgld(s):
+        pos, sq = rmsprop_langevin(s.position, grad_u, s.sq, normal_like(key, s.position), config.base_step * scale,
+                                   temperature, n_data, config.rms_decay, config.rms_eps)
+        return s._replace(position=pos, sq=sq)
+
+    def sghmc(s):
+        pos, mom, _ = corrected_sghmc(s.position, s.momentum, grad_u, s.inv_mass, s.friction, s.noise_var, s.eps,
+                                      temperature, normal_like(key, s.position))
+        return s._replace(position=pos, momentum=mom)
+
+    return _branch(first, psgld, sghmc, state)
 
 
-def _gather(state: PolicyState, pre: PyTree, grad_u, noise, loss, t_kin, early) -> PolicyState:
-    """The gathering window's statistics with one more state per chain (θ before the update, its ∇Ũ, V̂, loss); the
-    pooled V̂ and T_kin average the live chains only (a divergent chain's are not finite: left out).
-
-    The kernels call it inside a conditional (`_branch` on a traced flag, in the phase kernels too). Called directly,
-    nothing on the chains' path needs its result, so XLA:CPU deferred it to the end of a compiled chunk and kept every
-    update's θ, ∇Ũ and V̂ live until then: a 10-update chunk of a 269k-parameter MLP's 4 chains held a 288 MB
-    temporary buffer instead of 185, mapped fresh at every call, and its gathering updates cost 1.6–1.8 × SGHMC's
-    instead of 1.24–1.45 (docs/results.md, "Step cost")."""
-    count = state.count + 1.0
-    mx, sx = jax.vmap(welford, in_axes=(None, 0, 0, 0))(count, state.mean_x, state.m2_x, pre)
-    mg, sg = jax.vmap(welford, in_axes=(None, 0, 0, 0))(count, state.mean_g, state.m2_g, grad_u)
-    alive = jax.vmap(lambda *t: jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(t)]))
-                     )(pre, grad_u, noise, loss, t_kin)
-    live = jnp.maximum(jnp.sum(alive), 1.0)
-
-    def mean(v):  # over the live chains (axis 0)
-        return chain_sum(v, alive) / live
-
-    nv = jax.tree.map(lambda m, v: m + (mean(v) - m) / count, state.noise_acc, noise)
-    delta = loss - state.loss_mean
-    lm = state.loss_mean + delta / count
-    early_mean = jnp.where(early, state.loss_early + (loss - state.loss_early) / count, state.loss_early)
-    return state._replace(count=count, mean_x=mx, m2_x=sx, mean_g=mg, m2_g=sg, noise_acc=nv, loss_mean=lm,
-                          loss_m2=state.loss_m2 + delta * (loss - lm), loss_early=early_mean,
-                          kin=state.kin + (mean(t_kin) - state.kin) / count)
+def _temperatures(state: PolicyState, freeze: int):
+    """Per chain: (T_kin and `sampling` of l2e.types.window_temperature, the kinetic Σ r'·M⁻¹r') after an update."""
+    damping = jax.tree.map(lambda g: state.eps * g, state.friction)
+    t_kin, sampling = jax.vmap(lambda r: window_temperature(r, state.inv_mass, damping, state.step, freeze)
+                               )(state.momentum)
+    return t_kin, sampling, jax.vmap(lambda r: sum(jnp.sum(ri * ri * mi) for ri, mi in zip(
+        jax.tree.leaves(settled(r)), jax.tree.leaves(state.inv_mass))))(state.momentum)
 
 
 def _gradients(posterior: Posterior, config: PolicyConfig, positions, minibatches, gather):
@@ -252,6 +260,16 @@ def _gradients(posterior: Posterior, config: PolicyConfig, positions, minibatche
     return loss, grad_u, jax.tree.map(jnp.zeros_like, grad_u)
 
 
+def _chain_gradients(posterior: Posterior, config: PolicyConfig, state: PolicyState, minibatches, first, gathering):
+    """Every chain's (loss, ∇Ũ, V̂) at its θ (`_gradients`): in phase 0 (`first`) the minibatch gradient, after it with
+    control_variate the control-variate estimate around the state's anchor (two minibatch gradients)."""
+    if not config.control_variate:
+        return _gradients(posterior, config, state.position, minibatches, gathering)
+    anchored = cv_posterior(posterior, Anchor(state.anchor, state.anchor_grad))
+    return _branch(first, lambda mb: _gradients(posterior, config, state.position, mb, gathering),
+                   lambda mb: _gradients(anchored, config, state.position, mb, gathering), minibatches)
+
+
 def _branch(flag, yes, no, state):
     """yes(state) or no(state): a Python bool (a phase kernel) decides statically, a traced one by lax.cond."""
     if isinstance(flag, bool):
@@ -260,7 +278,7 @@ def _branch(flag, yes, no, state):
 
 
 def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), phase: str | None = None):
-    """kernel(key, state, minibatches, meta_params, learning_rate=1.0, temperature=config.temperature) ->
+    """kernel(key, state, minibatches, meta_params, learning_rate=1.0, temperature=config.temperature, data=None) ->
     (PolicyState, PolicyInfo) — one update of all M chains.
 
     Args:
@@ -268,11 +286,13 @@ def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), ph
       config: PolicyConfig (static).
       phase: None, the general kernel (it branches on the update index); or one of PHASES, the kernel of updates
         that all lie in that phase and include no adaptation point (`chunk_phase`): the same chains to float32
-        rounding (only XLA's fusion differs), without the
-        per-update branches (on XLA:CPU a network's gradient inside a `lax.cond` runs slower than outside one).
+        rounding, without the per-update branches (on XLA:CPU a gradient inside a `lax.cond` runs slower).
     Returns:
       The kernel: minibatches one per chain (every leaf's leading axis M; `per_chain_batches`); meta_params (φ) and
-      learning_rate (a dimensionless multiplier of η₀ and κ₀: 1, the sampler as configured) are traced arguments.
+      learning_rate (a dimensionless multiplier of η₀ and κ₀: 1, the sampler as configured) are traced arguments;
+      data: every training example, as posterior.nll takes a minibatch (the control variates' anchor pass; the
+      general kernel of a control_variate config needs it — ValueError when traced without —, a phase kernel never
+      reads it).
     """
     check_choice("phase", phase, PHASES + (None,))
     ends, gathers = adaptation_points(config)
@@ -280,39 +300,33 @@ def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), ph
     halves = jnp.asarray([max(1, (e - g) // 2) for e, g in zip(ends, gathers)], jnp.float32)
     n_data, phases, freeze = posterior.data_size, config.phases, int(config.freeze_step)
 
-    def kernel(key, state: PolicyState, minibatches, meta_params, learning_rate=1.0, temperature=config.temperature):
+    def kernel(key, state: PolicyState, minibatches, meta_params, learning_rate=1.0, temperature=config.temperature,
+               data=None):
         k_step, k_adapt = jax.random.split(key)
         if phase is None:
+            if config.control_variate and data is None:
+                raise ValueError("a control_variate kernel needs data (the anchor's pass over the training set)")
             hit = state.step == ends_a
             progress = (jnp.argmax(hit) + 1).astype(jnp.float32) / phases
             state = jax.lax.cond(jnp.any(hit), lambda s: _adapt(s, meta_params, config, posterior, minibatches,
-                                                                k_adapt, learning_rate, progress), lambda s: s, state)
+                                                                k_adapt, learning_rate, progress, data),
+                                 lambda s: s, state)
         index = jnp.sum(state.step >= ends_a)
         p = jnp.minimum(index, phases - 1)
         window = (index < phases) & (state.step >= gathers_a[p])  # the update lies in its phase's gathering window
         if phase is None:
-            first, gather = index == 0, window
+            first, gathering = index == 0, window
         else:
-            first, gather = phase.startswith("psgld"), phase.endswith("gather")
+            first, gathering = phase.startswith("psgld"), phase.endswith("gather")
         early = state.count < halves[p]
-        loss, grad_u, noise = _gradients(posterior, config, state.position, minibatches, gather)
+        loss, grad_u, noise = _chain_gradients(posterior, config, state, minibatches, first, gathering)
         pre = state.position
-
-        def sghmc(s):
-            pos, mom, _ = corrected_sghmc(s.position, s.momentum, grad_u, s.inv_mass, s.friction, s.noise_var, s.eps,
-                                          temperature, normal_like(k_step, s.position))
-            return s._replace(position=pos, momentum=mom)
-
-        state = _branch(first, lambda s: _psgld(s, grad_u, k_step, config, n_data, learning_rate, temperature), sghmc,
-                       state)
-        damping = jax.tree.map(lambda g: state.eps * g, state.friction)
-        t_kin, sampling = jax.vmap(lambda r: window_temperature(r, state.inv_mass, damping, state.step, freeze)
-                                   )(state.momentum)
-        kinetic = jax.vmap(lambda r: sum(jnp.sum(ri * ri * mi) for ri, mi in zip(
-            jax.tree.leaves(settled(r)), jax.tree.leaves(state.inv_mass))))(state.momentum)
+        state = _move(state, grad_u, k_step, config, n_data, learning_rate, temperature, first)
+        t_kin, sampling, kinetic = _temperatures(state, freeze)
         # a phase kernel gathers under the traced `window` too: a conditional, which XLA:CPU runs update by update
-        # instead of deferring the statistics to the chunk's end (`_gather`)
-        state = _branch(window if gather is True else gather, lambda s: _gather(s, pre, grad_u, noise, loss, t_kin, early), lambda s: s, state)
+        # instead of deferring the statistics to the chunk's end (l2e.policy_features.gather)
+        state = _branch(window if gathering is True else gathering,
+                        lambda s: gather(s, pre, grad_u, noise, loss, t_kin, early), lambda s: s, state)
         finite = jax.vmap(lambda l, x: all_finite(l, sum(jnp.sum(v * v) for v in jax.tree.leaves(settled(x))))
                           )(loss, state.position)
         return state._replace(step=state.step + 1), PolicyInfo(loss, finite, kinetic, t_kin, sampling)
@@ -320,45 +334,24 @@ def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), ph
     return kernel
 
 
-def chunk_phase(config: PolicyConfig, start: int, length: int) -> str | None:
-    """The phase kernel (PHASES) that updates start, …, start + length − 1 may run with: all in one phase's segment
-    before its gathering window ("psgld", "sghmc"), all inside it ("psgld_gather", "sghmc_gather"), or all after the
-    freeze ("sghmc", the same update), none of them an adaptation point; None (the general kernel) otherwise."""
-    ends, gathers = adaptation_points(config)
-    end = start + length - 1
-    if start > ends[-1]:
-        return "sghmc"
-    begins = (0,) + tuple(e + 1 for e in ends[:-1])  # the update after an adaptation point starts its segment
-    for p, (b, g, e) in enumerate(zip(begins, gathers, ends)):
-        name = "psgld" if p == 0 else "sghmc"
-        if b <= start and end < g:
-            return name
-        if g <= start and end < e:
-            return name + "_gather"
-    return None
-
-
-def per_chain_batches(sample_batch, chains: int):
-    """sample_batch(key, data, batch_size) -> minibatch made into one that draws `chains` independent minibatches
-    (leaves with a leading axis `chains`), what the kernel takes (l2e.chains.make_chunk's BatchFn)."""
-    def batches(key, data, batch_size):
-        return jax.vmap(lambda k: sample_batch(k, data, batch_size))(jax.random.split(key, chains))
-
-    return batches
-
-
-def policy(posterior: Posterior, meta_params: PyTree | None = None, config: PolicyConfig = PolicyConfig()
-           ) -> SamplingAlgorithm:
+def policy(posterior: Posterior, meta_params: PyTree | None = None, config: PolicyConfig = PolicyConfig(),
+           data=None) -> SamplingAlgorithm:
     """A ready Policy-L2E sampler of M chains (no learning rate).
 
     Args:
       posterior: the target (l2e.Posterior).
       meta_params: φ (`init_meta_params`); None: the hand-designed rule (φ unused).
       config: PolicyConfig (freeze_step: the window's first update).
+      data: every training example (as posterior.nll takes a minibatch): the anchor's passes of a control_variate
+        config, which needs it.
     Returns:
       SamplingAlgorithm: init(positions, leaves (M, …)) -> PolicyState; step(key, state, minibatches, leaves
       (M, …)) -> (state, PolicyInfo).
+    Raises:
+      ValueError: a control_variate config without data.
     """
+    if config.control_variate and data is None:
+        raise ValueError("a control_variate config needs data (the anchor's pass over the training set)")
     if meta_params is None:
         config = dataclasses.replace(config, policy="rule")
         meta_params = init_meta_params(jax.random.PRNGKey(0))
@@ -366,14 +359,14 @@ def policy(posterior: Posterior, meta_params: PyTree | None = None, config: Poli
     kernel = build_kernel(posterior, config)
 
     def step(key, state, minibatches):
-        return kernel(key, state, minibatches, meta_params)
+        return kernel(key, state, minibatches, meta_params, data=data)
 
     return SamplingAlgorithm(init, step)
 
 
 def for_budget(posterior: Posterior, gradients: int, chains: int = 10, draws: int = 10,
-               meta_params: PyTree | str | None = "shipped", config: PolicyConfig = PolicyConfig(curvature="warm")
-               ) -> tuple[SamplingAlgorithm, BudgetPlan]:
+               meta_params: PyTree | str | None = "shipped", config: PolicyConfig = PolicyConfig(curvature="warm"),
+               data=None, batch_size: int | None = None) -> tuple[SamplingAlgorithm, BudgetPlan]:
     """Policy-L2E for a budget of `gradients` minibatch gradients over `chains` chains, `draws` draws in all: no
     learning rate and no freeze step to choose (`plan_budget` places the freeze and the draws as the evaluation does).
 
@@ -383,13 +376,23 @@ def for_budget(posterior: Posterior, gradients: int, chains: int = 10, draws: in
       meta_params: "shipped" (the shipped φ, meta-trained with curvature "warm", the default config's), a path of
         `save_meta_params`, a φ tree, or None / "rule" (the hand-designed rule).
       config: PolicyConfig; its freeze_step is replaced by the plan's.
+      data, batch_size: with config.control_variate, the training set (`policy`) and the minibatch size B, which
+        price the anchor's passes at ⌈N/B⌉ gradients each (N: data's rows; where they would take more than
+        ANCHOR_SHARE of G the run is plain, `anchored`).
     Returns:
       (the sampler (`policy`), the BudgetPlan: run `steps` updates of every chain, keep every chain's θ after the
       updates counted in `sample_steps`).
     Raises:
-      ValueError: a budget too small for the phases (`split_budget`), or a φ that does not load.
+      ValueError: a budget too small for the phases (`split_budget`), a φ that does not load, or a control_variate
+        config without data and batch_size.
     """
     if isinstance(meta_params, str):
         meta_params = None if meta_params == "rule" else load_meta_params(meta_params)
-    config, plan = plan_budget(config, gradients, draws, chains)
-    return policy(posterior, meta_params, config), plan
+    anchor_pass = 0
+    if config.control_variate:
+        if data is None or batch_size is None:
+            raise ValueError("a control_variate config needs data and batch_size (they price the anchor's passes)")
+        anchor_pass = full_gradient_cost(int(jax.tree.leaves(data)[0].shape[0]), batch_size)
+        config = anchored(config, gradients, anchor_pass, draws, chains)
+    config, plan = plan_budget(config, gradients, draws, chains, anchor_pass)
+    return policy(posterior, meta_params, config, data), plan

@@ -1,6 +1,6 @@
-"""Policy-L2E's budget arithmetic (l2e.policy, which re-exports it): where the adaptation points fall, what they cost
-in gradients, and how a budget of G minibatch gradients over M chains splits into updates, a freeze and K draws.
-Every `config` here is an l2e.policy.PolicyConfig."""
+"""Policy-L2E's budget arithmetic (l2e.policy, which re-exports it): where the adaptation points fall (and which
+phase kernel a chunk of updates may run with), what they cost in gradients, and how a budget of G minibatch
+gradients over M chains splits into updates, a freeze and K draws. Every `config` here is an l2e.policy.PolicyConfig."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,7 +8,8 @@ from typing import NamedTuple
 
 from l2e.chains import ChainSchedule
 
-__all__ = ["BudgetPlan", "adaptation_gradients", "adaptation_points", "plan_budget", "split_budget"]
+__all__ = ["ANCHOR_SHARE", "BudgetPlan", "adaptation_gradients", "adaptation_points", "anchored", "chunk_phase", "plan_budget",
+           "run_gradients", "split_budget"]
 
 
 def adaptation_points(config) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -21,24 +22,64 @@ def adaptation_points(config) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return ends, gathers
 
 
-def adaptation_gradients(config, chains: int = 1) -> int:
+def adaptation_gradients(config, chains: int = 1, anchor_pass: int = 0) -> int:
     """Gradient-equivalents the adaptation points spend beyond the chains' updates: 2 per Hessian-vector product
     (forward over reverse) at each of the `phases` points — power_iterations + 1 of them on one chain ("first"), on
-    each of `chains` ("all"), or on chain 0 and then one per chain (the Rayleigh quotients of "warm")."""
+    each of `chains` ("all"), or on chain 0 and then one per chain (the Rayleigh quotients of "warm") — and with
+    control_variate the anchor's pass over the data at each, `anchor_pass` = ⌈N/B⌉ minibatch gradients
+    (l2e.control_variates.full_gradient_cost)."""
     per_point = {"first": config.power_iterations + 1, "all": (config.power_iterations + 1) * chains,
                  "warm": config.power_iterations + 1 + chains}[config.curvature]
-    return 2 * per_point * config.phases
+    return (2 * per_point + (anchor_pass if config.control_variate else 0)) * config.phases
 
 
-def split_budget(config, gradients: int, draws: int, chains: int) -> tuple[int, int, int, int]:
+ANCHOR_SHARE = 0.25
+"""The largest share of a budget the control variates' anchor passes may take (`anchored`)."""
+
+
+def anchored(config, gradients: int, anchor_pass: int, draws: int = 1, chains: int = 1):
+    """config as it runs at a budget of G = `gradients` (`draws` draws over `chains` chains): with control_variate,
+    kept where the anchor's passes (phases × anchor_pass = ⌈N/B⌉ minibatch gradients each) cost at most ANCHOR_SHARE
+    of G and the anchored run fits (`split_budget`), else turned off (the plain minibatch gradient throughout: at a
+    small budget the passes and the second gradients would leave too few updates)."""
+    if not config.control_variate:
+        return config
+    if config.phases * anchor_pass <= ANCHOR_SHARE * gradients:
+        try:
+            split_budget(config, gradients, draws, chains, anchor_pass)
+            return config
+        except ValueError:
+            pass
+    return dataclasses.replace(config, control_variate=False)
+
+
+def run_gradients(config, steps: int, chains: int, anchor_pass: int = 0) -> int:
+    """Minibatch gradients of a run of `steps` updates of each of `chains` chains with the window at
+    config.freeze_step: one per update, two from the first adaptation point on with control_variate (the gradient
+    at the anchor on the same minibatch), and `adaptation_gradients`."""
+    anchored = max(0, steps - int(round(config.freeze_step / config.phases))) if config.control_variate else 0
+    return chains * (steps + anchored) + adaptation_gradients(config, chains, anchor_pass)
+
+
+def split_budget(config, gradients: int, draws: int, chains: int, anchor_pass: int = 0) -> tuple[int, int, int, int]:
     """(updates per chain S, draws per chain k, thinning, freeze_step) of a run of `gradients` minibatch gradients
-    and `draws` draws over `chains` chains: the adaptation points' gradients first, S = ⌊(G − those)/M⌋, k =
-    max(1, ⌊K/M⌋) draws per chain evenly over the last window_fraction of its updates, the freeze where they start.
-    ValueError when the freeze would leave fewer than 2 updates per phase."""
-    steps = (gradients - adaptation_gradients(config, chains)) // chains
+    and `draws` draws over `chains` chains: the adaptation points' gradients first, S = ⌊(G − those)/M⌋ (with
+    control_variate the largest S whose `run_gradients` fit in G), k = max(1, ⌊K/M⌋) draws per chain evenly over the
+    last window_fraction of its updates, the freeze where they start. ValueError when the freeze would leave fewer
+    than 2 updates per phase, or for control_variate without anchor_pass ≥ 1 (⌈N/B⌉)."""
+    if config.control_variate and anchor_pass < 1:
+        raise ValueError("control_variate needs anchor_pass >= 1: the minibatch gradients of one pass over the data")
     per_chain = max(1, draws // chains)
-    thinning = max(1, int(config.window_fraction * steps) // per_chain)
-    freeze = steps - per_chain * thinning
+
+    def window(steps):
+        thinning = max(1, int(config.window_fraction * steps) // per_chain)
+        return thinning, steps - per_chain * thinning
+
+    steps = (gradients - adaptation_gradients(config, chains, anchor_pass)) // chains
+    while config.control_variate and steps > 0 and run_gradients(dataclasses.replace(
+            config, freeze_step=max(window(steps)[1], 2 * config.phases)), steps, chains, anchor_pass) > gradients:
+        steps -= 1
+    thinning, freeze = window(steps)
     if freeze < 2 * config.phases:
         raise ValueError(f"a budget of {gradients} gradients leaves {steps} updates per chain for {chains} chains, "
                          f"too few for {config.phases} adaptation phases")
@@ -54,9 +95,27 @@ class BudgetPlan(NamedTuple):
     sample_steps: tuple[int, ...]
 
 
-def plan_budget(config, gradients: int, draws: int, chains: int) -> tuple[object, BudgetPlan]:
+def plan_budget(config, gradients: int, draws: int, chains: int, anchor_pass: int = 0) -> tuple[object, BudgetPlan]:
     """(config with the plan's freeze_step, BudgetPlan) of `split_budget` (ValueError as it): the draws `thinning`
     updates apart after the freeze, the last after the final update."""
-    steps, per_chain, thinning, freeze = split_budget(config, gradients, draws, chains)
+    steps, per_chain, thinning, freeze = split_budget(config, gradients, draws, chains, anchor_pass)
     samples = ChainSchedule(steps, per_chain, thinning, batch_size=1, chunk=1).sample_steps  # the evaluation's draws
     return dataclasses.replace(config, freeze_step=freeze), BudgetPlan(steps, freeze, samples)
+
+
+def chunk_phase(config, start: int, length: int) -> str | None:
+    """The phase kernel (l2e.policy.PHASES) that updates start, …, start + length − 1 may run with: all in one phase's segment
+    before its gathering window ("psgld", "sghmc"), all inside it ("psgld_gather", "sghmc_gather"), or all after the
+    freeze ("sghmc", the same update), none of them an adaptation point; None (the general kernel) otherwise."""
+    ends, gathers = adaptation_points(config)
+    end = start + length - 1
+    if start > ends[-1]:
+        return "sghmc"
+    begins = (0,) + tuple(e + 1 for e in ends[:-1])  # the update after an adaptation point starts its segment
+    for p, (b, g, e) in enumerate(zip(begins, gathers, ends)):
+        name = "psgld" if p == 0 else "sghmc"
+        if b <= start and end < g:
+            return name
+        if g <= start and end < e:
+            return name + "_gather"
+    return None

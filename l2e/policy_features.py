@@ -1,14 +1,16 @@
-"""The statistics Policy-L2E's adaptation points read (l2e.policy): per coordinate and globally, from the M chains'
-gathering-window moments; and the mass rule's log σ̂² (module docstring of l2e.policy)."""
+"""The statistics Policy-L2E's adaptation points read (l2e.policy): the M chains' gathering-window moments
+(`gather`, update by update), and at an adaptation point the features per coordinate and globally and the mass
+rule's log σ̂² (`features`; module docstring of l2e.policy)."""
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 
-from l2e.adaptation import flat, pooled_moments
+from l2e.adaptation import flat, pooled_moments, welford
+from l2e.reductions import chain_sum
 from l2e.transient import SHRINK
 
-__all__ = ["COORD_FEATURES", "GLOBAL_FEATURES", "features"]
+__all__ = ["COORD_FEATURES", "GLOBAL_FEATURES", "features", "gather"]
 
 COORD_FEATURES = ("log_fisher_scale", "log_within_share", "log_noise_share", "grad_mean_z", "log_inv_mass")
 GLOBAL_FEATURES = ("progress", "log_t_kin", "loss_trend", "log_rhat", "log_energy_var")
@@ -34,12 +36,13 @@ def _log_scales(config, var_x, var_g, mean_g, count) -> tuple[jax.Array, jax.Arr
 def features(state, config, n_data: int, progress) -> tuple[jax.Array, jax.Array, dict]:
     """(per-coordinate features (d, |COORD_FEATURES|), global features (|GLOBAL_FEATURES|,), the rule's statistics)
     at an adaptation point from the gathering window's statistics (module docstring), pooled over the live chains:
-    a chain whose statistics are not finite (divergent) is left out (stats["alive"], (M,) bool)."""
+    a chain whose statistics are not finite (divergent) is left out (stats["alive"], (M,) bool); stats["centre"]: the
+    live chains' pooled mean of θ (flat; the control variates' anchor)."""
     n = jnp.maximum(state.count, 1.0)
     alive = jax.vmap(lambda *t: jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(t)]))
                      )(state.mean_x, state.m2_x, state.mean_g, state.m2_g, state.loss_mean, state.loss_m2)
     chains = jnp.maximum(jnp.sum(alive), 1.0)
-    w_x, b_x, _ = pooled_moments(state.mean_x, state.m2_x, n, alive)
+    w_x, b_x, centre = pooled_moments(state.mean_x, state.m2_x, n, alive)
     w_g, b_g, mu_g = pooled_moments(state.mean_g, state.m2_g, n, alive)
     var_x, var_g = w_x + _TINY, w_g + _TINY  # within chains: chains in different modes do not widen the mass
     noise = flat(state.noise_acc)
@@ -58,4 +61,32 @@ def features(state, config, n_data: int, progress) -> tuple[jax.Array, jax.Array
     glob = jnp.stack([jnp.asarray(progress, jnp.float32), t_kin, jnp.arcsinh(trend),
                       jnp.mean(0.5 * jnp.log((var_x + b_x) / var_x)),
                       jnp.log(float(n_data) ** 2 * loss_var / (0.5 * d) + _TINY)])
-    return coord, glob, {"log_s2": log_s2, "noise": noise, "alive": alive}
+    return coord, glob, {"log_s2": log_s2, "noise": noise, "alive": alive, "centre": centre}
+
+
+def gather(state, pre, grad_u, noise, loss, t_kin, early):
+    """l2e.policy's gathering window's statistics with one more state per chain (θ before the update, its ∇Ũ, V̂, loss); the
+    pooled V̂ and T_kin average the live chains only (a divergent chain's are not finite: left out).
+
+    The kernels call it inside a conditional (`_branch` on a traced flag, in the phase kernels too). Called directly,
+    nothing on the chains' path needs its result, so XLA:CPU deferred it to the end of a compiled chunk and kept every
+    update's θ, ∇Ũ and V̂ live until then: a 10-update chunk of a 269k-parameter MLP's 4 chains held a 288 MB
+    temporary buffer instead of 185, mapped fresh at every call, and its gathering updates cost 1.6–1.8 × SGHMC's
+    instead of 1.24–1.45 (docs/results.md, "Step cost")."""
+    count = state.count + 1.0
+    mx, sx = jax.vmap(welford, in_axes=(None, 0, 0, 0))(count, state.mean_x, state.m2_x, pre)
+    mg, sg = jax.vmap(welford, in_axes=(None, 0, 0, 0))(count, state.mean_g, state.m2_g, grad_u)
+    alive = jax.vmap(lambda *t: jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(t)]))
+                     )(pre, grad_u, noise, loss, t_kin)
+    live = jnp.maximum(jnp.sum(alive), 1.0)
+
+    def mean(v):  # over the live chains (axis 0)
+        return chain_sum(v, alive) / live
+
+    nv = jax.tree.map(lambda m, v: m + (mean(v) - m) / count, state.noise_acc, noise)
+    delta = loss - state.loss_mean
+    lm = state.loss_mean + delta / count
+    early_mean = jnp.where(early, state.loss_early + (loss - state.loss_early) / count, state.loss_early)
+    return state._replace(count=count, mean_x=mx, m2_x=sx, mean_g=mg, m2_g=sg, noise_acc=nv, loss_mean=lm,
+                          loss_m2=state.loss_m2 + delta * (loss - lm), loss_early=early_mean,
+                          kin=state.kin + (mean(t_kin) - state.kin) / count)

@@ -3,11 +3,12 @@ pooled statistics at a few points of the burn-in, then frozen (docs/samplers.md,
 
 Tuning-free: no grid. The budget G minibatch gradients is split by the method itself (Method.chain_allocation is
 False): the adaptation points' Hessian-vector products first (`l2e.policy.adaptation_gradients`), the rest as
-S = ⌊(G − those)/M⌋ updates of each of the M chains; K/M draws per chain, evenly over the last window_fraction of its
-updates, the freeze where they start (as Transient-L2E's window rule). Settings: chains M; the SHARED fields
-(phases, mass_rule, gather_fraction, base_step, base_kappa, base_damping, power_iterations, curvature — "warm", as
-the shipped φ was trained — and max_step_gain): l2e.policy.PolicyConfig's, passed to it unchanged by the evaluation
-and the card alike; meta_params: "rule" (the hand-designed rule, φ unused) or the path of a saved φ
+S = ⌊(G − those)/M⌋ updates of each of the M chains (with control_variate: the anchor's passes first too, and every
+update after phase 0 two gradients; `l2e.policy.split_budget`); K/M draws per chain, evenly over the last
+window_fraction of its updates, the freeze where they start (as Transient-L2E's window rule). Settings: chains M; the
+SHARED fields (phases, mass_rule, gather_fraction, base_step, base_kappa, base_damping, power_iterations, curvature —
+"warm", as the shipped φ was trained — max_step_gain and control_variate): l2e.policy.PolicyConfig's, passed to it
+unchanged by the evaluation and the card alike (the card, which holds no data set, runs control_variate off); meta_params: "rule" (the hand-designed rule, φ unused) or the path of a saved φ
 (l2e.policy.save_meta_params; the learned policy), "shipped" the shipped one. Two methods: `policy` (the rule) and
 `policy_learned` (the shipped φ)."""
 from __future__ import annotations
@@ -22,9 +23,11 @@ import numpy as np
 from base.io import ConfigError
 from evaluate.methods.base import Method
 from evaluate.methods.chunks import chain_keys, host_info, phase_chunks, run_chunks
+from evaluate.methods.control_variates import FULL_CHUNK
 from evaluate.methods.outputs import finalise
 from l2e import policy as P
 from l2e.chains import ChainSchedule
+from l2e.control_variates import full_gradient_cost
 from l2e.types import tree_size
 
 __all__ = ["METHOD_TABLE", "PolicyLearnedSettings", "PolicySettings", "SHARED", "card_builder", "policy_schedule",
@@ -32,7 +35,7 @@ __all__ = ["METHOD_TABLE", "PolicyLearnedSettings", "PolicySettings", "SHARED", 
 
 
 SHARED = ("phases", "gather_fraction", "mass_rule", "window_fraction", "base_step", "base_kappa", "base_damping",
-          "power_iterations", "curvature", "max_step_gain")
+          "power_iterations", "curvature", "max_step_gain", "control_variate")
 """The settings that are l2e.policy.PolicyConfig's fields, passed to it unchanged (`sampler_config`): one source for
 their meaning, range and (but curvature) default."""
 _DEFAULT = P.PolicyConfig()
@@ -41,8 +44,8 @@ _DEFAULT = P.PolicyConfig()
 @dataclasses.dataclass(frozen=True)
 class PolicySettings:
     """chains: M; SHARED (phases, gather_fraction, mass_rule, window_fraction, base_step, base_kappa, base_damping,
-    power_iterations, curvature, max_step_gain): PolicyConfig's, with its defaults but curvature "warm" (as the
-    shipped φ was trained); meta_params: "rule" or the path of a saved φ (module docstring)."""
+    power_iterations, curvature, max_step_gain, control_variate): PolicyConfig's, with its defaults but curvature
+    "warm" (as the shipped φ was trained); meta_params: "rule" or the path of a saved φ (module docstring)."""
 
     chains: int = 10
     phases: int = _DEFAULT.phases
@@ -56,6 +59,7 @@ class PolicySettings:
     power_iterations: int = _DEFAULT.power_iterations
     curvature: str = "warm"
     max_step_gain: float = _DEFAULT.max_step_gain
+    control_variate: bool = _DEFAULT.control_variate
 
     def __post_init__(self):
         if not isinstance(self.chains, int) or self.chains < 2:
@@ -67,17 +71,22 @@ class PolicySettings:
 
 
 def sampler_config(s: PolicySettings, freeze: int, noise_halves: bool = True) -> P.PolicyConfig:
-    """The sampler's PolicyConfig for settings `s` (every SHARED field), the window starting at update `freeze`."""
+    """The sampler's PolicyConfig for settings `s` (every SHARED field), the window starting at update `freeze`; the
+    anchor's pass in chunks of the control-variate rivals' FULL_CHUNK examples."""
     return P.PolicyConfig(freeze_step=freeze, noise_halves=noise_halves,
-                          policy="rule" if s.meta_params == "rule" else "learned",
+                          policy="rule" if s.meta_params == "rule" else "learned", anchor_chunk=FULL_CHUNK,
                           **{name: getattr(s, name) for name in SHARED})
 
 
-def policy_schedule(cfg, s: PolicySettings) -> tuple[ChainSchedule, int]:
-    """(each chain's ChainSchedule, freeze_step) at G = cfg.num_steps, K = cfg.num_samples (l2e.policy.split_budget)."""
+def policy_schedule(cfg, s: PolicySettings, anchor_pass: int = 1) -> tuple[ChainSchedule, int]:
+    """(each chain's ChainSchedule, freeze_step) at G = cfg.num_steps, K = cfg.num_samples (l2e.policy.split_budget);
+    anchor_pass: with control_variate, ⌈N/B⌉ (1, the least, where the task is not known yet: the method's check;
+    l2e.policy.anchored turns the anchors off where their passes would take more than ANCHOR_SHARE of G)."""
     try:
-        steps, draws, thinning, freeze = P.split_budget(sampler_config(s, 100 * s.phases), cfg.num_steps,
-                                                        cfg.num_samples, s.chains)
+        steps, draws, thinning, freeze = P.split_budget(
+            P.anchored(sampler_config(s, 100 * s.phases), cfg.num_steps, anchor_pass, cfg.num_samples, s.chains),
+            cfg.num_steps,
+            cfg.num_samples, s.chains, anchor_pass)
     except ValueError as e:
         raise ConfigError(f"settings.policy: {e}") from None
     return ChainSchedule(steps, draws, thinning, cfg.batch_size, cfg.chunk), freeze
@@ -93,10 +102,14 @@ def _meta_params(s: PolicySettings):
 
 
 def run_policy(ctx, key, hp: dict):
-    """M chains of S updates from M prior draws (module docstring); grad_evals: M·S + the adaptation points'."""
+    """M chains of S updates from M prior draws (module docstring); grad_evals: l2e.policy.run_gradients (M·S + the
+    adaptation points'; with control_variate, the anchor's passes and the second gradient of every update after
+    phase 0)."""
     s, task = ctx.settings, ctx.task
-    schedule, freeze = policy_schedule(ctx.cfg, s)
-    config = sampler_config(s, freeze, noise_halves=schedule.batch_size % 2 == 0)
+    anchor_pass = full_gradient_cost(int(jax.tree.leaves(task.train_data)[0].shape[0]), ctx.cfg.batch_size)
+    schedule, freeze = policy_schedule(ctx.cfg, s, anchor_pass)
+    config = P.anchored(sampler_config(s, freeze, noise_halves=schedule.batch_size % 2 == 0), ctx.cfg.num_steps,
+                        anchor_pass, ctx.cfg.num_samples, s.chains)  # the anchors only where the budget affords them
     phi = _meta_params(s)
     init_key, key_chain = chain_keys(key)
     state = P.init(jax.vmap(task.init_params)(jax.random.split(init_key, s.chains)))
@@ -104,12 +117,17 @@ def run_policy(ctx, key, hp: dict):
     d = tree_size(jax.tree.map(lambda x: x[0], state.position))
     # one kernel per phase (l2e.policy.chunk_phase; None, the general kernel, for a chunk holding an adaptation
     # point), each chunk donating the state: its 7 θ-sized per-chain trees are then not copied at every call
-    chunk_at = phase_chunks(ctx, ("policy", s, freeze), lambda phase: P.build_kernel(task.posterior, config, phase),
-                            schedule, lambda start, length: P.chunk_phase(config, start, length), state,
-                            task.train_data, phi, sample_batch=P.per_chain_batches(task.sample_batch, s.chains),
-                            donate=True)
+    args = (phi, task.train_data)  # the data a traced argument (the anchor's pass), not a compiled-in constant
+
+    def kernel(phase):
+        k = P.build_kernel(task.posterior, config, phase)
+        return lambda key_, st, b, a: k(key_, st, b, a[0], data=a[1])
+
+    chunk_at = phase_chunks(ctx, ("policy", s, freeze), kernel, schedule,
+                            lambda start, length: P.chunk_phase(config, start, length), state, task.train_data, args,
+                            sample_batch=P.per_chain_batches(task.sample_batch, s.chains), donate=True)
     t0 = time.perf_counter()
-    chain, kept = run_chunks(chunk_at(0), state, key_chain, task.train_data, phi, schedule, chunk_at,
+    chain, kept = run_chunks(chunk_at(0), state, key_chain, task.train_data, args, schedule, chunk_at,
                              position_fn=lambda st: jax.tree.map(jnp.copy, st.position))
     jax.block_until_ready(chain.samples)
     seconds = time.perf_counter() - t0
@@ -123,8 +141,8 @@ def run_policy(ctx, key, hp: dict):
     record = {**hp, "chains": s.chains, "steps_per_chain": schedule.num_steps, "freeze_step": freeze,
               "thinning": schedule.thinning, "phases": s.phases, "mass_rule": s.mass_rule,
               "meta_params": s.meta_params, "temperature": config.temperature, "eps": float(chain.state.eps),
-              "noise_halves": config.noise_halves, "num_params": d}
-    grads = schedule.num_steps * s.chains + P.adaptation_gradients(config, s.chains)
+              "noise_halves": config.noise_halves, "num_params": d, "control_variate": config.control_variate}
+    grads = P.run_gradients(config, schedule.num_steps, s.chains, anchor_pass)
     return finalise(ctx, flat, chain_ids, grads, seconds, record, num_chains=s.chains, t_kin=t_kin)
 
 
@@ -147,7 +165,8 @@ def card_builder(settings):
         freeze = max(2 * s.phases, steps // 5)
         with jax.ensure_compile_time_eval():  # φ concrete even when built inside a trace (the analytic benchmark)
             phi = None if s.meta_params == "rule" else P.load_meta_params(s.meta_params)
-            alg = P.policy(post, phi, sampler_config(s, freeze))
+            # the card's targets hold no data set: a control_variate setting runs without its anchor there
+            alg = P.policy(post, phi, dataclasses.replace(sampler_config(s, freeze), control_variate=False))
         return alg, lambda state: (state.step > freeze).astype(jnp.float32)
 
     build.ensemble = build.halves = True
