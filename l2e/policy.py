@@ -56,10 +56,10 @@ from l2e.meta_model import MetaMLP, hidden_sizes
 from l2e.transient import MAX_DAMPING, NOISE_MARGIN, STABILITY
 from l2e.types import PyTree, Posterior, SamplingAlgorithm, all_finite, normal_like, settled, window_temperature
 
-__all__ = ["ANCHOR_SHARE", "BudgetPlan", "COORD_FEATURES", "GLOBAL_FEATURES", "PHASES", "PolicyConfig", "PolicyInfo", "PolicyState",
-           "adaptation_gradients", "adaptation_points", "anchored", "build_kernel", "check_meta_params", "chunk_phase", "features",
-           "for_budget", "init", "init_meta_params", "load_meta_params", "per_chain_batches", "plan_budget", "policy",
-           "run_gradients", "save_meta_params", "split_budget"]
+__all__ = ["ANCHOR_SHARE", "BudgetPlan", "COORD_FEATURES", "GLOBAL_FEATURES", "PHASES", "PolicyConfig", "PolicyInfo",
+           "PolicyState", "adaptation_gradients", "adaptation_points", "anchored", "build_kernel", "check_meta_params",
+           "chunk_phase", "features", "for_budget", "init", "init_meta_params", "load_meta_params",
+           "per_chain_batches", "plan_budget", "policy", "run_gradients", "save_meta_params", "split_budget"]
 
 LOG_BOUND = 3.0
 PHASES = ("psgld", "psgld_gather", "sghmc", "sghmc_gather")

@@ -8,8 +8,8 @@ from typing import NamedTuple
 
 from l2e.chains import ChainSchedule
 
-__all__ = ["ANCHOR_SHARE", "BudgetPlan", "adaptation_gradients", "adaptation_points", "anchored", "chunk_phase", "plan_budget",
-           "run_gradients", "split_budget"]
+__all__ = ["ANCHOR_SHARE", "BudgetPlan", "adaptation_gradients", "adaptation_points", "anchored", "chunk_phase",
+           "plan_budget", "run_gradients", "split_budget"]
 
 
 def adaptation_points(config) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -104,9 +104,10 @@ def plan_budget(config, gradients: int, draws: int, chains: int, anchor_pass: in
 
 
 def chunk_phase(config, start: int, length: int) -> str | None:
-    """The phase kernel (l2e.policy.PHASES) that updates start, …, start + length − 1 may run with: all in one phase's segment
-    before its gathering window ("psgld", "sghmc"), all inside it ("psgld_gather", "sghmc_gather"), or all after the
-    freeze ("sghmc", the same update), none of them an adaptation point; None (the general kernel) otherwise."""
+    """The phase kernel (l2e.policy.PHASES) that updates start, …, start + length − 1 may run with: all in one phase's
+    segment before its gathering window ("psgld", "sghmc"), all inside it ("psgld_gather", "sghmc_gather"), or all
+    after the freeze ("sghmc", the same update), none of them an adaptation point; None (the general kernel)
+    otherwise."""
     ends, gathers = adaptation_points(config)
     end = start + length - 1
     if start > ends[-1]:

@@ -65,14 +65,14 @@ def features(state, config, n_data: int, progress) -> tuple[jax.Array, jax.Array
 
 
 def gather(state, pre, grad_u, noise, loss, t_kin, early):
-    """l2e.policy's gathering window's statistics with one more state per chain (θ before the update, its ∇Ũ, V̂, loss); the
-    pooled V̂ and T_kin average the live chains only (a divergent chain's are not finite: left out).
+    """l2e.policy's gathering window's statistics with one more state per chain (θ before the update, its ∇Ũ, V̂,
+    loss); the pooled V̂ and T_kin average the live chains only (a divergent chain's are not finite: left out).
 
-    The kernels call it inside a conditional (`_branch` on a traced flag, in the phase kernels too). Called directly,
-    nothing on the chains' path needs its result, so XLA:CPU deferred it to the end of a compiled chunk and kept every
-    update's θ, ∇Ũ and V̂ live until then: a 10-update chunk of a 269k-parameter MLP's 4 chains held a 288 MB
-    temporary buffer instead of 185, mapped fresh at every call, and its gathering updates cost 1.6–1.8 × SGHMC's
-    instead of 1.24–1.45 (docs/results.md, "Step cost")."""
+    l2e.policy's kernels call it inside a conditional (`_branch` on a traced flag, in the phase kernels too). Called
+    directly, nothing on the chains' path needs its result, so XLA:CPU deferred it to the end of a compiled chunk
+    and kept every update's θ, ∇Ũ and V̂ live until then: a 10-update chunk of a 269k-parameter MLP's 4 chains held
+    a 288 MB temporary buffer instead of 185, mapped fresh at every call, and its gathering updates cost 1.6–1.8 ×
+    SGHMC's instead of 1.24–1.45 (docs/results.md, "Step cost")."""
     count = state.count + 1.0
     mx, sx = jax.vmap(welford, in_axes=(None, 0, 0, 0))(count, state.mean_x, state.m2_x, pre)
     mg, sg = jax.vmap(welford, in_axes=(None, 0, 0, 0))(count, state.mean_g, state.m2_g, grad_u)

@@ -1,16 +1,17 @@
-"""Policy-L2E (l2e.policy): M parallel chains whose shared mass, step and friction are adapted from the chains'
-pooled statistics at a few points of the burn-in, then frozen (docs/samplers.md, Policy-L2E).
+"""Policy-L2E (l2e.policy): M parallel chains whose shared mass, step and friction are adapted from the chains' pooled
+statistics at a few points of the burn-in, then frozen (docs/samplers.md, Policy-L2E).
 
 Tuning-free: no grid. The budget G minibatch gradients is split by the method itself (Method.chain_allocation is
-False): the adaptation points' Hessian-vector products first (`l2e.policy.adaptation_gradients`), the rest as
-S = ⌊(G − those)/M⌋ updates of each of the M chains (with control_variate: the anchor's passes first too, and every
+False): the adaptation points' Hessian-vector products first (`l2e.policy.adaptation_gradients`), the rest as S =
+⌊(G − those)/M⌋ updates of each of the M chains (with control_variate: the anchor's passes first too, and every
 update after phase 0 two gradients; `l2e.policy.split_budget`); K/M draws per chain, evenly over the last
-window_fraction of its updates, the freeze where they start (as Transient-L2E's window rule). Settings: chains M; the
-SHARED fields (phases, mass_rule, gather_fraction, base_step, base_kappa, base_damping, power_iterations, curvature —
-"warm", as the shipped φ was trained — max_step_gain and control_variate): l2e.policy.PolicyConfig's, passed to it
-unchanged by the evaluation and the card alike (the card, which holds no data set, runs control_variate off); meta_params: "rule" (the hand-designed rule, φ unused) or the path of a saved φ
-(l2e.policy.save_meta_params; the learned policy), "shipped" the shipped one. Two methods: `policy` (the rule) and
-`policy_learned` (the shipped φ)."""
+window_fraction of its updates, the freeze where they start (as Transient-L2E's window rule). Settings: chains M;
+the SHARED fields (phases, mass_rule, gather_fraction, base_step, base_kappa, base_damping, power_iterations,
+curvature — "warm", as the shipped φ was trained — max_step_gain and control_variate): l2e.policy.PolicyConfig's,
+passed to it unchanged by the evaluation and the card alike (the card, which holds no data set, runs control_variate
+off); meta_params: "rule" (the hand-designed rule, φ unused) or the path of a saved φ (l2e.policy.save_meta_params;
+the learned policy), "shipped" the shipped one. Two methods: `policy` (the rule) and `policy_learned` (the shipped
+φ)."""
 from __future__ import annotations
 
 import dataclasses
