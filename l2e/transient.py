@@ -377,7 +377,7 @@ LEARNED = LearnedSampler(
     init_meta_params=init_meta_params, counterpart="psgld burn-in + Fisher-preconditioned SGHMC",
     lrs=(1.0,), check=check_meta_params, shipped=(Shipped("transient", "l2e_transient"),),
     protocol=Protocol(tuning_free=True, window=freeze_at, window_fraction=lambda c: c.window_fraction, phases=PHASES,
-                      phase_of=chunk_phase, batchless=lambda c: dataclasses.replace(c, noise_halves=False)),
+                      phase_of=chunk_phase, splits_minibatch=lambda c: c.noise_halves),
 )
 """Transient-L2E in the learned-sampler registry: tuning-free (its evaluation grid is the one multiplier 1)."""
 

@@ -271,9 +271,9 @@ class Protocol:
       phase_of: (config, start, length) -> the phase that updates start … start + length − 1 may run with (one of
         `phases`, or None for the general kernel), so that a chunk compiles without per-update branches (the same
         numbers); None: the sampler has one kernel (`l2e.chains.run_chain`'s chunk_at).
-      batchless: config -> the config for gradients without a minibatch to split (e.g. no half-batch noise
-        estimate); None: the config as it is. A sampler that declares it splits its minibatches: the sampler card
-        gives it each noise draw as two half-batch rows (evaluate.card.half_batches), and runs its config as it is.
+      splits_minibatch: config -> whether the kernel splits each minibatch in halves (a minibatch-noise estimate,
+        as Transient-L2E's with noise_halves); None: it never does. The sampler card gives such a sampler each
+        noise draw as two half-batch rows whose mean is the draw (evaluate.card.half_batches).
     """
 
     tuning_free: bool = False
@@ -281,7 +281,7 @@ class Protocol:
     window_fraction: Callable[[Any], float | None] | None = None
     phases: tuple[str, ...] = ()
     phase_of: Callable[[Any, int, int], str | None] | None = None
-    batchless: Callable[[Any], Any] | None = None
+    splits_minibatch: Callable[[Any], bool] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -352,9 +352,9 @@ class LearnedSampler:
         """The sampling window `config` declares (Protocol.window_fraction), None for the protocol's last half."""
         return None if self.protocol.window_fraction is None else self.protocol.window_fraction(config)
 
-    def batchless(self, config):
-        """`config` for gradients without a minibatch to split (Protocol.batchless)."""
-        return config if self.protocol.batchless is None else self.protocol.batchless(config)
+    def splits_minibatch(self, config) -> bool:
+        """Whether `config`'s kernel splits each minibatch in halves (Protocol.splits_minibatch)."""
+        return self.protocol.splits_minibatch is not None and bool(self.protocol.splits_minibatch(config))
 
     @property
     def heads(self) -> dict[str, int] | None:

@@ -392,5 +392,7 @@ def test_learned_samplers_declare_their_protocol():
             assert entry.sampling_config(config, 7) != config or "freeze_step" not in fields, name
     transient = REGISTRY["transient"]
     assert transient.tuning_free and transient.window_fraction(transient.config(window_fraction=0.75)) == 0.75
-    assert transient.batchless(transient.config()).noise_halves is False
+    assert transient.splits_minibatch(transient.config())
+    assert not transient.splits_minibatch(transient.config(noise_halves=False))
+    assert not REGISTRY["mass"].splits_minibatch(REGISTRY["mass"].config())
     assert not REGISTRY["mass"].tuning_free and REGISTRY["mass"].window is not None

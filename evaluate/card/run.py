@@ -47,7 +47,7 @@ def learned_builder(meta_params, config, factory: Callable = l2e.l2e) -> Sampler
 
     Returns:
       builder(post, eps, c, smin, steps) -> (SamplingAlgorithm at lr = ε²N and friction C, `always`); with
-      `halves = True` where the sampler splits its minibatches (Protocol.batchless declared: Transient-L2E's noise
+      `halves = True` where the sampler splits its minibatches (Protocol.splits_minibatch: Transient-L2E's noise
       estimate), so that the card gives it two half-batch rows per noise draw (evaluate.card.half_batches).
     """
 
@@ -58,7 +58,7 @@ def learned_builder(meta_params, config, factory: Callable = l2e.l2e) -> Sampler
                else dataclasses.replace(config, learning_rate=eps**2 * post.data_size, friction=c))
         return factory(post, meta_params, cfg), always
 
-    build.halves = entry.protocol.batchless is not None
+    build.halves = entry.splits_minibatch(config)
     return build
 
 
