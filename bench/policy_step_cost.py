@@ -11,8 +11,8 @@ windows from 50, 150, 250), `calls` chained calls per round, round-robin with SG
 SGHMC is the median over rounds of the paired ratio. Both sides' states are donated to each call (as the evaluation
 runs Policy-L2E's chunks: its state holds 7 per-chain trees of θ's size, which a call without donation copies
 whole, fields it leaves unchanged included); --no-donate times both without (this bench's first form). --chunk N:
-each call runs N updates unrolled (update i's key folded with i, the same minibatch), both sides, as the evaluation's
-chunks do (l2e.chains.make_chunk; ChainSchedule.chunk, 10 by default); 1 (the default) one update per call. Each row
+each call runs N updates unrolled (the same minibatch), both sides, through the evaluation's chunks
+(l2e.chains.make_chunk; ChainSchedule.chunk, 10 by default); 1 (the default) one update per call. Each row
 also gives XLA's temporary buffer per call (MB; `temp_mb`): on glibc a buffer above 32 MB is mapped fresh at every
 call and its pages faulted in, which the measured gathering windows pay (docs/results.md, "Step cost"). Rows:
   phase 0               pSGLD (RMSprop Langevin), outside its gathering window
@@ -38,6 +38,7 @@ import jax.numpy as jnp
 from bench.stats import fmt, median_ratio
 from bench.step_cost import FAMILIES, baseline, default_families, interleaved, make_problem, runner
 from l2e import policy as P
+from l2e.chains import make_chunk
 
 __all__ = ["PHASE_STEPS", "measure", "main"]
 
@@ -49,17 +50,14 @@ index timed from)."""
 FREEZE = 300
 
 
-def unrolled(step, length: int):
-    """The step (key, state, batch) -> (state, info) run `length` times in one call, update i's key folded with i."""
+def chunked(step, length: int):
+    """The step (key, state, batch) -> (state, info) run `length` times in one call as the evaluation's chunks run
+    it (l2e.chains.make_chunk, here over one fixed minibatch: update i's key split from the call's key folded with
+    i; the infos stacked); length 1: the step itself."""
     if length == 1:
         return step
-
-    def chunk(key, state, batch):
-        for i in range(length):
-            state, info = step(jax.random.fold_in(key, i), state, batch)
-        return state, info
-
-    return chunk
+    chunk = make_chunk(lambda key, state, batch, _: step(key, state, batch), lambda key, data, size: data, 0, length)
+    return lambda key, state, batch: chunk(state, key, 0, batch, None)
 
 
 def measure(family: str, chains: int = 4, calls: int = 10, repeats: int = 7, donate: bool = True,
@@ -75,7 +73,7 @@ def measure(family: str, chains: int = 4, calls: int = 10, repeats: int = 7, don
     fns, flops = {}, {}
     step = (jax.vmap(sghmc.step) if chunk == 1 else
             lambda k, st, b: jax.vmap(sghmc.step)(jax.random.split(k, chains), st, b))
-    fns["sghmc"], flops["sghmc"] = runner(unrolled(step, chunk), (keys if chunk == 1 else jax.random.PRNGKey(3),
+    fns["sghmc"], flops["sghmc"] = runner(chunked(step, chunk), (keys if chunk == 1 else jax.random.PRNGKey(3),
                                                                   jax.vmap(sghmc.init)(thetas), batches),
                                           calls, chained=True, donate=donate)
     phi, config = P.load_meta_params("shipped"), P.PolicyConfig(freeze_step=FREEZE)
@@ -84,7 +82,7 @@ def measure(family: str, chains: int = 4, calls: int = 10, repeats: int = 7, don
         kernel = P.build_kernel(post, config, phase)
         n = 1 if row == "adaptation point" else calls  # the point is one update; its row times it alone
         length = 1 if row == "adaptation point" else chunk
-        fns[row], flops[row] = runner(unrolled(lambda k, st, b, kernel=kernel: kernel(k, st, b, phi), length), (
+        fns[row], flops[row] = runner(chunked(lambda k, st, b, kernel=kernel: kernel(k, st, b, phi), length), (
             jax.random.PRNGKey(4), state0._replace(step=jnp.asarray(step, jnp.int32)), batches), n, chained=True,
             donate=donate and row != "adaptation point")  # the point's row restarts there every round
     times = interleaved(fns, repeats)

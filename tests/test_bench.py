@@ -115,24 +115,26 @@ def test_runner_donated_continues_the_chain_and_leaves_the_callers_state():
 
 
 def test_policy_step_cost_chunk_runs_the_step_n_times_with_folded_keys(capsys):
-    """bench.policy_step_cost.unrolled: a chunk of N updates is the step N times, update i's key folded with i
-    (the evaluation's chunks); N = 1 is the step itself. A --chunk below 1 is refused with one `error:` line."""
+    """bench.policy_step_cost.chunked: a chunk of N updates is the step N times with the evaluation's keys
+    (l2e.chains.make_chunk: update i's the second half of the split of the call's key folded with i), its infos
+    stacked; N = 1 is the step itself. A --chunk below 1 is refused with one `error:` line."""
     import jax
     import jax.numpy as jnp
 
-    from bench.policy_step_cost import main, unrolled
+    from bench.policy_step_cost import chunked, main
 
     def step(key, s, b):
         return s * 2.0 + b + jax.random.uniform(key), key
 
     key = jax.random.PRNGKey(5)
-    assert unrolled(step, 1) is step
-    out, last_key = unrolled(step, 3)(key, jnp.float32(1.0), 0.5)
-    want = jnp.float32(1.0)
+    assert chunked(step, 1) is step
+    out, keys = chunked(step, 3)(key, jnp.float32(1.0), 0.5)
+    want, expected = jnp.float32(1.0), []
     for i in range(3):
-        want = want * 2.0 + 0.5 + jax.random.uniform(jax.random.fold_in(key, i))
+        k = jax.random.split(jax.random.fold_in(key, i))[1]
+        want, expected = want * 2.0 + 0.5 + jax.random.uniform(k), expected + [k]
     assert float(out) == pytest.approx(float(want), rel=1e-6)
-    assert jnp.array_equal(last_key, jax.random.fold_in(key, 2))
+    assert jnp.array_equal(keys, jnp.stack(expected))
     assert main(["--chunk", "0"]) == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("error: need --chains >= 2"), err
