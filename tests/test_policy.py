@@ -337,8 +337,8 @@ def test_control_variates_anchor_at_the_pooled_mean_and_their_gradients_are_coun
     """control_variate: at the first adaptation point the anchor is the live chains' pooled mean of the gathered θ
     and its gradient the full-data mean NLL gradient there (rtol 1e-5); after it a chain's ∇Ũ is the control-variate
     estimate (l2e.control_variates.cv_posterior; rtol 1e-4 and atol 1e-3, and more than 1 from the plain one),
-    before it no anchor is set; the budget counts the passes and the second gradient of every anchored update (run_gradients within G, fewer updates
-    than without); the anchors are turned off where their passes would take more than ANCHOR_SHARE of G; a kernel or
+    before it no anchor is set; the budget counts the passes and the second gradient of every anchored update
+    (run_gradients within G, fewer updates than without); the anchors are turned off where their passes would take more than ANCHOR_SHARE of G; a kernel or
     a plan without data is refused."""
     post, data = _logistic(600, 3)
     chains = 4
