@@ -17,7 +17,9 @@ The hand-designed rule (`policy="rule"`, or φ with zero output layers: the "rul
 
     log M⁻¹ᵢ = w·(log σ̂²ᵢ − mean) + mean,   σ̂²ᵢ = sqrt(Var θᵢ / Var ∇ᵢŨ)  (mass_rule "fisher": the Fisher-divergence
     diagonal; "variance": Var θᵢ, Stan's; "scale": 1/sqrt(E[∇ᵢŨ²]) at the Fisher diagonal's geometric mean,
-    Springenberg et al.'s scale adaptation), w = n/(n + SHRINK) for n pooled states;
+    Springenberg et al.'s scale adaptation; "dense": the Fisher-divergence metric as a full matrix, Σ·Cov ∇Ũ·Σ =
+    Cov θ, SGHMC run in the frame θ = Σ^½u with mass 1 there — l2e.policy_dense, up to DENSE_MAX coordinates, the
+    "fisher" diagonal above), w = n/(n + SHRINK) for n pooled states;
     ε = κ₀·lr, capped by ε·sqrt(λ_max(M^{-1/2}HM^{-1/2})) ≤ STABILITY (power method on chain 0's minibatch Hessian);
     γ = δ₀/ε; γᵢ = min(max(γ, NOISE_MARGIN·ε·V̂ᵢ·M⁻¹ᵢ/(2T)), MAX_DAMPING/ε), the noise-corrected SGHMC of
     l2e.adaptation.corrected_sghmc; fresh momenta r ~ N(0, T·M).
@@ -44,17 +46,19 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from l2e.adaptation import corrected_sghmc, ensemble_curvature, halved_gradients, rmsprop_langevin, unflat
+from l2e.adaptation import ensemble_curvature, unflat
 from l2e.policy_budget import (ANCHOR_SHARE, BudgetPlan, adaptation_gradients, adaptation_points, anchored,
                                chunk_phase, plan_budget, run_gradients, split_budget)
-from l2e.control_variates import Anchor, cv_posterior, full_gradient_cost, full_nll_grad
-from l2e.policy_features import COORD_FEATURES, GLOBAL_FEATURES, features, gather
+from l2e.control_variates import full_gradient_cost, full_nll_grad
+from l2e.policy_dense import Dense, frame, framed_posterior, init_dense, to_frame
+from l2e.policy_features import COORD_FEATURES, GLOBAL_FEATURES, features
+from l2e.policy_updates import branch, chain_gradients, dense_active, gather_window, move, temperatures
 from l2e.policy_params import check_meta_params, init_meta_params, load_meta_params, save_meta_params
 from l2e.chains import per_chain_batches
 from l2e.checks import check_choice, check_flag, check_in_range, check_positive, check_step_count
 from l2e.meta_model import MetaMLP, hidden_sizes
 from l2e.transient import MAX_DAMPING, NOISE_MARGIN, STABILITY
-from l2e.types import PyTree, Posterior, SamplingAlgorithm, all_finite, normal_like, settled, window_temperature
+from l2e.types import PyTree, Posterior, SamplingAlgorithm, all_finite, normal_like, settled
 
 __all__ = ["ANCHOR_SHARE", "BudgetPlan", "COORD_FEATURES", "GLOBAL_FEATURES", "PHASES", "PolicyConfig", "PolicyInfo",
            "PolicyState", "adaptation_gradients", "adaptation_points", "anchored", "build_kernel", "check_meta_params",
@@ -65,7 +69,8 @@ LOG_BOUND = 3.0
 PHASES = ("psgld", "psgld_gather", "sghmc", "sghmc_gather")
 """The phase kernels (`build_kernel`'s phase, `chunk_phase`); the window after the freeze runs "sghmc" (the same
 update: SGHMC with fixed constants, nothing gathered)."""
-MASS_RULES, POLICIES, CURVATURES = ("fisher", "variance", "scale"), ("learned", "rule"), ("first", "all", "warm")
+MASS_RULES, POLICIES = ("fisher", "variance", "scale", "dense"), ("learned", "rule")
+CURVATURES = ("first", "all", "warm")
 _TINY = 1e-30
 
 
@@ -75,7 +80,7 @@ class PolicyConfig:
     pSGLD, then phases − 1 adapted SGHMC phases; the last adaptation point is the freeze); gather_fraction: the last
     fraction of each phase whose states the statistics gather; base_step: η₀ of phase 0 (parameter units);
     base_kappa: κ₀, the SGHMC step in whitened units; base_damping: δ₀ = γε; rms_decay, rms_eps: phase 0's RMSprop
-    ρ and λ; mass_rule: the rule's diagonal (module docstring); policy: "learned" (φ's corrections) or "rule" (φ
+    ρ and λ; mass_rule: the rule's mass (module docstring); policy: "learned" (φ's corrections) or "rule" (φ
     unused: the hand-designed rule); noise_halves: estimate the minibatch noise from two half-batches in the
     gathering windows (an even batch) and correct SGHMC for it (False: exact gradients); power_iterations: for the
     stability cap; curvature: where the cap's λ_max is measured — "first": chain 0, "all": the largest over every
@@ -134,7 +139,7 @@ class PolicyState(NamedTuple):
     loss_mean, loss_m2: per chain, Welford moments of the minibatch loss; loss_early: per chain, the mean loss over
     the window's first half; kin: the window's running mean T_kin; step: updates done (int32); anchor, anchor_grad:
     the control variates' shared anchor θ̂ and mean NLL gradient over the data there (no chain axis; zeros and unread
-    without control_variate)."""
+    without control_variate); dense: mass_rule "dense"'s co-moments and frame (l2e.policy_dense.Dense)."""
 
     position: PyTree
     momentum: PyTree
@@ -156,6 +161,7 @@ class PolicyState(NamedTuple):
     kin: jax.Array
     anchor: PyTree
     anchor_grad: PyTree
+    dense: Dense
 
 
 class PolicyInfo(NamedTuple):
@@ -181,7 +187,8 @@ def init(positions: PyTree) -> PolicyState:
     z, zm = jnp.zeros((), jnp.float32), jnp.zeros((chains,), jnp.float32)
     return PolicyState(positions, zeros, jnp.zeros((), jnp.int32), _shared(positions, 1.0), z,
                        _shared(positions, 0.0), _shared(positions, 0.0), zeros, z, zeros, zeros, zeros, zeros,
-                       _shared(positions, 0.0), zm, zm, zm, z, _shared(positions, 0.0), _shared(positions, 0.0))
+                       _shared(positions, 0.0), zm, zm, zm, z, _shared(positions, 0.0), _shared(positions, 0.0),
+                       init_dense(positions))
 
 
 def _bounded(x):
@@ -204,10 +211,15 @@ def _adapt(state: PolicyState, phi, config: PolicyConfig, posterior: Posterior, 
         out = MetaMLP(hidden_sizes(phi["window"]), outputs=2).apply({"params": phi["window"]}, glob[None])[0]
         log_s2, d_adj = log_s2 + _bounded(h), _bounded(out[1])
         k_adj = jnp.minimum(_bounded(out[0]), math.log(config.max_step_gain))
+    target = posterior, state.position
+    if dense_active(config, state.position):  # the frame's mass is 1; φ's mass head is not read (l2e.policy_dense)
+        dense, a_inv, stats["noise"] = frame(state.dense, jnp.maximum(state.count, 1.0), stats["alive"])
+        log_s2, state = jnp.zeros_like(log_s2), state._replace(dense=dense)
+        target = framed_posterior(posterior, dense.frame, state.inv_mass), to_frame(a_inv, state.position)
     inv_mass = unflat(jnp.exp(log_s2), state.inv_mass)
     k_power, k_mom = jax.random.split(key)
-    lam = ensemble_curvature(posterior, state.position, minibatch, inv_mass, k_power, config.power_iterations,
-                             config.curvature, stats["alive"])
+    lam = ensemble_curvature(*target, minibatch, inv_mass, k_power, config.power_iterations, config.curvature,
+                             stats["alive"])
     noise = unflat(stats["noise"], state.inv_mass)
     heat = jnp.max(stats["noise"] * jnp.exp(log_s2))  # the largest V̂ᵢ·M⁻¹ᵢ: where the minibatch noise heats most
     eps = jnp.minimum(config.base_kappa * jnp.exp(k_adj) * scale, jnp.minimum(
@@ -225,56 +237,6 @@ def _adapt(state: PolicyState, phi, config: PolicyConfig, posterior: Posterior, 
                           count=jnp.zeros((), jnp.float32), mean_x=zeros, m2_x=zeros, mean_g=zeros, m2_g=zeros,
                           noise_acc=jax.tree.map(jnp.zeros_like, state.noise_acc), loss_mean=zc, loss_m2=zc,
                           loss_early=zc, kin=jnp.zeros((), jnp.float32))
-
-
-def _move(state: PolicyState, grad_u, key, config: PolicyConfig, n_data: int, scale, temperature, first):
-    """Every chain's update: in phase 0 (`first`) RMSprop-preconditioned Langevin at η₀ (l2e.adaptation.
-    rmsprop_langevin), after it the noise-corrected SGHMC of the phase's constants (l2e.adaptation.corrected_sghmc)."""
-    def psgld(s):
-        pos, sq = rmsprop_langevin(s.position, grad_u, s.sq, normal_like(key, s.position), config.base_step * scale,
-                                   temperature, n_data, config.rms_decay, config.rms_eps)
-        return s._replace(position=pos, sq=sq)
-
-    def sghmc(s):
-        pos, mom, _ = corrected_sghmc(s.position, s.momentum, grad_u, s.inv_mass, s.friction, s.noise_var, s.eps,
-                                      temperature, normal_like(key, s.position))
-        return s._replace(position=pos, momentum=mom)
-
-    return _branch(first, psgld, sghmc, state)
-
-
-def _temperatures(state: PolicyState, freeze: int):
-    """Per chain: (T_kin and `sampling` of l2e.types.window_temperature, the kinetic Σ r'·M⁻¹r') after an update."""
-    damping = jax.tree.map(lambda g: state.eps * g, state.friction)
-    t_kin, sampling = jax.vmap(lambda r: window_temperature(r, state.inv_mass, damping, state.step, freeze)
-                               )(state.momentum)
-    return t_kin, sampling, jax.vmap(lambda r: sum(jnp.sum(ri * ri * mi) for ri, mi in zip(
-        jax.tree.leaves(settled(r)), jax.tree.leaves(state.inv_mass))))(state.momentum)
-
-
-def _gradients(posterior: Posterior, config: PolicyConfig, positions, minibatches, gather):
-    """Every chain's (loss, ∇Ũ, V̂): from two half-batches where gathering with noise_halves (l2e.adaptation)."""
-    if config.noise_halves:
-        return jax.vmap(lambda p, mb: halved_gradients(posterior, p, mb, gather))(positions, minibatches)
-    loss, _, grad_u = jax.vmap(posterior.value_and_potential_grad)(positions, minibatches)
-    return loss, grad_u, jax.tree.map(jnp.zeros_like, grad_u)
-
-
-def _chain_gradients(posterior: Posterior, config: PolicyConfig, state: PolicyState, minibatches, first, gathering):
-    """Every chain's (loss, ∇Ũ, V̂) at its θ (`_gradients`): in phase 0 (`first`) the minibatch gradient, after it with
-    control_variate the control-variate estimate around the state's anchor (two minibatch gradients)."""
-    if not config.control_variate:
-        return _gradients(posterior, config, state.position, minibatches, gathering)
-    anchored = cv_posterior(posterior, Anchor(state.anchor, state.anchor_grad))
-    return _branch(first, lambda mb: _gradients(posterior, config, state.position, mb, gathering),
-                   lambda mb: _gradients(anchored, config, state.position, mb, gathering), minibatches)
-
-
-def _branch(flag, yes, no, state):
-    """yes(state) or no(state): a Python bool (a phase kernel) decides statically, a traced one by lax.cond."""
-    if isinstance(flag, bool):
-        return yes(state) if flag else no(state)
-    return jax.lax.cond(flag, yes, no, state)
 
 
 def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), phase: str | None = None):
@@ -319,14 +281,14 @@ def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), ph
         else:
             first, gathering = phase.startswith("psgld"), phase.endswith("gather")
         early = state.count < halves[p]
-        loss, grad_u, noise = _chain_gradients(posterior, config, state, minibatches, first, gathering)
+        loss, grad_u, noise = chain_gradients(posterior, config, state, minibatches, first, gathering)
         pre = state.position
-        state = _move(state, grad_u, k_step, config, n_data, learning_rate, temperature, first)
-        t_kin, sampling, kinetic = _temperatures(state, freeze)
+        state = move(state, grad_u, k_step, config, n_data, learning_rate, temperature, first)
+        t_kin, sampling, kinetic = temperatures(state, freeze)
         # a phase kernel gathers under the traced `window` too: a conditional, which XLA:CPU runs update by update
         # instead of deferring the statistics to the chunk's end (l2e.policy_features.gather)
-        state = _branch(window if gathering is True else gathering,
-                        lambda s: gather(s, pre, grad_u, noise, loss, t_kin, early), lambda s: s, state)
+        state = branch(window if gathering is True else gathering,
+                        lambda s: gather_window(s, config, pre, grad_u, noise, loss, t_kin, early), lambda s: s, state)
         finite = jax.vmap(lambda l, x: all_finite(l, sum(jnp.sum(v * v) for v in jax.tree.leaves(settled(x))))
                           )(loss, state.position)
         return state._replace(step=state.step + 1), PolicyInfo(loss, finite, kinetic, t_kin, sampling)

@@ -1,0 +1,87 @@
+"""Policy-L2E's per-update pieces (l2e.policy): every chain's gradients (two half-batches in the gathering windows,
+the control-variate estimate where anchored), its move (phase 0's pSGLD or the phase's SGHMC, in the dense mass's
+frame where that applies), its kinetic temperature, and the gathering of the window's statistics. `state` is an
+l2e.policy.PolicyState, `config` a PolicyConfig (not imported: that module imports this one)."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from l2e.adaptation import corrected_sghmc, halved_gradients, rmsprop_langevin
+from l2e.control_variates import Anchor, cv_posterior
+from l2e.policy_dense import dense_size, gather_dense, halves, move_dense
+from l2e.policy_features import gather
+from l2e.types import Posterior, normal_like, settled, window_temperature
+
+__all__ = ["branch", "chain_gradients", "dense_active", "move", "temperatures", "gather_window"]
+
+
+def move(state, grad_u, key, config, n_data: int, scale, temperature, first):
+    """Every chain's update: in phase 0 (`first`) RMSprop-preconditioned Langevin at η₀ (l2e.adaptation.
+    rmsprop_langevin), after it the noise-corrected SGHMC of the phase's constants (l2e.adaptation.corrected_sghmc;
+    with mass_rule "dense", in the frame: l2e.policy_dense.move_dense)."""
+    def psgld(s):
+        pos, sq = rmsprop_langevin(s.position, grad_u, s.sq, normal_like(key, s.position), config.base_step * scale,
+                                   temperature, n_data, config.rms_decay, config.rms_eps)
+        return s._replace(position=pos, sq=sq)
+
+    def sghmc(s):
+        z = normal_like(key, s.position)
+        if dense_active(config, s.position):
+            pos, mom = move_dense(s.position, s.momentum, grad_u, s.dense.frame, s.inv_mass, s.friction,
+                                  s.noise_var, s.eps, temperature, z)
+        else:
+            pos, mom, _ = corrected_sghmc(s.position, s.momentum, grad_u, s.inv_mass, s.friction, s.noise_var,
+                                          s.eps, temperature, z)
+        return s._replace(position=pos, momentum=mom)
+
+    return branch(first, psgld, sghmc, state)
+
+
+def temperatures(state, freeze: int):
+    """Per chain: (T_kin and `sampling` of l2e.types.window_temperature, the kinetic Σ r'·M⁻¹r') after an update."""
+    damping = jax.tree.map(lambda g: state.eps * g, state.friction)
+    t_kin, sampling = jax.vmap(lambda r: window_temperature(r, state.inv_mass, damping, state.step, freeze)
+                               )(state.momentum)
+    return t_kin, sampling, jax.vmap(lambda r: sum(jnp.sum(ri * ri * mi) for ri, mi in zip(
+        jax.tree.leaves(settled(r)), jax.tree.leaves(state.inv_mass))))(state.momentum)
+
+
+def _gradients(posterior: Posterior, config, positions, minibatches, gather):
+    """Every chain's (loss, ∇Ũ, V̂): from two half-batches where gathering with noise_halves (l2e.adaptation)."""
+    if config.noise_halves:  # mass_rule "dense": δ = (∇Ũ₁ − ∇Ũ₂)/2 instead of V̂ = δ² (`gather_window`)
+        split = halves if dense_active(config, positions) else halved_gradients
+        return jax.vmap(lambda p, mb: split(posterior, p, mb, gather))(positions, minibatches)
+    loss, _, grad_u = jax.vmap(posterior.value_and_potential_grad)(positions, minibatches)
+    return loss, grad_u, jax.tree.map(jnp.zeros_like, grad_u)
+
+
+def dense_active(config, positions) -> bool:
+    """Whether mass_rule "dense" applies: θ has at most l2e.policy_dense.DENSE_MAX coordinates."""
+    return config.mass_rule == "dense" and dense_size(positions) > 0
+
+
+def gather_window(state, config, pre, grad_u, noise, loss, t_kin, early):
+    """l2e.policy_features.gather, and with the dense mass first the co-moments (`noise` is then δ)."""
+    if dense_active(config, pre):
+        state = state._replace(dense=gather_dense(state.dense, state.count + 1.0, state.mean_x, state.mean_g, pre,
+                                                  grad_u, noise))
+        noise = jax.tree.map(jnp.square, noise)
+    return gather(state, pre, grad_u, noise, loss, t_kin, early)
+
+
+def chain_gradients(posterior: Posterior, config, state, minibatches, first, gathering):
+    """Every chain's (loss, ∇Ũ, V̂) at its θ (`_gradients`): in phase 0 (`first`) the minibatch gradient, after it with
+    control_variate the control-variate estimate around the state's anchor (two minibatch gradients)."""
+    if not config.control_variate:
+        return _gradients(posterior, config, state.position, minibatches, gathering)
+    anchored = cv_posterior(posterior, Anchor(state.anchor, state.anchor_grad))
+    return branch(first, lambda mb: _gradients(posterior, config, state.position, mb, gathering),
+                   lambda mb: _gradients(anchored, config, state.position, mb, gathering), minibatches)
+
+
+def branch(flag, yes, no, state):
+    """yes(state) or no(state): a Python bool (a phase kernel) decides statically, a traced one by lax.cond."""
+    if isinstance(flag, bool):
+        return yes(state) if flag else no(state)
+    return jax.lax.cond(flag, yes, no, state)
