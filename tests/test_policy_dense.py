@@ -65,7 +65,8 @@ def test_frame_is_the_inverse_hessian_of_a_gaussian():
     n = 1e7  # states: the off-diagonal shrinkage m/(m + d) is 1 to float32
     v = np.diag(rng.uniform(1.0, 2.0, D)).astype(np.float32)
     dense = PD.Dense(jnp.broadcast_to(jnp.asarray(c * (n - 1)), (M, D, D)),
-                     jnp.broadcast_to(jnp.asarray(H @ c @ H * (n - 1)), (M, D, D)), jnp.asarray(v), jnp.eye(D), jnp.eye(D))
+                     jnp.broadcast_to(jnp.asarray(H @ c @ H * (n - 1)), (M, D, D)), jnp.asarray(v),
+                     jnp.eye(D), jnp.eye(D))
     new, a_inv, noise = PD.frame(dense, jnp.asarray(n, jnp.float32), jnp.ones(M, bool))
     a = np.asarray(new.frame, np.float64)
     np.testing.assert_allclose(a @ a.T, COV, atol=1e-3 * np.abs(COV).max())
