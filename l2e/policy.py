@@ -94,7 +94,9 @@ class PolicyConfig:
     is the control-variate estimate around a shared anchor (SGHMC-CV; l2e.control_variates), the anchor refreshed at
     every adaptation point to the live chains' pooled mean of the gathered θ (a pass over the data each: the kernel
     takes `data`; two minibatch gradients per update after phase 0, `run_gradients`); anchor_chunk: training examples
-    per gradient call of that pass."""
+    per gradient call of that pass; relative_step: κ₀ counts against the stiffest preconditioned curvature, ε =
+    κ₀/sqrt(λ_max) before the caps (where the minibatch noise inflates Var ∇Ũ the rule's mass is too small and κ₀ in
+    its units too short a step; False: ε = κ₀)."""
 
     temperature: float = 1.0
     freeze_step: int = 1000
@@ -114,6 +116,7 @@ class PolicyConfig:
     max_step_gain: float = float(math.exp(LOG_BOUND))
     control_variate: bool = False
     anchor_chunk: int = 2048
+    relative_step: bool = False
 
     def __post_init__(self):
         check_choice("mass_rule", self.mass_rule, MASS_RULES), check_choice("policy", self.policy, POLICIES)
@@ -126,7 +129,8 @@ class PolicyConfig:
         check_in_range("gather_fraction", self.gather_fraction, 0, 1, include_low=False)
         check_in_range("window_fraction", self.window_fraction, 0, 1, include_low=False, include_high=False)
         check_in_range("rms_decay", self.rms_decay, 0.0, 1.0, include_high=False)
-        check_flag(noise_halves=self.noise_halves, control_variate=self.control_variate)
+        check_flag(noise_halves=self.noise_halves, control_variate=self.control_variate,
+                   relative_step=self.relative_step)
         check_step_count("anchor_chunk", self.anchor_chunk, 1)
         check_in_range("max_step_gain", self.max_step_gain, 1.0, math.inf, include_high=False)
 
@@ -222,7 +226,8 @@ def _adapt(state: PolicyState, phi, config: PolicyConfig, posterior: Posterior, 
                              stats["alive"])
     noise = unflat(stats["noise"], state.inv_mass)
     heat = jnp.max(stats["noise"] * jnp.exp(log_s2))  # the largest V̂ᵢ·M⁻¹ᵢ: where the minibatch noise heats most
-    eps = jnp.minimum(config.base_kappa * jnp.exp(k_adj) * scale, jnp.minimum(
+    kappa = config.base_kappa / (jnp.sqrt(lam + _TINY) if config.relative_step else 1.0)
+    eps = jnp.minimum(kappa * jnp.exp(k_adj) * scale, jnp.minimum(
         STABILITY / jnp.sqrt(lam + _TINY), jnp.sqrt(2.0 * config.temperature * MAX_DAMPING / (NOISE_MARGIN * heat
                                                                                              + _TINY))))
     gamma = config.base_damping / eps * jnp.exp(d_adj)

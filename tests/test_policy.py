@@ -19,6 +19,8 @@
   unaffordable, a plan or kernel without data refused;
 - a divergent chain is left out of the pooled statistics (the others adapt, finite); the stability cap's curvature
   "warm" reads a stiffer chain that "first" misses, and is at most "all"'s;
+- relative_step: ε·sqrt(λ_max(M⁻¹H)) = κ₀ on an anisotropic Gaussian with the "scale" rule's mass (λ_max > 2;
+  rtol 5 %, the power method's λ_max), and without it ε = κ₀;
 - max_step_gain = 1 leaves the rule's ε where φ asks for a longer step (exactly) and shortens it where φ asks for
   a shorter one (rtol 1e-5), the default lets the longer step through;
 - a saved φ loads back; a bad φ or configuration is refused with one line;
@@ -203,6 +205,18 @@ def test_rule_recovers_the_mass_it_names(rule):
     assert float(st.eps) == pytest.approx(0.15) and np.allclose(np.asarray(st.friction) * float(st.eps), 0.1)
 
 
+def test_relative_step_counts_kappa_against_the_stiffest_curvature():
+    post = gaussian_posterior(noise=0.05)
+    # the "scale" rule's mass is not the Fisher diagonal: λ_max(M⁻¹H) ≈ 3 here, not 1
+    cfg = P.PolicyConfig(freeze_step=1500, base_step=1e-2, base_kappa=0.3, relative_step=True, mass_rule="scale")
+    st, _, _ = run(P.policy(post, None, cfg), D, 1501)
+    lam = np.max(np.asarray(st.inv_mass) / SD**2)  # λ_max(M⁻¹H): H = diag(1/σ²) on this target
+    assert lam > 2.0, lam
+    np.testing.assert_allclose(float(st.eps) * np.sqrt(lam), 0.3, rtol=0.05)
+    plain = run(P.policy(post, None, dataclasses.replace(cfg, relative_step=False)), D, 1501)[0]
+    assert float(plain.eps) == pytest.approx(0.3)
+
+
 def test_window_is_sghmc_with_frozen_constants():
     post = gaussian_posterior()
     alg = P.policy(post, P.init_meta_params(jax.random.PRNGKey(3), start="random"), P.PolicyConfig(freeze_step=30))
@@ -259,7 +273,7 @@ def test_settings_reach_the_sampler_whole_in_the_evaluation_and_on_the_card(monk
 
     odd = dict(phases=4, gather_fraction=0.25, mass_rule="variance", window_fraction=0.4, base_step=3e-3,
                base_kappa=0.2, base_damping=0.3, power_iterations=3, curvature="all", max_step_gain=1.5,
-               control_variate=True)
+               control_variate=True, relative_step=True)
     assert set(odd) == set(M.SHARED)
     settings = M.PolicySettings(**odd)
     config = M.sampler_config(settings, 120)
