@@ -426,8 +426,8 @@ def test_merge_drops_an_extension_not_every_run_made(tmp_path):
 
 def test_merge_joins_disjoint_method_lists_on_common_tasks(tmp_path):
     """--merge: the union of rows on the tasks every run finished (a task one run lacks is left out), the seconds
-    summed, the leaderboard over them; a method in two runs, another configuration, another reference or other
-    floors are refused with one line, nothing written."""
+    summed, the leaderboard over them; floors equal to float rounding (2e-9 relative) merge; a method in two runs,
+    another configuration, another reference or other floors are refused with one line, nothing written."""
     import subprocess
     import sys
 
@@ -443,14 +443,22 @@ def test_merge_joins_disjoint_method_lists_on_common_tasks(tmp_path):
     rows = {r["key"]: r for r in doc["rows"]}
     assert rows["b/oracle"]["median_ratio"] == 1.0 and rows["a/oracle"]["median_ratio"] == 2.0
     assert doc["task_seconds"] == {t1: 20.0}
+    rounded = _board(tmp_path / "rounded", ["r"], {t1: {"r": (_same(50.0), None, 0)}},
+                     floors={"tv": {"median": 0.1 * (1 + 2e-9)}})  # the same floors to float rounding
+    proc = subprocess.run(cmd[:4] + ["--merge", str(a), "--merge", str(rounded), "--output", str(tmp_path / "o2")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    expected = {"dup": "method a is in another run too", "conf": "seeds", "ref": "another reference",
+                "floors": "other floors"}
     for name, kw in (("dup", dict(methods=["a"])), ("conf", dict(conf=dict(seeds=[0]))),
                      ("ref", dict(created="c2")), ("floors", dict(floors={"tv": {"median": 0.2}}))):
         methods = kw.pop("methods", ["c"])
         bad = _board(tmp_path / name, methods, {t1: {methods[0]: (_same(50.0), None, 0)}},
                      **kw.pop("conf", {}), **kw)
         target = tmp_path / f"out_{name}"
-        proc = subprocess.run(cmd[:-3] + ["--merge", str(a), "--merge", str(bad), "--output", str(target)],
+        proc = subprocess.run(cmd[:4] + ["--merge", str(a), "--merge", str(bad), "--output", str(target)],
                               capture_output=True, text=True)
         errors = _errors(proc)
         assert proc.returncode == 2 and len(errors) == 1 and errors[0].startswith("error: --merge"), (name, errors)
+        assert expected[name] in errors[0], (name, errors)
         assert not target.exists()

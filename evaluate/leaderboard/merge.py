@@ -4,7 +4,7 @@ rerunning its methods.
 
 The runs must share everything but their methods (budgets, extension budget, chain allocations, seeds, tuning
 budget and seed, K, reference directory); a task enters OUT when every run finished it against the same reference
-(its "created" stamp) and the same floors. Each merged task's record holds the union of the runs' method rows, one
+(its "created" stamp) and the same floors (to FLOOR_RTOL). Each merged task's record holds the union of the runs' method rows, one
 extension record (the rows every run that extended the task continued) and the sum of their seconds. A run extends
 a task only when none of its rows solves a seed by the largest budget; where some runs extended a task and others
 did not (a row of theirs solved a seed), the merged board would not have extended it: the extension's points are
@@ -39,14 +39,27 @@ def _records(run: Path) -> dict[str, dict]:
     return out
 
 
+FLOOR_RTOL = 1e-6
+"""Floors recomputed from the same reference agree to float rounding, not bit for bit: a CNN task's energy floor
+moved by 2e-9 (relative) between two runs of the same code on this machine. Far below the floors' own spread."""
+
+
+def _same_floors(a, b) -> bool:
+    """The same structure, and every number within FLOOR_RTOL (relative) of the other's."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_floors(a[k], b[k]) for k in a)
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return abs(a - b) <= FLOOR_RTOL * max(abs(a), abs(b))
+    return a == b
+
+
 def _merge_task(name: str, records: list[dict], runs: list[Path], conf: dict) -> dict:
     first = records[0]
     for run, record in zip(runs[1:], records[1:]):
         if record.get("reference_created") != first.get("reference_created"):
             raise ConfigError(f"--merge {run}: task {name} ran against another reference (created "
                               f"{record.get('reference_created')}, not {first.get('reference_created')})")
-        if json.dumps(record["result"]["floors"], sort_keys=True) != json.dumps(first["result"]["floors"],
-                                                                                   sort_keys=True):
+        if not _same_floors(record["result"]["floors"], first["result"]["floors"]):
             raise ConfigError(f"--merge {run}: task {name} has other floors")
     extended = [r["extended"] for r in records if r.get("extended")]
     dropped = None
