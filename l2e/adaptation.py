@@ -14,8 +14,8 @@ from l2e.reductions import chain_sum
 from l2e.types import Posterior, PyTree, normal_like, tree_vdot
 
 __all__ = [
-    "corrected_sghmc", "ensemble_curvature", "flat", "halved_gradients", "pooled_moments", "power_method", "rmsprop_langevin",
-    "top_curvature", "unflat", "welford",
+    "corrected_sghmc", "ensemble_curvature", "flat", "halved_difference", "halved_gradients", "pooled_moments",
+    "power_method", "rmsprop_langevin", "top_curvature", "unflat", "welford",
 ]
 
 
@@ -29,12 +29,22 @@ def halved_gradients(posterior: Posterior, position: PyTree, minibatch, inside) 
     """(loss, ∇Ũ, V̂): where `inside` (the adaptation window: a traced bool, or a Python bool in a phase kernel, then
     without a branch), from the two halves of the minibatch along every leaf's leading axis — ∇Ũ their mean and
     V̂ = (∇Ũ₁ − ∇Ũ₂)²/4, the variance of the full batch's gradient noise; elsewhere one gradient and V̂ = 0."""
+    return _halved(posterior, position, minibatch, inside, lambda a, b: 0.25 * jnp.square(a - b))
+
+
+def halved_difference(posterior: Posterior, position: PyTree, minibatch, inside) -> tuple[jax.Array, PyTree, PyTree]:
+    """`halved_gradients` with δ = (∇Ũ₁ − ∇Ũ₂)/2 in place of V̂ = δ² (the noise's signed sample, for its covariance
+    across coordinates: l2e.policy_dense); elsewhere δ = 0."""
+    return _halved(posterior, position, minibatch, inside, lambda a, b: 0.5 * (a - b))
+
+
+def _halved(posterior: Posterior, position: PyTree, minibatch, inside, spread):
+    """(loss, mean of the halves' ∇Ũ, spread(∇Ũ₁, ∇Ũ₂) per leaf) where `inside`; else one gradient and zeros."""
     def halves(mb):
         first = jax.tree.map(lambda x: x[: x.shape[0] // 2], mb)
         second = jax.tree.map(lambda x: x[x.shape[0] // 2:], mb)
         (l1, _, g1), (l2, _, g2) = (posterior.value_and_potential_grad(position, h) for h in (first, second))
-        return 0.5 * (l1 + l2), jax.tree.map(lambda a, b: 0.5 * (a + b), g1, g2), \
-            jax.tree.map(lambda a, b: 0.25 * jnp.square(a - b), g1, g2)
+        return 0.5 * (l1 + l2), jax.tree.map(lambda a, b: 0.5 * (a + b), g1, g2), jax.tree.map(spread, g1, g2)
 
     def whole(mb):
         loss, _, grad_u = posterior.value_and_potential_grad(position, mb)

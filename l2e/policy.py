@@ -217,9 +217,9 @@ def _adapt(state: PolicyState, phi, config: PolicyConfig, posterior: Posterior, 
         k_adj = jnp.minimum(_bounded(out[0]), math.log(config.max_step_gain))
     target = posterior, state.position
     if dense_active(config, state.position):  # the frame's mass is 1; φ's mass head is not read (l2e.policy_dense)
-        dense, a_inv, stats["noise"] = frame(state.dense, jnp.maximum(state.count, 1.0), stats["alive"])
+        dense, stats["noise"] = frame(state.dense, jnp.maximum(state.count, 1.0), stats["alive"])
         log_s2, state = jnp.zeros_like(log_s2), state._replace(dense=dense)
-        target = framed_posterior(posterior, dense.frame, state.inv_mass), to_frame(a_inv, state.position)
+        target = framed_posterior(posterior, dense.frame, state.inv_mass), to_frame(dense.frame_inv, state.position)
     inv_mass = unflat(jnp.exp(log_s2), state.inv_mass)
     k_power, k_mom = jax.random.split(key)
     lam = ensemble_curvature(*target, minibatch, inv_mass, k_power, config.power_iterations, config.curvature,

@@ -28,7 +28,7 @@ from l2e.adaptation import corrected_sghmc, flat, unflat
 from l2e.reductions import chain_sum
 from l2e.types import Posterior, PyTree
 
-__all__ = ["DENSE_MAX", "Dense", "dense_size", "framed_posterior", "frame", "gather_dense", "halves", "init_dense",
+__all__ = ["DENSE_MAX", "Dense", "dense_size", "framed_posterior", "frame", "gather_dense", "init_dense",
            "move_dense", "to_frame"]
 
 DENSE_MAX = 256
@@ -64,25 +64,6 @@ def init_dense(positions: PyTree) -> Dense:
     return Dense(z, z, jnp.zeros((d, d), jnp.float32), eye, eye)
 
 
-def halves(posterior: Posterior, position: PyTree, minibatch, inside):
-    """(loss, ∇Ũ, δ) of one chain: where `inside`, ∇Ũ the mean of the minibatch halves' and δ = (∇Ũ₁ − ∇Ũ₂)/2 (so
-    δ² is l2e.adaptation.halved_gradients' V̂); elsewhere one gradient and δ = 0."""
-    def split(mb):
-        first = jax.tree.map(lambda x: x[: x.shape[0] // 2], mb)
-        second = jax.tree.map(lambda x: x[x.shape[0] // 2:], mb)
-        (l1, _, g1), (l2, _, g2) = (posterior.value_and_potential_grad(position, h) for h in (first, second))
-        return (0.5 * (l1 + l2), jax.tree.map(lambda a, b: 0.5 * (a + b), g1, g2),
-                jax.tree.map(lambda a, b: 0.5 * (a - b), g1, g2))
-
-    def whole(mb):
-        loss, _, grad_u = posterior.value_and_potential_grad(position, mb)
-        return loss, grad_u, jax.tree.map(jnp.zeros_like, grad_u)
-
-    if isinstance(inside, bool):
-        return split(minibatch) if inside else whole(minibatch)
-    return jax.lax.cond(inside, split, whole, minibatch)
-
-
 def gather_dense(dense: Dense, count, mean_x, mean_g, pre, grad_u, diff) -> Dense:
     """The co-moments with one more state per chain (θ before the update, ∇Ũ, δ); mean_x, mean_g: the per-chain
     Welford means before this state; count: states gathered with this one. The pooled noise averages the chains
@@ -109,8 +90,8 @@ def _sqrt_and_inverse(m: jax.Array) -> tuple[jax.Array, jax.Array]:
     return (q * jnp.sqrt(w)) @ q.T, (q / jnp.sqrt(w)) @ q.T
 
 
-def frame(dense: Dense, n, alive) -> tuple[Dense, jax.Array, jax.Array]:
-    """At an adaptation point: (the state with the new frame A and its co-moments reset, A⁻¹, V̂ᵤ = diag(AᵀVA)) from
+def frame(dense: Dense, n, alive) -> tuple[Dense, jax.Array]:
+    """At an adaptation point: (the state with the new frame A, A⁻¹ and its co-moments reset, V̂ᵤ = diag(AᵀVA)) from
     the live chains' pooled within-chain covariances of θ and ∇Ũ over n states each (module docstring).
 
     Solved in the previous frame's coordinates (C and G mapped by its A₀⁻¹ and A₀ᵀ, their off-diagonals shrunk by
@@ -134,7 +115,7 @@ def frame(dense: Dense, n, alive) -> tuple[Dense, jax.Array, jax.Array]:
     a, a_inv = a0 @ (s[:, None] * root), (root_inv / s[None, :]) @ a0_inv
     noise = jnp.maximum(jnp.einsum("ji,jk,ki->i", a, dense.nv, a), 0.0)
     z = jnp.zeros_like(dense.cx)
-    return Dense(z, z, jnp.zeros_like(dense.nv), a, a_inv), a_inv, noise
+    return Dense(z, z, jnp.zeros_like(dense.nv), a, a_inv), noise
 
 
 def framed_posterior(posterior: Posterior, a: jax.Array, like: PyTree) -> Posterior:

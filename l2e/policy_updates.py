@@ -7,9 +7,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from l2e.adaptation import corrected_sghmc, halved_gradients, rmsprop_langevin
+from l2e.adaptation import corrected_sghmc, halved_difference, halved_gradients, rmsprop_langevin
 from l2e.control_variates import Anchor, cv_posterior
-from l2e.policy_dense import dense_size, gather_dense, halves, move_dense
+from l2e.policy_dense import dense_size, gather_dense, move_dense
 from l2e.policy_features import gather
 from l2e.types import Posterior, normal_like, settled, window_temperature
 
@@ -50,7 +50,7 @@ def temperatures(state, freeze: int):
 def _gradients(posterior: Posterior, config, positions, minibatches, gather):
     """Every chain's (loss, ∇Ũ, V̂): from two half-batches where gathering with noise_halves (l2e.adaptation)."""
     if config.noise_halves:  # mass_rule "dense": δ = (∇Ũ₁ − ∇Ũ₂)/2 instead of V̂ = δ² (`gather_window`)
-        split = halves if dense_active(config, positions) else halved_gradients
+        split = halved_difference if dense_active(config, positions) else halved_gradients
         return jax.vmap(lambda p, mb: split(posterior, p, mb, gather))(positions, minibatches)
     loss, _, grad_u = jax.vmap(posterior.value_and_potential_grad)(positions, minibatches)
     return loss, grad_u, jax.tree.map(jnp.zeros_like, grad_u)

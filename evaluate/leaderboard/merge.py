@@ -2,20 +2,19 @@
 method lists on the same zoo tasks — a user's sampler, or a new method of ours, joins a committed leaderboard without
 rerunning its methods.
 
-The runs must share everything but their methods (budgets, extension budget, chain allocations, seeds, tuning
-budget and seed, K, reference directory); a task enters OUT when every run finished it against the same reference
-(its "created" stamp) and the same floors (to FLOOR_RTOL). Each merged task's record holds the union of the runs' method rows, one
-extension record (the rows every run that extended the task continued) and the sum of their seconds. A run extends
-a task only when none of its rows solves a seed by the largest budget; where some runs extended a task and others
-did not (a row of theirs solved a seed), the merged board would not have extended it: the extension's points are
-dropped from the rows that have them (their gradients to floor recomputed), so that every row of a merged task runs
-the same budgets, and the record says so ("extension_dropped": the budget). OUT gets the merged configuration
+The runs must share everything but their methods (budgets, extension budget, chain allocations, seeds, tuning budget and
+seed, K, reference directory); a task enters OUT when every run finished it against the same reference (its "created"
+stamp) and the same floors (to FLOOR_RTOL). Each merged task's record holds the union of the runs' method rows, one
+extension record (the rows every run that extended the task continued) and the sum of their seconds. A run extends a
+task only when none of its rows solves a seed by the largest budget; where some runs extended a task and others did not
+(a row of theirs solved a seed), the merged board would not have extended it: the extension's points are dropped from
+the rows that have them (their gradients to floor recomputed), so that every row of a merged task runs the same budgets,
+and the record says so ("extension_dropped": the budget). OUT gets the merged configuration
 (the methods of every run, in --merge order, and the runs' commands) and the leaderboard of those tasks; the merged
 directory can be merged again, or rewritten with --report-only.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from base.io import ConfigError

@@ -1,17 +1,16 @@
 """Policy-L2E (l2e.policy): M parallel chains whose shared mass, step and friction are adapted from the chains' pooled
 statistics at a few points of the burn-in, then frozen (docs/samplers.md, Policy-L2E).
 
-Tuning-free: no grid. The budget G minibatch gradients is split by the method itself (Method.chain_allocation is
-False): the adaptation points' Hessian-vector products first (`l2e.policy.adaptation_gradients`), the rest as S =
-⌊(G − those)/M⌋ updates of each of the M chains (with control_variate: the anchor's passes first too, and every
-update after phase 0 two gradients; `l2e.policy.split_budget`); K/M draws per chain, evenly over the last
-window_fraction of its updates, the freeze where they start (as Transient-L2E's window rule). Settings: chains M;
-the SHARED fields (phases, mass_rule, gather_fraction, base_step, base_kappa, base_damping, power_iterations,
-curvature — "warm", as the shipped φ was trained — max_step_gain, control_variate and relative_step):
-l2e.policy.PolicyConfig's, passed to it unchanged by the evaluation and the card alike (the card, which holds no data
-set, runs control_variate off); meta_params: "rule" (the hand-designed rule, φ unused) or the path of a saved φ (l2e.policy.save_meta_params;
-the learned policy), "shipped" the shipped one. Two methods: `policy` (the rule) and `policy_learned` (the shipped
-φ)."""
+Tuning-free: no grid. The budget G minibatch gradients is split by the method itself (Method.chain_allocation is False):
+the adaptation points' Hessian-vector products first (`l2e.policy.adaptation_gradients`), the rest as S = ⌊(G −
+those)/M⌋ updates of each of the M chains (with control_variate: the anchor's passes first too, and every update after
+phase 0 two gradients; `l2e.policy.split_budget`); K/M draws per chain, evenly over the last window_fraction of its
+updates, the freeze where they start (as Transient-L2E's window rule). Settings: chains M; the SHARED fields (phases,
+mass_rule, gather_fraction, base_step, base_kappa, base_damping, power_iterations, curvature — "warm", as the shipped φ
+was trained — max_step_gain, control_variate and relative_step): l2e.policy.PolicyConfig's, passed to it unchanged by
+the evaluation and the card alike (the card, which holds no data set, runs control_variate off); meta_params: "rule"
+(the hand-designed rule, φ unused) or the path of a saved φ (l2e.policy.save_meta_params; the learned policy), "shipped"
+the shipped one. Two methods: `policy` (the rule) and `policy_learned` (the shipped φ)."""
 from __future__ import annotations
 
 import dataclasses
@@ -45,8 +44,8 @@ _DEFAULT = P.PolicyConfig()
 @dataclasses.dataclass(frozen=True)
 class PolicySettings:
     """chains: M; SHARED (phases, gather_fraction, mass_rule, window_fraction, base_step, base_kappa, base_damping,
-    power_iterations, curvature, max_step_gain, control_variate, relative_step): PolicyConfig's, with its defaults but curvature
-    "warm" (as the shipped φ was trained); meta_params: "rule" or the path of a saved φ (module docstring)."""
+    power_iterations, curvature, max_step_gain, control_variate, relative_step): PolicyConfig's, with its defaults but
+    curvature "warm" (as the shipped φ was trained); meta_params: "rule" or the path of a saved φ (module docstring)."""
 
     chains: int = 10
     phases: int = _DEFAULT.phases
