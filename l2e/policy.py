@@ -34,8 +34,9 @@ adaptation point adds power_iterations + 1 Hessian-vector products on one chain,
 or on chain 0 plus one per chain with curvature="warm" (`adaptation_gradients`). With control_variate, each
 adaptation point also moves a shared anchor to the chains' pooled mean (a pass over the data) and the later phases
 are SGHMC-CV (two gradients per update). A chain whose statistics are not finite (divergent) is left out of every
-pooled statistic and of the curvature cap. The phase kernels (`build_kernel`'s phase, `chunk_phase`) run a phase's
-updates without per-update branches.
+pooled statistic and of the curvature cap; with restart_lagging, so is a chain that lags far behind the others
+(l2e.policy_features.lagging), which is moved onto a live chain before the freeze. The phase kernels
+(`build_kernel`'s phase, `chunk_phase`) run a phase's updates without per-update branches.
 """
 from __future__ import annotations
 
@@ -51,8 +52,8 @@ from l2e.policy_budget import (ANCHOR_SHARE, BudgetPlan, adaptation_gradients, a
                                chunk_phase, plan_budget, run_gradients, split_budget)
 from l2e.control_variates import full_gradient_cost, full_nll_grad
 from l2e.policy_dense import Dense, frame, framed_posterior, init_dense, to_frame
-from l2e.policy_features import COORD_FEATURES, GLOBAL_FEATURES, features
-from l2e.policy_updates import branch, chain_gradients, dense_active, gather_window, move, temperatures
+from l2e.policy_features import COORD_FEATURES, GLOBAL_FEATURES, features, lagging
+from l2e.policy_updates import branch, chain_gradients, dense_active, gather_window, move, restart, temperatures
 from l2e.policy_params import check_meta_params, init_meta_params, load_meta_params, save_meta_params
 from l2e.chains import per_chain_batches
 from l2e.checks import check_choice, check_flag, check_in_range, check_positive, check_step_count
@@ -96,7 +97,10 @@ class PolicyConfig:
     takes `data`; two minibatch gradients per update after phase 0, `run_gradients`); anchor_chunk: training examples
     per gradient call of that pass; relative_step: κ₀ counts against the stiffest preconditioned curvature, ε =
     κ₀/sqrt(λ_max) before the caps (where the minibatch noise inflates Var ∇Ũ the rule's mass is too small and κ₀ in
-    its units too short a step; False: ε = κ₀)."""
+    its units too short a step; False: ε = κ₀); restart_lagging: at every adaptation point, a chain that lags
+    (l2e.policy_features.lagging: its window's mean loss far above the best chain's — stuck, or still travelling) is
+    left out of the pooled statistics and moved onto the θ of a live chain drawn at random, from where the next
+    phase's noise separates them (burn-in only: the window's SGHMC is unchanged)."""
 
     temperature: float = 1.0
     freeze_step: int = 1000
@@ -117,6 +121,7 @@ class PolicyConfig:
     control_variate: bool = False
     anchor_chunk: int = 2048
     relative_step: bool = False
+    restart_lagging: bool = False
 
     def __post_init__(self):
         check_choice("mass_rule", self.mass_rule, MASS_RULES), check_choice("policy", self.policy, POLICIES)
@@ -130,7 +135,7 @@ class PolicyConfig:
         check_in_range("window_fraction", self.window_fraction, 0, 1, include_low=False, include_high=False)
         check_in_range("rms_decay", self.rms_decay, 0.0, 1.0, include_high=False)
         check_flag(noise_halves=self.noise_halves, control_variate=self.control_variate,
-                   relative_step=self.relative_step)
+                   relative_step=self.relative_step, restart_lagging=self.restart_lagging)
         check_step_count("anchor_chunk", self.anchor_chunk, 1)
         check_in_range("max_step_gain", self.max_step_gain, 1.0, math.inf, include_high=False)
 
@@ -203,7 +208,13 @@ def _adapt(state: PolicyState, phi, config: PolicyConfig, posterior: Posterior, 
            progress, data) -> PolicyState:
     """The next phase's constants at an adaptation point (module docstring), fresh momenta, statistics reset; with
     control_variate, the anchor moved to the live chains' pooled mean of θ (one pass over `data`)."""
-    coord, glob, stats = features(state, config, posterior.data_size, progress)
+    lag = None
+    if config.restart_lagging:  # left out of the statistics and moved onto a live chain (module docstring)
+        key, k_restart = jax.random.split(key)
+        lag = lagging(state) & (progress < 1.0)  # not at the freeze: a copy needs a phase to separate
+    coord, glob, stats = features(state, config, posterior.data_size, progress, lag)
+    if config.restart_lagging:
+        state = restart(state, lag, stats["alive"], k_restart)
     if config.control_variate:
         anchor = unflat(stats["centre"], state.anchor)
         state = state._replace(anchor=anchor, anchor_grad=full_nll_grad(posterior, anchor, data, config.anchor_chunk))

@@ -10,12 +10,15 @@ from l2e.adaptation import flat, pooled_moments, welford
 from l2e.reductions import chain_sum
 from l2e.transient import SHRINK
 
-__all__ = ["COORD_FEATURES", "GLOBAL_FEATURES", "features", "gather"]
+__all__ = ["COORD_FEATURES", "GLOBAL_FEATURES", "LAG_Z", "features", "gather", "lagging"]
 
 COORD_FEATURES = ("log_fisher_scale", "log_within_share", "log_noise_share", "grad_mean_z", "log_inv_mass")
 GLOBAL_FEATURES = ("progress", "log_t_kin", "loss_trend", "log_rhat", "log_energy_var")
 _TINY, _HUGE = 1e-30, 1e30
 """_HUGE caps the noise share's ratio below float32's overflow (a window whose ∇Ũ did not vary)."""
+LAG_Z = 4.0
+"""A chain lags (`lagging`) where its window's mean minibatch loss exceeds the best live chain's by more than LAG_Z ×
+the live chains' median within-chain standard deviation of the loss."""
 
 
 def _log_scales(config, var_x, var_g, mean_g, count) -> tuple[jax.Array, jax.Array]:
@@ -33,14 +36,32 @@ def _log_scales(config, var_x, var_g, mean_g, count) -> tuple[jax.Array, jax.Arr
     return w * (log_s2 - mean) + mean, fisher - jnp.mean(fisher)
 
 
-def features(state, config, n_data: int, progress) -> tuple[jax.Array, jax.Array, dict]:
+def _finite(state) -> jax.Array:
+    """(M,) bool: the chains whose gathering-window statistics are finite (not divergent)."""
+    return jax.vmap(lambda *t: jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(t)]))
+                    )(state.mean_x, state.m2_x, state.mean_g, state.m2_g, state.loss_mean, state.loss_m2)
+
+
+def lagging(state) -> jax.Array:
+    """(M,) bool: the finite chains that have not arrived where the others are — their gathering window's mean
+    minibatch loss lies more than LAG_Z × the finite chains' median within-chain standard deviation of the loss
+    above the best finite chain's. At stationarity two chains' window means differ by their standard error, a
+    fraction of that deviation; a chain stuck on a plateau or still travelling lies far above."""
+    finite = _finite(state)
+    sd = jnp.sqrt(state.loss_m2 / jnp.maximum(state.count - 1.0, 1.0))
+    best = jnp.min(jnp.where(finite, state.loss_mean, jnp.inf))
+    scale = jnp.nanmedian(jnp.where(finite, sd, jnp.nan))
+    return finite & (state.loss_mean - best > LAG_Z * scale)
+
+
+def features(state, config, n_data: int, progress, lag=None) -> tuple[jax.Array, jax.Array, dict]:
     """(per-coordinate features (d, |COORD_FEATURES|), global features (|GLOBAL_FEATURES|,), the rule's statistics)
     at an adaptation point from the gathering window's statistics (module docstring), pooled over the live chains:
-    a chain whose statistics are not finite (divergent) is left out (stats["alive"], (M,) bool); stats["centre"]: the
-    live chains' pooled mean of θ (flat; the control variates' anchor)."""
+    a chain whose statistics are not finite (divergent) or that `lag` ((M,) bool, `lagging`; None: none) marks is
+    left out (stats["alive"], (M,) bool); stats["centre"]: the live chains' pooled mean of θ (flat; the control
+    variates' anchor)."""
     n = jnp.maximum(state.count, 1.0)
-    alive = jax.vmap(lambda *t: jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(t)]))
-                     )(state.mean_x, state.m2_x, state.mean_g, state.m2_g, state.loss_mean, state.loss_m2)
+    alive = _finite(state) if lag is None else _finite(state) & ~lag
     chains = jnp.maximum(jnp.sum(alive), 1.0)
     w_x, b_x, centre = pooled_moments(state.mean_x, state.m2_x, n, alive)
     w_g, b_g, mu_g = pooled_moments(state.mean_g, state.m2_g, n, alive)

@@ -13,7 +13,7 @@ from l2e.policy_dense import dense_size, gather_dense, move_dense
 from l2e.policy_features import gather
 from l2e.types import Posterior, normal_like, settled, window_temperature
 
-__all__ = ["branch", "chain_gradients", "dense_active", "move", "temperatures", "gather_window"]
+__all__ = ["branch", "chain_gradients", "dense_active", "move", "restart", "temperatures", "gather_window"]
 
 
 def move(state, grad_u, key, config, n_data: int, scale, temperature, first):
@@ -36,6 +36,18 @@ def move(state, grad_u, key, config, n_data: int, scale, temperature, first):
         return s._replace(position=pos, momentum=mom)
 
     return branch(first, psgld, sghmc, state)
+
+
+def restart(state, lag, alive, key):
+    """The state with every chain that `lag` marks ((M,) bool) moved to the θ (and phase 0's RMSprop average) of a
+    chain drawn uniformly, with `key`, from those `alive` marks; unchanged where none is alive."""
+    donor = jax.random.categorical(key, jnp.where(alive, 0.0, -jnp.inf), shape=lag.shape)
+    move_ = lag & jnp.any(alive)
+
+    def copy(x):
+        return jnp.where(move_.reshape((-1,) + (1,) * (x.ndim - 1)), x[donor], x)
+
+    return state._replace(position=jax.tree.map(copy, state.position), sq=jax.tree.map(copy, state.sq))
 
 
 def temperatures(state, freeze: int):

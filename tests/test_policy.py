@@ -273,7 +273,7 @@ def test_settings_reach_the_sampler_whole_in_the_evaluation_and_on_the_card(monk
 
     odd = dict(phases=4, gather_fraction=0.25, mass_rule="variance", window_fraction=0.4, base_step=3e-3,
                base_kappa=0.2, base_damping=0.3, power_iterations=3, curvature="all", max_step_gain=1.5,
-               control_variate=True, relative_step=True)
+               control_variate=True, relative_step=True, restart_lagging=True)
     assert set(odd) == set(M.SHARED)
     settings = M.PolicySettings(**odd)
     config = M.sampler_config(settings, 120)
@@ -355,8 +355,8 @@ def test_control_variates_anchor_at_the_pooled_mean_and_their_gradients_are_coun
     and its gradient the full-data mean NLL gradient there (rtol 1e-5); after it a chain's ∇Ũ is the control-variate
     estimate (l2e.control_variates.cv_posterior; rtol 1e-4 and atol 1e-3, and more than 1 from the plain one),
     before it no anchor is set; the budget counts the passes and the second gradient of every anchored update
-    (run_gradients within G, fewer updates than without); the anchors are turned off where their passes would take more than ANCHOR_SHARE of G; a kernel or
-    a plan without data is refused."""
+    (run_gradients within G, fewer updates than without); the anchors are turned off where their passes would take
+    more than ANCHOR_SHARE of G; a kernel or a plan without data is refused."""
     post, data = _logistic(600, 3)
     chains = 4
     config = P.PolicyConfig(freeze_step=30, control_variate=True, anchor_chunk=256)
