@@ -389,7 +389,8 @@ def _board(root, methods: list[str], rows: dict, created="c1", floors=None, **co
 def test_merge_drops_an_extension_not_every_run_made(tmp_path):
     """A task run a extended (its rows reach the floor only at 400) and run b did not (b solved at 100): the merged
     rows run the same budgets, a's point at 400 dropped and its gradients to floor recomputed (none); where every run
-    extended, the points stay."""
+    extended, the points stay. A run with --extend 0 merges with an extended one (the merged extend 0, the extension
+    dropped); two different non-zero extension budgets are refused."""
     from evaluate.leaderboard.merge import merge_runs
 
     def points(tvs):  # tv per budget 100, 400 on seed 0; the floor 0.1 is reached where tv <= 0.11
@@ -422,6 +423,23 @@ def test_merge_drops_an_extension_not_every_run_made(tmp_path):
     assert both["digits/mlp-32"]["extended"]["budget"] == 400 and "extension_dropped" not in both["digits/mlp-32"]
     assert [p["budget"] for p in both["digits/mlp-32"]["result"]["methods"]["a"]["choices"]["oracle"]["seeds"]["0"]
             ] == [100, 400]
+    # a run that extends nothing (--extend 0) joins an extended one: the merged board extends nothing
+    none = _board(tmp_path / "none", ["n"], {}, extend=0)
+    from evaluate.leaderboard.store import FORMAT, read_configuration, write_task
+    seeds = {"0": points([(100, 0.5)])}
+    write_task(none, {"format": FORMAT, "task": "digits/mlp-32", "configuration": read_configuration(none),
+                      "reference_created": "c1", "result": {"floors": floors, "methods": {"n": {
+                          "method": "n", "chains": 1, "tuning": {"gradients": 0}, "choices": {"oracle": {
+                              "hp": {}, "seeds": seeds, "to_floor": to_floor(seeds, floors)}}}}},
+                      "extended": None, "seconds": 1.0})
+    conf, joined = merge_runs([a, none])
+    assert conf["extend"] == 0 and joined["digits/mlp-32"]["extension_dropped"] == 400
+    assert [p["budget"] for p in joined["digits/mlp-32"]["result"]["methods"]["a"]["choices"]["oracle"]["seeds"]["0"]
+            ] == [100]
+    from base.io import ConfigError
+    other = _board(tmp_path / "other", ["o"], {}, extend=800)
+    with pytest.raises(ConfigError, match="extend"):
+        merge_runs([a, other])
 
 
 def test_merge_joins_disjoint_method_lists_on_common_tasks(tmp_path):

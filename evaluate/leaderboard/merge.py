@@ -3,7 +3,8 @@ method lists on the same zoo tasks — a user's sampler, or a new method of ours
 rerunning its methods.
 
 The runs must share everything but their methods (budgets, extension budget, chain allocations, seeds, tuning budget and
-seed, K, reference directory); a task enters OUT when every run finished it against the same reference (its "created"
+seed, K, reference directory) — but a run that extends nothing (--extend 0) merges with runs that do, and the merged
+board extends nothing (every extension's points dropped, as below); a task enters OUT when every run finished it against the same reference (its "created"
 stamp) and the same floors (to FLOOR_RTOL). Each merged task's record holds the union of the runs' method rows, one
 extension record (the rows every run that extended the task continued) and the sum of their seconds. A run extends a
 task only when none of its rows solves a seed by the largest budget; where some runs extended a task and others did not
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from base.io import ConfigError
 
-__all__ = ["SHARED", "merge_runs"]
+__all__ = ["SHARED", "cut_row", "merge_runs"]
 
 SHARED = ("format", "preset", "budgets", "extend", "chains", "seeds", "tune_budget", "tune_seed", "k", "reference")
 """The configuration keys every merged run must share."""
@@ -67,7 +68,7 @@ def _merge_task(name: str, records: list[dict], runs: list[Path], conf: dict) ->
     methods = {}
     for record in records:
         rows = record["result"]["methods"]
-        methods.update(rows if dropped is None else {m: _cut(row, max(conf["budgets"]), first["result"]["floors"])
+        methods.update(rows if dropped is None else {m: cut_row(row, max(conf["budgets"]), first["result"]["floors"])
                                                      for m, row in rows.items()})
     if extended:  # every run extends at the same budget (a SHARED key); the rows each run extended, together
         extended = {"budget": extended[0]["budget"], "rows": [m for e in extended for m in e.get("rows", [])],
@@ -77,7 +78,7 @@ def _merge_task(name: str, records: list[dict], runs: list[Path], conf: dict) ->
             "seconds": sum(float(r.get("seconds") or 0.0) for r in records)}
 
 
-def _cut(row: dict, largest: int, floors: dict) -> dict:
+def cut_row(row: dict, largest: int, floors: dict) -> dict:
     """A curve row without its points beyond the budget `largest`, its gradients to floor recomputed."""
     from evaluate.curve.fidelity import to_floor
 
@@ -103,8 +104,10 @@ def merge_runs(runs: list) -> tuple[dict, dict[str, dict]]:
         if conf is None:
             raise ConfigError(f"--merge {run} is not a leaderboard directory (no configuration.json)")
         confs.append(conf)
+    extends = {c.get("extend") for c in confs}
     for run, conf in zip(runs[1:], confs[1:]):
-        differ = [k for k in config_differences({k: confs[0].get(k) for k in SHARED}, {k: conf.get(k) for k in SHARED})]
+        differ = [k for k in config_differences({k: confs[0].get(k) for k in SHARED}, {k: conf.get(k) for k in SHARED})
+                  if k != "extend" or 0 not in extends]  # a run that extends nothing joins any (module docstring)
         if differ:
             raise ConfigError(f"--merge {run} differs from {runs[0]} in {', '.join(differ)}")
     methods, user = [], []
@@ -114,7 +117,7 @@ def merge_runs(runs: list) -> tuple[dict, dict[str, dict]]:
                 raise ConfigError(f"--merge {run}: method {m} is in another run too")
             methods.append(m)
         user += [u for u in conf.get("user_methods", []) if u not in user]
-    merged = {**{k: confs[0][k] for k in SHARED}, "methods": methods, "user_methods": user,
+    merged = {**{k: confs[0][k] for k in SHARED}, **({"extend": 0} if 0 in extends else {}), "methods": methods, "user_methods": user,
               "merged_from": [c.get("merged_from", [str(r)]) for r, c in zip(runs, confs)]}
     records = [_records(run) for run in runs]
     common = [n for n in records[0] if all(n in r for r in records[1:])]
