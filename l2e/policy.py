@@ -97,11 +97,11 @@ class PolicyConfig:
     takes `data`; two minibatch gradients per update after phase 0, `run_gradients`); anchor_chunk: training examples
     per gradient call of that pass; relative_step: κ₀ counts against the stiffest preconditioned curvature, ε =
     κ₀/sqrt(λ_max) before the caps (where the minibatch noise inflates Var ∇Ũ the rule's mass is too small and κ₀ in
-    its units too short a step; False: ε = κ₀); restart_lagging: at every adaptation point, a chain that lags
-    (l2e.policy_features.lagging: its window's mean loss far above the best chain's — stuck, or still travelling) is
-    left out of the pooled statistics (but the window's V̂ and T_kin, pooled update by update over the finite chains)
-    and moved onto the θ of a live chain drawn at random, from where the next phase's noise separates them (burn-in
-    only: the window's SGHMC is unchanged)."""
+    its units too short a step; False: ε = κ₀); restart_lagging: at every adaptation point before the freeze, a
+    chain that lags (l2e.policy_features.lagging: its window's mean loss far above the best chain's — stuck, or still
+    travelling) is left out of the pooled statistics (but the window's V̂ and T_kin, pooled update by update over the
+    finite chains) and moved onto the θ of a live chain drawn at random, from where the next phase's noise separates
+    them (burn-in only: the window's SGHMC is unchanged)."""
 
     temperature: float = 1.0
     freeze_step: int = 1000

@@ -137,8 +137,8 @@ def test_bootstrap_a_row_that_dominates_everywhere_has_probability_one():
     p = bootstrap_within(ratios, resamples=200, seed=3)
     assert p[0] == 1.0 and p[2] == 0.0 and p[3] == 0.0 and 0.0 <= p[1] <= 1.0
     assert np.array_equal(p, bootstrap_within(ratios, resamples=200, seed=3))  # same seed, same numbers
-    # a split decision: in a resample with three or more draws of the third and fourth tasks the second row leads (median
-    # 1.2 against 2), else the first (1 against 2.4); exactly one of them is within 1.25x the best each time
+    # a split decision: in a resample with three or more draws of the third and fourth tasks the second row leads
+    # (median 1.2 against 2), else the first (1 against 2.4); exactly one of them is within 1.25x the best each time
     tie = np.vstack([np.array([1.0, 1.0, 2.0, 2.0, 1.0]), np.array([2.0, 2.0, 1.0, 1.0, 2.0]) * 1.2])
     q = bootstrap_within(tie, resamples=500, seed=0)
     assert 0.0 < q[1] < q[0] < 1.0 and q[0] + q[1] == pytest.approx(1.0)

@@ -2,17 +2,17 @@
 method lists on the same zoo tasks — a user's sampler, or a new method of ours, joins a committed leaderboard without
 rerunning its methods.
 
-The runs must share everything but their methods (budgets, extension budget, chain allocations, seeds, tuning budget and
-seed, K, reference directory) — but a run that extends nothing (--extend 0) merges with runs that do, and the merged
-board extends nothing (every extension's points dropped, as below); a task enters OUT when every run finished it against the same reference (its "created"
-stamp) and the same floors (to FLOOR_RTOL). Each merged task's record holds the union of the runs' method rows, one
-extension record (the rows every run that extended the task continued) and the sum of their seconds. A run extends a
-task only when none of its rows solves a seed by the largest budget; where some runs extended a task and others did not
-(a row of theirs solved a seed), the merged board would not have extended it: the extension's points are dropped from
-the rows that have them (their gradients to floor recomputed), so that every row of a merged task runs the same budgets,
-and the record says so ("extension_dropped": the budget). OUT gets the merged configuration
-(the methods of every run, in --merge order, and the runs' commands) and the leaderboard of those tasks; the merged
-directory can be merged again, or rewritten with --report-only.
+The runs must share everything but their methods (budgets, extension budget, chain allocations, seeds, tuning
+budget and seed, K, reference directory) — but a run that extends nothing (--extend 0) merges with runs that do, and
+the merged board extends nothing (every extension's points dropped, as below); a task enters OUT when every run
+finished it against the same reference (its "created" stamp) and the same floors (to FLOOR_RTOL). Each merged task's
+record holds the union of the runs' method rows, one extension record (the rows every run that extended the task
+continued) and the sum of their seconds. A run extends a task only when none of its rows solves a seed by the largest
+budget; where some runs extended a task and others did not (a row of theirs solved a seed), the merged board would
+not have extended it: the extension's points are dropped from the rows that have them (their gradients to floor
+recomputed), so that every row of a merged task runs the same budgets, and the record says so ("extension_dropped":
+the budget). OUT gets the merged configuration (the methods of every run, in --merge order, and the runs' commands)
+and the leaderboard of those tasks; the merged directory can be merged again, or rewritten with --report-only.
 """
 from __future__ import annotations
 
@@ -117,8 +117,8 @@ def merge_runs(runs: list) -> tuple[dict, dict[str, dict]]:
                 raise ConfigError(f"--merge {run}: method {m} is in another run too")
             methods.append(m)
         user += [u for u in conf.get("user_methods", []) if u not in user]
-    merged = {**{k: confs[0][k] for k in SHARED}, **({"extend": 0} if 0 in extends else {}), "methods": methods, "user_methods": user,
-              "merged_from": [c.get("merged_from", [str(r)]) for r, c in zip(runs, confs)]}
+    merged = {**{k: confs[0][k] for k in SHARED}, **({"extend": 0} if 0 in extends else {}), "methods": methods,
+              "user_methods": user, "merged_from": [c.get("merged_from", [str(r)]) for r, c in zip(runs, confs)]}
     records = [_records(run) for run in runs]
     common = [n for n in records[0] if all(n in r for r in records[1:])]
     return merged, {n: _merge_task(n, [r[n] for r in records], runs, merged) for n in common}
