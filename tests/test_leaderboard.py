@@ -20,8 +20,8 @@ import math
 import numpy as np
 import pytest
 
-from evaluate.leaderboard.aggregate import (bootstrap_within, leaderboard, median_ratio, pair_costs, profile,
-                                            task_best)
+from evaluate.leaderboard.aggregate import (bootstrap_within, floor_distances, leaderboard, median_ratio, pair_costs,
+                                            profile, task_best)
 
 INF = math.inf
 
@@ -172,6 +172,35 @@ def test_extension_appends_points_and_rereads_the_floor():
     assert a["to_floor"]["tv"]["per_seed"][0] == pytest.approx(200 * 2 ** 0.76)
     assert len(task["methods"]["a"]["choices"]["oracle"]["seeds"]["0"]) == 2  # the input is not modified
     assert merged["methods"]["b"] is task["methods"]["b"] and solved_any(merged)
+
+
+def test_floor_distance_per_budget_geometric_mean_and_median():
+    """A run's distance is max(TV ÷ TV floor, E² ÷ E² floor); per budget the geometric mean over the pairs (None when
+    a run has no TV: every chain divergent) and the median (that run counted as infinity); budgets ascending; the
+    leaderboard's rows carry it, and the report shows it per budget of the configuration."""
+    from evaluate.leaderboard.report import leaderboard_markdown
+
+    def run(budget, tv, e2):
+        return {"budget": budget, "gradients": budget, "divergent_chains": 0, "tv": tv, "energy": e2}
+
+    seeds = {"0": [run(200, 0.1, 0.01), run(100, 0.2, 0.01)], "1": [run(100, 0.1, 0.03), run(200, 0.15, 0.01)],
+             "2": [run(100, 0.3, 0.03), run(200, None, None)]}
+    task = {"floors": {"tv": {"median": 0.1}, "energy": {"median": 0.01}},
+            "methods": {"a": {"method": "a", "chains": 1, "tuning": {"gradients": 0}, "choices": {"oracle": {
+                "hp": {}, "seeds": seeds, "to_floor": {"tv": {"per_seed": [None] * 3},
+                                                       "energy": {"per_seed": [None] * 3}}}}}}}
+    d = floor_distances({"t": task}, "a/oracle")
+    assert [x["budget"] for x in d] == [100, 200] and [x["pairs"] for x in d] == [3, 3]
+    assert d[0]["geomean"] == pytest.approx((2.0 * 3.0 * 3.0) ** (1 / 3), rel=1e-12) and d[0]["median"] == 3.0
+    assert d[1]["geomean"] is None and d[1]["median"] == pytest.approx(1.5, rel=1e-12)  # 1.0, 1.5 and the divergent run's infinity
+    assert floor_distances({"t": {**task, "floors": {}}}, "a/oracle") == []  # no floors, no distance
+    doc = leaderboard({"t": task}, {"t": ("linear",)})
+    assert doc["rows"][0]["distance"] == d
+    conf = {"methods": ["a"], "budgets": [100, 200, 400], "extend": 0, "chains": [1], "seeds": [0, 1, 2],
+            "tune_budget": 100, "k": 10, "preset": "references", "reference": "ref"}
+    md = leaderboard_markdown({"configuration": conf, "tasks": ["t"], "skipped": {}, "extended": {}, "left_out": {},
+                               "seconds": {}, "task_seconds": {}, "command": "c", "partial": None, **doc}, [])
+    assert "| a | oracle | 2.62 / 3.00 | ∞ / 1.50 | — |" in md.split("## Distance to the floor by budget")[1]
 
 
 def test_markdown_and_profile_pngs(tmp_path):

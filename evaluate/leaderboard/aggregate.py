@@ -23,6 +23,10 @@ Definitions (docs/evaluation.md, "Leaderboard"):
 - Performance profile (Dolan–Moré), per tuning choice among that choice's rows: for every (task, seed) pair r =
   pair cost ÷ the smallest pair cost of those rows on the pair (+inf when unsolved, and for every row on a pair no row
   solves); ρ(τ) = the fraction of all pairs with r ≤ τ. Tuning-exclusive and tuning-inclusive costs.
+- Distance to the floor (per budget G, `floor_distances`): a run's max(TV ÷ the task's TV floor, E² ÷ its E² floor)
+  (the K-draw floors' medians; 1 = at the floor; +inf where the run has no TV or energy: every chain divergent); per
+  row and G, over the (task, seed) pairs with a run at G, their geometric mean (+inf when any is) and median. A
+  continuous companion to the reach, which a K-draw estimate near the floor crosses at some budgets and not others.
 - T_kin off: a row's runs whose mean kinetic temperature over the window (a run's "t_kin") lies outside
   T·(1 ± T_KIN_TOLERANCE), T = 1 (the curves sample the posterior), out of its runs that report one (samplers with
   a momentum); every budget counts.
@@ -34,8 +38,8 @@ import math
 import numpy as np
 
 __all__ = ["BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "CHOICES", "FAMILIES", "PROFILE_TAUS", "T_KIN_TOLERANCE", "WITHIN",
-           "bootstrap_within", "leaderboard", "median_ratio", "pair_costs", "profile", "profile_ratios", "row_key",
-           "task_best", "task_cost"]
+           "bootstrap_within", "floor_distances", "leaderboard", "median_ratio", "pair_costs", "profile",
+           "profile_ratios", "row_key", "task_best", "task_cost"]
 
 CHOICES = ("oracle", "validation")
 FAMILIES = ("linear", "mlp", "cnn", "classification", "regression", "large-n")
@@ -88,6 +92,29 @@ def pair_costs(task: dict) -> dict[str, dict]:
                                           "divergent": int(sum(p.get("divergent_chains") or 0 for p in points)),
                                           "runs": len(points), "t_kin_runs": len(t_kin),
                                           "t_kin_off": sum(not abs(t - 1.0) <= T_KIN_TOLERANCE for t in t_kin)}
+    return out
+
+
+def floor_distances(tasks: dict[str, dict], key: str) -> list[dict]:
+    """[{"budget", "pairs", "geomean", "median"}] of row `key` (module docstring), by budget ascending: over the
+    (task, seed) pairs with a run at that budget (tasks: {task name: curve_task's result}); geomean and median are
+    None where infinite."""
+    name, choice = key.rsplit("/", 1)
+    by: dict[int, list[float]] = {}
+    for task in tasks.values():
+        c = task["methods"].get(name, {}).get("choices", {}).get(choice)
+        floors = task.get("floors") or {}
+        if c is None or "tv" not in floors or "energy" not in floors:  # no floors: no distance
+            continue
+        tv, e2 = floors["tv"]["median"], floors["energy"]["median"]
+        for p in (p for pts in c["seeds"].values() for p in pts):
+            ok = p.get("tv") is not None and p.get("energy") is not None
+            by.setdefault(int(p["budget"]), []).append(max(p["tv"] / tv, p["energy"] / e2) if ok else INF)
+    out = []
+    for g in sorted(by):
+        v = np.sort(np.asarray(by[g], np.float64))
+        geo = float(np.exp(np.mean(np.log(v)))) if np.all(np.isfinite(v)) else None
+        out.append({"budget": g, "pairs": int(v.size), "geomean": geo, "median": median_ratio(v)})
     return out
 
 
@@ -243,8 +270,7 @@ def leaderboard(tasks: dict[str, dict], families: dict[str, tuple], resamples: i
       {task: {"best", "best_tuning", "families", "seeds"}}, "ratio_tasks", "ratio_tasks_tuning", "profiles",
       "bootstrap"}. A row dict: "key", "row", "method", "chains", "choice", "solved", "pairs", "reach",
       "median_ratio", "median_ratio_tuning", "within_best", "divergent_chains", "runs", "t_kin_off", "t_kin_runs",
-      "families", "ratios"
-      ({task: ratio or None}).
+      "families", "ratios" ({task: ratio or None}), "distance" (`floor_distances`).
     """
     per_task = {t: pair_costs(r) for t, r in tasks.items()}
     meta = {row_key(n, c): (n, r["method"], r["chains"], c) for t in tasks.values() for n, r in t["methods"].items()
@@ -266,7 +292,8 @@ def leaderboard(tasks: dict[str, dict], families: dict[str, tuple], resamples: i
                      **{f: sum(p[k].get(f, 0) for p in per_task.values() if k in p)
                         for f in ("t_kin_off", "t_kin_runs")},
                      "families": _families(per_task, families, k, i, ratio_tasks, ratios),
-                     "ratios": {t: (float(v) if math.isfinite(v) else None) for t, v in zip(ratio_tasks, ratios[i])}})
+                     "ratios": {t: (float(v) if math.isfinite(v) else None) for t, v in zip(ratio_tasks, ratios[i])},
+                     "distance": floor_distances(tasks, k)})
     rows.sort(key=lambda r: (-r["reach"], INF if r["median_ratio"] is None else r["median_ratio"], r["key"]))
     return {"rows": rows, "ratio_tasks": ratio_tasks, "ratio_tasks_tuning": tuned_tasks,
             "per_task": {t: {"best": task_best(p), "best_tuning": task_best(p, True),

@@ -1,5 +1,6 @@
-"""The leaderboard's report: leaderboard.md (what ran, the table, the family breakdown, the per-task bests, the
-performance profiles, the skipped tasks, the definitions and the command) and the profile PNGs."""
+"""The leaderboard's report: leaderboard.md (what ran, the table, the family breakdown, the distance to the floor by
+budget, the per-task bests, the performance profiles, the skipped tasks, the definitions and the command) and the
+profile PNGs."""
 from __future__ import annotations
 
 import io
@@ -90,6 +91,31 @@ def _families(doc: dict) -> list[str]:
     return lines + [""]
 
 
+def _inf(v) -> str:
+    return "∞" if v is None else f"{v:.2f}"
+
+
+def _distance(doc: dict) -> list[str]:
+    budgets = doc["configuration"]["budgets"]
+    rows = [r for r in doc["rows"] if r.get("distance")]
+    if not rows:  # a document written before the distances were recorded
+        return []
+    lines = ["## Distance to the floor by budget", "",
+             "Each cell: the geometric mean / the median, over the (task, seed) pairs, of a run's max(TV ÷ the TV "
+             "floor, E² ÷ the E² floor) at budget G (1 = at the K-draw floor; ∞ where a run has no TV or energy, "
+             "every chain divergent; the pairs counted in brackets where a row has fewer runs at G than pairs). A "
+             "continuous companion to the reach: near the floor a K-draw estimate crosses the reach's threshold at "
+             "some budgets and not at others.", "",
+             "| row | tuning | " + " | ".join(f"G = {g:,}" for g in budgets) + " |",
+             "|---|---|" + "---|" * len(budgets)]
+    for r in rows:
+        at = {d["budget"]: d for d in r["distance"]}
+        cells = [f"{_inf(at[g]['geomean'])} / {_inf(at[g]['median'])}" + (
+            f" ({at[g]['pairs']})" if at[g]["pairs"] != r["pairs"] else "") if g in at else "—" for g in budgets]
+        lines.append(f"| {r['row']} | {r['choice']} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 def _best(best: dict) -> str:
     if best["rule"] is None:
         return "none (no row solves any seed)"
@@ -134,7 +160,7 @@ def leaderboard_markdown(doc: dict, pngs: list[str]) -> str:
     """leaderboard.md of a leaderboard document (leaderboard.json's dict: the aggregate of
     evaluate.leaderboard.aggregate.leaderboard with "configuration", "tasks", "skipped", "extended", "seconds",
     "task_seconds", "command"); pngs: the profile PNGs written beside it."""
-    lines = ["# Leaderboard", ""] + _what_ran(doc) + _table(doc) + _families(doc) + _per_task(doc)
+    lines = ["# Leaderboard", ""] + _what_ran(doc) + _table(doc) + _families(doc) + _distance(doc) + _per_task(doc)
     lines += _profiles(doc, pngs)
     lines += ["## Skipped tasks", ""]
     lines += [f"- {n}: {why}" for n, why in doc["skipped"].items()] or ["None."]
