@@ -53,7 +53,8 @@ from l2e.policy_budget import (ANCHOR_SHARE, BudgetPlan, adaptation_gradients, a
 from l2e.control_variates import full_gradient_cost, full_nll_grad
 from l2e.policy_dense import Dense, frame, framed_posterior, init_dense, to_frame
 from l2e.policy_features import COORD_FEATURES, GLOBAL_FEATURES, features, lagging
-from l2e.policy_updates import branch, chain_gradients, dense_active, gather_window, move, restart, temperatures
+from l2e.policy_updates import (branch, chain_gradients, dense_active, gather_window, move, restart, temperatures,
+                                track_gain)
 from l2e.policy_params import check_meta_params, init_meta_params, load_meta_params, save_meta_params
 from l2e.chains import per_chain_batches
 from l2e.checks import check_choice, check_flag, check_in_range, check_positive, check_step_count
@@ -101,7 +102,12 @@ class PolicyConfig:
     chain that lags (l2e.policy_features.lagging: its window's mean loss far above the best chain's — stuck, or still
     travelling) is left out of the pooled statistics (but the window's V̂ and T_kin, pooled update by update over the
     finite chains) and moved onto the θ of a live chain drawn at random, from where the next phase's noise separates
-    them (burn-in only: the window's SGHMC is unchanged)."""
+    them (burn-in only: the window's SGHMC is unchanged); track_noise: after phase 0, every update splits its
+    minibatch in two halves and each chain keeps a running gain of its noise over the phase's pooled V̂
+    (l2e.policy_updates.track_gain), its V̂ and friction raised to cover it (`chain_noise`): where the chains move
+    into a region of larger minibatch noise after the freeze (a heteroscedastic model's noise scale shrinking), the
+    correction follows them instead of staying at the pooled V̂ (two half-batch gradients per update: the gathering
+    windows' cost in every SGHMC update)."""
 
     temperature: float = 1.0
     freeze_step: int = 1000
@@ -123,6 +129,7 @@ class PolicyConfig:
     anchor_chunk: int = 2048
     relative_step: bool = False
     restart_lagging: bool = False
+    track_noise: bool = False
 
     def __post_init__(self):
         check_choice("mass_rule", self.mass_rule, MASS_RULES), check_choice("policy", self.policy, POLICIES)
@@ -136,7 +143,8 @@ class PolicyConfig:
         check_in_range("window_fraction", self.window_fraction, 0, 1, include_low=False, include_high=False)
         check_in_range("rms_decay", self.rms_decay, 0.0, 1.0, include_high=False)
         check_flag(noise_halves=self.noise_halves, control_variate=self.control_variate,
-                   relative_step=self.relative_step, restart_lagging=self.restart_lagging)
+                   relative_step=self.relative_step, restart_lagging=self.restart_lagging,
+                   track_noise=self.track_noise)
         check_step_count("anchor_chunk", self.anchor_chunk, 1)
         check_in_range("max_step_gain", self.max_step_gain, 1.0, math.inf, include_high=False)
 
@@ -149,7 +157,8 @@ class PolicyState(NamedTuple):
     loss_mean, loss_m2: per chain, Welford moments of the minibatch loss; loss_early: per chain, the mean loss over
     the window's first half; kin: the window's running mean T_kin; step: updates done (int32); anchor, anchor_grad:
     the control variates' shared anchor θ̂ and mean NLL gradient over the data there (no chain axis; zeros and unread
-    without control_variate); dense: mass_rule "dense"'s co-moments and frame (l2e.policy_dense.Dense)."""
+    without control_variate); dense: mass_rule "dense"'s co-moments and frame (l2e.policy_dense.Dense);
+    noise_gain: per chain, track_noise's running gain of its minibatch noise over noise_var (1 where not tracked)."""
 
     position: PyTree
     momentum: PyTree
@@ -172,6 +181,7 @@ class PolicyState(NamedTuple):
     anchor: PyTree
     anchor_grad: PyTree
     dense: Dense
+    noise_gain: jax.Array
 
 
 class PolicyInfo(NamedTuple):
@@ -198,7 +208,7 @@ def init(positions: PyTree) -> PolicyState:
     return PolicyState(positions, zeros, jnp.zeros((), jnp.int32), _shared(positions, 1.0), z,
                        _shared(positions, 0.0), _shared(positions, 0.0), zeros, z, zeros, zeros, zeros, zeros,
                        _shared(positions, 0.0), zm, zm, zm, z, _shared(positions, 0.0), _shared(positions, 0.0),
-                       init_dense(positions))
+                       init_dense(positions), jnp.ones((chains,), jnp.float32))
 
 
 def _bounded(x):
@@ -253,7 +263,7 @@ def _adapt(state: PolicyState, phi, config: PolicyConfig, posterior: Posterior, 
                           friction=jax.tree.map(lambda f: f.astype(jnp.float32), friction),
                           count=jnp.zeros((), jnp.float32), mean_x=zeros, m2_x=zeros, mean_g=zeros, m2_g=zeros,
                           noise_acc=jax.tree.map(jnp.zeros_like, state.noise_acc), loss_mean=zc, loss_m2=zc,
-                          loss_early=zc, kin=jnp.zeros((), jnp.float32))
+                          loss_early=zc, kin=jnp.zeros((), jnp.float32), noise_gain=jnp.ones_like(zc))
 
 
 def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), phase: str | None = None):
@@ -298,10 +308,15 @@ def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), ph
         else:
             first, gathering = phase.startswith("psgld"), phase.endswith("gather")
         early = state.count < halves[p]
-        loss, grad_u, noise = chain_gradients(posterior, config, state, minibatches, first, gathering)
+        split = gathering  # two half-batches: in the gathering windows, and with track_noise after phase 0
+        if config.track_noise:
+            split = (gathering or not first) if isinstance(first, bool) else gathering | ~first
+        loss, grad_u, noise = chain_gradients(posterior, config, state, minibatches, first, split)
+        if config.track_noise:
+            state = branch(first, lambda s: s, lambda s: s._replace(noise_gain=track_gain(s, config, noise)), state)
         pre = state.position
         state = move(state, grad_u, k_step, config, n_data, learning_rate, temperature, first)
-        t_kin, sampling, kinetic = temperatures(state, freeze)
+        t_kin, sampling, kinetic = temperatures(state, freeze, config, temperature)
         # a phase kernel gathers under the traced `window` too: a conditional, which XLA:CPU runs update by update
         # instead of deferring the statistics to the chunk's end (l2e.policy_features.gather)
         state = branch(window if gathering is True else gathering,

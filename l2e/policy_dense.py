@@ -133,14 +133,17 @@ def to_frame(m: jax.Array, positions: PyTree) -> PyTree:
     return jax.vmap(lambda p: unflat(m @ flat(p), like))(positions)
 
 
-def move_dense(position, momentum, grad_u, a, inv_mass, friction, noise_var, eps, temperature, z):
+def move_dense(position, momentum, grad_u, a, inv_mass, friction, noise_var, eps, temperature, z,
+               chain_axis: bool = False):
     """Every chain's SGHMC update in the frame (l2e.adaptation.corrected_sghmc on u with ∇_u Ũ = Aᵀ∇Ũ; θ' = θ +
-    ε·A·M⁻¹r'). inv_mass, friction, noise_var: the frame's, in θ's shapes (no chain axis). Returns (θ', r')."""
+    ε·A·M⁻¹r'). inv_mass, friction, noise_var: the frame's, in θ's shapes (no chain axis; friction and noise_var with
+    one where `chain_axis`: each chain's). Returns (θ', r')."""
     like = jax.tree.map(lambda x: x[0], position)
 
-    def one(p, r, g, zi):
+    def one(p, r, g, zi, f, v):
         _, mom, velocity = corrected_sghmc(jnp.zeros_like(flat(p)), flat(r), a.T @ flat(g), flat(inv_mass),
-                                           flat(friction), flat(noise_var), eps, temperature, flat(zi))
+                                           flat(f), flat(v), eps, temperature, flat(zi))
         return jax.tree.map(jnp.add, p, unflat(eps * (a @ velocity), like)), unflat(mom, like)
 
-    return jax.vmap(one)(position, momentum, grad_u, z)
+    axis = 0 if chain_axis else None
+    return jax.vmap(one, in_axes=(0, 0, 0, 0, axis, axis))(position, momentum, grad_u, z, friction, noise_var)

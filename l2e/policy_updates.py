@@ -7,19 +7,52 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from l2e.adaptation import corrected_sghmc, halved_difference, halved_gradients, rmsprop_langevin
+from l2e.adaptation import corrected_sghmc, flat, halved_difference, halved_gradients, rmsprop_langevin
 from l2e.control_variates import Anchor, cv_posterior
 from l2e.policy_dense import dense_size, gather_dense, move_dense
 from l2e.policy_features import gather
+from l2e.transient import MAX_DAMPING, NOISE_MARGIN
 from l2e.types import Posterior, normal_like, settled, window_temperature
 
-__all__ = ["branch", "chain_gradients", "dense_active", "move", "restart", "temperatures", "gather_window"]
+__all__ = ["TRACK_DECAY", "branch", "chain_gradients", "chain_noise", "dense_active", "move", "restart",
+           "temperatures", "gather_window", "track_gain"]
+
+TRACK_DECAY = 0.9
+"""track_noise: the running noise gain's weight on its last value per update (a memory of about 10 updates)."""
+
+
+def track_gain(state, config, noise):
+    """track_noise: every chain's running noise gain after one more update — the exponential average (TRACK_DECAY)
+    of Σᵢ vᵢ·M⁻¹ᵢ ÷ Σᵢ V̂ᵢ·M⁻¹ᵢ, v this update's half-batch noise (δ² per coordinate; with the dense mass, of δ in
+    the frame, Aᵀδ) and V̂ the phase's pooled one; unchanged where V̂ is 0 or the ratio is not finite."""
+    if dense_active(config, state.position):
+        v = jnp.square(jax.vmap(lambda d: state.dense.frame.T @ flat(d))(noise))
+    else:
+        v = jax.vmap(flat)(noise)
+    m = flat(state.inv_mass)
+    ref = jnp.sum(flat(state.noise_var) * m)
+    ratio = jnp.sum(v * m[None, :], axis=1) / jnp.where(ref > 0, ref, 1.0)
+    new = TRACK_DECAY * state.noise_gain + (1.0 - TRACK_DECAY) * ratio
+    return jnp.where((ref > 0) & jnp.isfinite(ratio), new, state.noise_gain)
+
+
+def chain_noise(state, config, temperature):
+    """track_noise: per chain (leaves with the chain axis) the V̂ the update corrects for, gain × the phase's V̂, and
+    the friction raised to cover it, min(max(γᵢ, NOISE_MARGIN·ε·gain·V̂ᵢ·M⁻¹ᵢ/(2T)), MAX_DAMPING/ε) (the rule's
+    bound at the adaptation point, l2e.policy, with this chain's noise)."""
+    g = state.noise_gain
+    noise = jax.tree.map(lambda v: g.reshape((-1,) + (1,) * v.ndim) * v, state.noise_var)
+    friction = jax.tree.map(lambda f, v, m: jnp.minimum(jnp.maximum(
+        f, NOISE_MARGIN * state.eps * v * m / (2.0 * temperature)), MAX_DAMPING / state.eps), state.friction, noise,
+        state.inv_mass)
+    return noise, friction
 
 
 def move(state, grad_u, key, config, n_data: int, scale, temperature, first):
     """Every chain's update: in phase 0 (`first`) RMSprop-preconditioned Langevin at η₀ (l2e.adaptation.
     rmsprop_langevin), after it the noise-corrected SGHMC of the phase's constants (l2e.adaptation.corrected_sghmc;
-    with mass_rule "dense", in the frame: l2e.policy_dense.move_dense)."""
+    with mass_rule "dense", in the frame: l2e.policy_dense.move_dense); with track_noise, each chain's V̂ and friction
+    (`chain_noise`)."""
     def psgld(s):
         pos, sq = rmsprop_langevin(s.position, grad_u, s.sq, normal_like(key, s.position), config.base_step * scale,
                                    temperature, n_data, config.rms_decay, config.rms_eps)
@@ -27,12 +60,13 @@ def move(state, grad_u, key, config, n_data: int, scale, temperature, first):
 
     def sghmc(s):
         z = normal_like(key, s.position)
+        noise, friction = chain_noise(s, config, temperature) if config.track_noise else (s.noise_var, s.friction)
         if dense_active(config, s.position):
-            pos, mom = move_dense(s.position, s.momentum, grad_u, s.dense.frame, s.inv_mass, s.friction,
-                                  s.noise_var, s.eps, temperature, z)
+            pos, mom = move_dense(s.position, s.momentum, grad_u, s.dense.frame, s.inv_mass, friction, noise, s.eps,
+                                  temperature, z, chain_axis=config.track_noise)
         else:
-            pos, mom, _ = corrected_sghmc(s.position, s.momentum, grad_u, s.inv_mass, s.friction, s.noise_var,
-                                          s.eps, temperature, z)
+            pos, mom, _ = corrected_sghmc(s.position, s.momentum, grad_u, s.inv_mass, friction, noise, s.eps,
+                                          temperature, z)
         return s._replace(position=pos, momentum=mom)
 
     return branch(first, psgld, sghmc, state)
@@ -50,11 +84,13 @@ def restart(state, lag, alive, key):
     return state._replace(position=jax.tree.map(copy, state.position), sq=jax.tree.map(copy, state.sq))
 
 
-def temperatures(state, freeze: int):
-    """Per chain: (T_kin and `sampling` of l2e.types.window_temperature, the kinetic Σ r'·M⁻¹r') after an update."""
-    damping = jax.tree.map(lambda g: state.eps * g, state.friction)
-    t_kin, sampling = jax.vmap(lambda r: window_temperature(r, state.inv_mass, damping, state.step, freeze)
-                               )(state.momentum)
+def temperatures(state, freeze: int, config, temperature):
+    """Per chain: (T_kin and `sampling` of l2e.types.window_temperature, the kinetic Σ r'·M⁻¹r') after an update
+    (with track_noise, each chain's friction: `chain_noise`)."""
+    friction = chain_noise(state, config, temperature)[1] if config.track_noise else state.friction
+    damping = jax.tree.map(lambda g: state.eps * g, friction)
+    t_kin, sampling = jax.vmap(lambda r, d: window_temperature(r, state.inv_mass, d, state.step, freeze),
+                               in_axes=(0, 0 if config.track_noise else None))(state.momentum, damping)
     return t_kin, sampling, jax.vmap(lambda r: sum(jnp.sum(ri * ri * mi) for ri, mi in zip(
         jax.tree.leaves(settled(r)), jax.tree.leaves(state.inv_mass))))(state.momentum)
 

@@ -7,7 +7,7 @@
 - the rule recovers the Fisher diagonal σ² on an anisotropic Gaussian (median M⁻¹/σ² within 15 %) at ε = κ₀, γε = δ₀;
   the "variance" rule recovers Var θ = σ² too, the "scale" rule the shape of σ (slope ½ of log M⁻¹ on log σ²);
 - the phase kernels (chunk_phase) run the general kernel's chains to float32 rounding (≤ 64 roundings of the
-  largest coordinate; ε and the mass rtol 1e-4);
+  largest coordinate; ε, the mass and track_noise's gains rtol 1e-4), with and without track_noise;
 - after the freeze the constants are fixed and θ' − θ = ε·M⁻¹r' (SGHMC with mass M);
 - stationarity with a random φ: the variance ratios on the 10-D Gaussian and the banana lie inside SGHMC's 3-seed
   band ± SLACK, E[θ1²θ2] on the banana too, T_kin within 10 % of T (slow); on a large-N logistic regression (N =
@@ -87,15 +87,17 @@ def test_the_smallest_budget_adapts_finite(phi):
     assert np.isfinite(float(st.eps)) and float(st.eps) > 0
 
 
-def test_phase_kernels_run_the_general_kernels_chains():
+@pytest.mark.parametrize("track", [False, True])
+def test_phase_kernels_run_the_general_kernels_chains(track):
     """chunk_phase's kernels, chunk by chunk through l2e.chains.run_chain's chunk_at, give the general kernel's chains
-    (a random φ, the noise halves on) to float32 rounding, as tests/test_phases.py holds Transient-L2E's (the same
-    operations; only XLA's fusion may differ: ≤ 64 roundings of the largest coordinate; ε and the mass rtol 1e-4);
-    every phase is used, and a chunk holding an adaptation point gets the general kernel."""
+    (a random φ, the noise halves on; with and without track_noise) to float32 rounding, as tests/test_phases.py
+    holds Transient-L2E's (the same operations; only XLA's fusion may differ: ≤ 64 roundings of the largest
+    coordinate; ε, the mass and the noise gains rtol 1e-4); every phase is used, and a chunk holding an adaptation
+    point gets the general kernel."""
     from l2e.chains import ChainSchedule, make_chunk, run_chain
 
     post, chains, length = gaussian_posterior(), 3, 5
-    cfg = P.PolicyConfig(freeze_step=60, base_step=1e-2)
+    cfg = P.PolicyConfig(freeze_step=60, base_step=1e-2, track_noise=track)
     phi = P.init_meta_params(jax.random.PRNGKey(3), start="random")
     schedule = ChainSchedule(90, 6, 5, 8, length)
     batches = P.per_chain_batches(lambda k, data, b: jax.random.normal(k, (b, D)), chains)
@@ -114,6 +116,8 @@ def test_phase_kernels_run_the_general_kernels_chains():
     np.testing.assert_allclose(np.asarray(phased.samples), np.asarray(general.samples), rtol=0,
                                atol=64 * np.finfo(np.float32).eps * scale)
     np.testing.assert_allclose(np.asarray(phased.state.inv_mass), np.asarray(general.state.inv_mass), rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(phased.state.noise_gain), np.asarray(general.state.noise_gain), rtol=1e-4)
+    assert np.any(np.asarray(general.state.noise_gain) != 1.0) == track
     assert set(used) == set(P.PHASES) | {None} and float(phased.state.eps) == pytest.approx(float(general.state.eps),
                                                                                              rel=1e-4)
     assert [P.chunk_phase(cfg, s, 5) for s in (0, 10, 15, 20, 25, 30, 35, 55, 60, 65)] == [
@@ -273,7 +277,7 @@ def test_settings_reach_the_sampler_whole_in_the_evaluation_and_on_the_card(monk
 
     odd = dict(phases=4, gather_fraction=0.25, mass_rule="variance", window_fraction=0.4, base_step=3e-3,
                base_kappa=0.2, base_damping=0.3, power_iterations=3, curvature="all", max_step_gain=1.5,
-               control_variate=True, relative_step=True, restart_lagging=True)
+               control_variate=True, relative_step=True, restart_lagging=True, track_noise=True)
     assert set(odd) == set(M.SHARED)
     settings = M.PolicySettings(**odd)
     config = M.sampler_config(settings, 120)

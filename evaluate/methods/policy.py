@@ -7,10 +7,11 @@ those)/M⌋ updates of each of the M chains (with control_variate: the anchor's 
 phase 0 two gradients; `l2e.policy.split_budget`); K/M draws per chain, evenly over the last window_fraction of its
 updates, the freeze where they start (as Transient-L2E's window rule). Settings: chains M; the SHARED fields (phases,
 mass_rule, gather_fraction, base_step, base_kappa, base_damping, power_iterations, curvature — "warm", as the shipped φ
-was trained — max_step_gain, control_variate, relative_step and restart_lagging): l2e.policy.PolicyConfig's, passed
-to it unchanged by the evaluation and the card alike (the card, which holds no data set, runs control_variate off);
-meta_params: "rule" (the hand-designed rule, φ unused) or the path of a saved φ (l2e.policy.save_meta_params; the
-learned policy), "shipped" the shipped one. Two methods: `policy` (the rule) and `policy_learned` (the shipped φ)."""
+was trained — max_step_gain, control_variate, relative_step, restart_lagging and track_noise):
+l2e.policy.PolicyConfig's, passed to it unchanged by the evaluation and the card alike (the card, which holds no data
+set, runs control_variate off); meta_params: "rule" (the hand-designed rule, φ unused) or the path of a saved φ
+(l2e.policy.save_meta_params; the learned policy), "shipped" the shipped one. Two methods: `policy` (the rule) and
+`policy_learned` (the shipped φ)."""
 from __future__ import annotations
 
 import dataclasses
@@ -35,7 +36,8 @@ __all__ = ["METHOD_TABLE", "PolicyLearnedSettings", "PolicySettings", "SHARED", 
 
 
 SHARED = ("phases", "gather_fraction", "mass_rule", "window_fraction", "base_step", "base_kappa", "base_damping",
-          "power_iterations", "curvature", "max_step_gain", "control_variate", "relative_step", "restart_lagging")
+          "power_iterations", "curvature", "max_step_gain", "control_variate", "relative_step", "restart_lagging",
+          "track_noise")
 """The settings that are l2e.policy.PolicyConfig's fields, passed to it unchanged (`sampler_config`): one source for
 their meaning, range and (but curvature) default."""
 _DEFAULT = P.PolicyConfig()
@@ -44,9 +46,9 @@ _DEFAULT = P.PolicyConfig()
 @dataclasses.dataclass(frozen=True)
 class PolicySettings:
     """chains: M; SHARED (phases, gather_fraction, mass_rule, window_fraction, base_step, base_kappa, base_damping,
-    power_iterations, curvature, max_step_gain, control_variate, relative_step, restart_lagging): PolicyConfig's,
-    with its defaults but curvature "warm" (as the shipped φ was trained); meta_params: "rule" or the path of a saved
-    φ (module docstring)."""
+    power_iterations, curvature, max_step_gain, control_variate, relative_step, restart_lagging, track_noise):
+    PolicyConfig's, with its defaults but curvature "warm" (as the shipped φ was trained); meta_params: "rule" or
+    the path of a saved φ (module docstring)."""
 
     chains: int = 10
     phases: int = _DEFAULT.phases
@@ -63,6 +65,7 @@ class PolicySettings:
     control_variate: bool = _DEFAULT.control_variate
     relative_step: bool = _DEFAULT.relative_step
     restart_lagging: bool = _DEFAULT.restart_lagging
+    track_noise: bool = _DEFAULT.track_noise
 
     def __post_init__(self):
         if not isinstance(self.chains, int) or self.chains < 2:
