@@ -26,17 +26,18 @@ The hand-designed rule (`policy="rule"`, or φ with zero output layers: the "rul
 
 The learned policy (`policy="learned"`) adds bounded corrections: a per-coordinate network h_φ (φ["mass"]) of the
 coordinate's features and the global ones adds B·tanh(h/B) to log M⁻¹ᵢ; a global network (φ["window"], two outputs)
-multiplies κ₀ and δ₀ by exp(B·tanh(·/B)), κ₀'s factor at most `max_step_gain` (1: φ may shorten the rule's step,
-never lengthen it). After the freeze the constants stay fixed and the chains are SGHMC with mass M and friction
-γᵢ·Mᵢ at temperature T: stationary for the posterior whatever φ is, up to the noise estimate — correct by
-construction. A step costs one minibatch gradient per chain (halved in the gathering windows: the same work); each
-adaptation point adds power_iterations + 1 Hessian-vector products on one chain, on every chain with curvature="all",
-or on chain 0 plus one per chain with curvature="warm" (`adaptation_gradients`). With control_variate, each
-adaptation point also moves a shared anchor to the chains' pooled mean (a pass over the data) and the later phases
-are SGHMC-CV (two gradients per update). A chain whose statistics are not finite (divergent) is left out of every
-pooled statistic and of the curvature cap; with restart_lagging, so is a chain that lags far behind the others
-(l2e.policy_features.lagging), which is moved onto a live chain before the freeze. The phase kernels
-(`build_kernel`'s phase, `chunk_phase`) run a phase's updates without per-update branches.
+multiplies κ₀ and δ₀ by exp(B·tanh(·/B)), κ₀'s factor at most `max_step_gain` (1: φ may shorten the rule's step, never
+lengthen it). After the freeze the constants stay fixed and the chains are SGHMC with mass M and friction γᵢ·Mᵢ (with
+track_noise raised to each chain's running noise: l2e.policy_updates.chain_noise) at temperature T: stationary for the
+posterior whatever φ is, up to the noise estimate — correct by construction. A step costs one minibatch gradient per
+chain (halved in the gathering windows, and after phase 0 with track_noise: the same work); each adaptation point adds
+power_iterations + 1 Hessian-vector products on one chain, on every chain with curvature="all", or on chain 0 plus one
+per chain with curvature="warm" (`adaptation_gradients`). With control_variate, each adaptation point also moves a
+shared anchor to the chains' pooled mean (a pass over the data) and the later phases are SGHMC-CV (two gradients per
+update). A chain whose statistics are not finite (divergent) is left out of every pooled statistic and of the curvature
+cap; with restart_lagging, so is a chain that lags far behind the others (l2e.policy_features.lagging), which is moved
+onto a live chain before the freeze. The phase kernels (`build_kernel`'s phase, `chunk_phase`) run a phase's updates
+without per-update branches.
 """
 from __future__ import annotations
 
