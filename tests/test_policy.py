@@ -319,7 +319,7 @@ BOUNDED_PHI = ROOT / "results" / "leaderboard_policy_backprop_bounded" / "phi" /
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("phi", [None, "shipped", "bounded", "rule-cv", "rule-dense-relative"])
+@pytest.mark.parametrize("phi", [None, "shipped", "bounded", "rule-cv", "rule-dense-relative", "rule-track"])
 def test_large_n_logistic_regression_in_band(phi):
     """N = 5,000, d = 5, B = 32 (where plain SGHMC runs hot: tests/test_control_variates.py): the rule's chains (φ
     None), the shipped learned policy's and the bounded backprop φ's (its mass head zeroed, at max_step_gain 1) with
@@ -328,14 +328,17 @@ def test_large_n_logistic_regression_in_band(phi):
     10 % (measured: 0.99 ± 0.02 and T_kin 1.00 for all three); and the rule with control variates ("rule-cv": the
     anchor at each adaptation point, two gradients per update after phase 0; measured 1.01 ± 0.01 and T_kin 1.00, its
     minibatch-noise estimate V̂ 740 × smaller than the plain rule's and its damping back at δ₀); and the rule with
-    the dense mass and the relative step at κ₀ = 0.3 ("rule-dense-relative"; measured 1.02 ± 0.02, T_kin 1.00)."""
+    the dense mass and the relative step at κ₀ = 0.3 ("rule-dense-relative"; measured 1.02 ± 0.02, T_kin 1.00), and
+    with the restart and the tracked noise too ("rule-track"; measured 1.03 ± 0.02, T_kin 1.00)."""
     post, data = _logistic(5_000, 5)
     _, mean, var = _logistic_truth(data)
     chains, steps, freeze = 16, 10_000, 2_000
-    meta = None if phi in (None, "rule-cv", "rule-dense-relative") else P.load_meta_params(
+    meta = None if phi in (None, "rule-cv", "rule-dense-relative", "rule-track") else P.load_meta_params(
         str(BOUNDED_PHI) if phi == "bounded" else phi)
     extra = {None: {}, "shipped": {}, "bounded": {"max_step_gain": 1.0}, "rule-cv": {"control_variate": True},
-             "rule-dense-relative": {"mass_rule": "dense", "relative_step": True, "base_kappa": 0.3}}[phi]
+             "rule-dense-relative": {"mass_rule": "dense", "relative_step": True, "base_kappa": 0.3},
+             "rule-track": {"mass_rule": "dense", "relative_step": True, "base_kappa": 0.3, "restart_lagging": True,
+                            "track_noise": True}}[phi]
     alg = P.policy(post, meta, P.PolicyConfig(freeze_step=freeze, curvature="warm" if phi else "first", **extra),
                    data=data)
 
