@@ -13,7 +13,7 @@
   band ± SLACK, E[θ1²θ2] on the banana too, T_kin within 10 % of T (slow); on a large-N logistic regression (N =
   5,000, B = 32) where plain SGHMC runs hot, the variance ratio of the rule, the shipped φ and the bounded backprop
   φ (mass head zeroed, max_step_gain 1) is in the dispersion band, T_kin within 10 % (slow), and the rule's with
-  control variates too;
+  control variates, and with the dense mass and relative step (alone, and with the restart and the tracked noise);
 - control variates: the anchor at the live chains' pooled mean, its full-data gradient, the anchored phases' ∇Ũ
   the control-variate estimate, the budget counting the passes and the second gradients, the anchors off where
   unaffordable, a plan or kernel without data refused;
