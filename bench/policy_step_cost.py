@@ -2,7 +2,7 @@
 families of bench.step_cost (random data of the right shapes).
 
 Usage: python -m bench.policy_step_cost [--family mlp,cnn-digits,...] [--chains 4] [--calls 10] [--repeats 7]
-                                        [--chunk 1] [--no-donate] [--json FILE]
+                                        [--chunk 1] [--no-donate] [--track-noise] [--json FILE]
 
 Policy-L2E (l2e.policy) runs its M chains in one state, one minibatch per chain; its rival here is SGHMC's step
 vmapped over the same M chains and minibatches (the form the evaluation's batched runs take). Rows, each timed at an
@@ -12,7 +12,9 @@ SGHMC is the median over rounds of the paired ratio. Both sides' states are dona
 runs Policy-L2E's chunks: its state holds 7 per-chain trees of θ's size, which a call without donation copies
 whole, fields it leaves unchanged included); --no-donate times both without (this bench's first form). --chunk N:
 each call runs N updates unrolled (the same minibatch), both sides, through the evaluation's chunks
-(l2e.chains.make_chunk; ChainSchedule.chunk, 10 by default); 1 (the default) one update per call. Each row
+(l2e.chains.make_chunk; ChainSchedule.chunk, 10 by default); 1 (the default) one update per call. --track-noise:
+Policy-L2E with PolicyConfig.track_noise (two half-batch gradients and each chain's noise gain in every SGHMC
+update, not only in the gathering windows). Each row
 also gives XLA's temporary buffer per call (MB; `temp_mb`): on glibc a buffer above 32 MB is mapped fresh at every
 call and its pages faulted in, which the measured gathering windows pay (docs/results.md, "Step cost"). Rows:
   phase 0               pSGLD (RMSprop Langevin), outside its gathering window
@@ -61,7 +63,7 @@ def chunked(step, length: int):
 
 
 def measure(family: str, chains: int = 4, calls: int = 10, repeats: int = 7, donate: bool = True,
-            chunk: int = 1) -> dict:
+            chunk: int = 1, track_noise: bool = False) -> dict:
     """{family, d, chains, chunk, rows: [{row, ms, time_ratio, flop_ratio, temp_mb}]} (module docstring); ms and
     the ratios per update."""
     fam = FAMILIES[family]
@@ -76,7 +78,7 @@ def measure(family: str, chains: int = 4, calls: int = 10, repeats: int = 7, don
     fns["sghmc"], flops["sghmc"] = runner(chunked(step, chunk), (keys if chunk == 1 else jax.random.PRNGKey(3),
                                                                   jax.vmap(sghmc.init)(thetas), batches),
                                           calls, chained=True, donate=donate)
-    phi, config = P.load_meta_params("shipped"), P.PolicyConfig(freeze_step=FREEZE)
+    phi, config = P.load_meta_params("shipped"), P.PolicyConfig(freeze_step=FREEZE, track_noise=track_noise)
     state0 = P.init(thetas)._replace(eps=jnp.asarray(1e-3, jnp.float32))
     for row, (phase, step) in PHASE_STEPS.items():
         kernel = P.build_kernel(post, config, phase)
@@ -96,7 +98,8 @@ def measure(family: str, chains: int = 4, calls: int = 10, repeats: int = 7, don
                      "flop_ratio": flops[row] / length / (flops["sghmc"] / chunk) if flops["sghmc"] else float("nan"),
                      "temp_mb": mb(row)})
     return {"family": family, "d": int(sum(x.size for x in jax.tree.leaves(theta))), "chains": chains, "donate": donate,
-            "chunk": chunk, "batch": fam.batch, "sghmc_ms": statistics.median(times["sghmc"]) / per * 1e3,
+            "chunk": chunk, "track_noise": track_noise, "batch": fam.batch,
+            "sghmc_ms": statistics.median(times["sghmc"]) / per * 1e3,
             "sghmc_temp_mb": mb("sghmc"), "rows": rows}
 
 
@@ -121,6 +124,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--chunk", type=int, default=1, help="updates per compiled call (the evaluation's chunks: 10)")
     p.add_argument("--no-donate", action="store_true", help="time without donating the states (the first form)")
+    p.add_argument("--track-noise", action="store_true", help="Policy-L2E with PolicyConfig.track_noise")
     p.add_argument("--json", default=None, help="also write the results here")
     a = p.parse_args(argv)
     families = [f for f in a.family.split(",") if f]
@@ -129,7 +133,7 @@ def main(argv=None) -> int:
         print(f"error: unknown family {bad[0]!r}" if bad else
               "error: need --chains >= 2, --calls >= 1, --repeats >= 1, --chunk >= 1", file=sys.stderr)
         return 2
-    results = [measure(f, a.chains, a.calls, a.repeats, not a.no_donate, a.chunk) for f in families]
+    results = [measure(f, a.chains, a.calls, a.repeats, not a.no_donate, a.chunk, a.track_noise) for f in families]
     print(markdown(results))
     if a.json:
         with open(a.json, "w") as f:
