@@ -54,8 +54,8 @@ from l2e.policy_budget import (ANCHOR_SHARE, BudgetPlan, adaptation_gradients, a
 from l2e.control_variates import full_gradient_cost, full_nll_grad
 from l2e.policy_dense import Dense, frame, framed_posterior, init_dense, to_frame
 from l2e.policy_features import COORD_FEATURES, GLOBAL_FEATURES, features, lagging
-from l2e.policy_updates import (branch, chain_gradients, dense_active, gather_window, move, restart, temperatures,
-                                track_gain)
+from l2e.policy_updates import (branch, chain_gradients, chain_noise, dense_active, gather_window, move, restart,
+                                temperatures, track_gain)
 from l2e.policy_params import check_meta_params, init_meta_params, load_meta_params, save_meta_params
 from l2e.chains import per_chain_batches
 from l2e.checks import check_choice, check_flag, check_in_range, check_positive, check_step_count
@@ -316,8 +316,10 @@ def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), ph
         if config.track_noise:
             state = branch(first, lambda s: s, lambda s: s._replace(noise_gain=track_gain(s, config, noise)), state)
         pre = state.position
-        state = move(state, grad_u, k_step, config, n_data, learning_rate, temperature, first)
-        t_kin, sampling, kinetic = temperatures(state, freeze, config, temperature)
+        # once for the move and T_kin; not in a phase-0 kernel (pSGLD, ε = 0: no friction to raise)
+        tracked = chain_noise(state, config, temperature) if config.track_noise and first is not True else None
+        state = move(state, grad_u, k_step, config, n_data, learning_rate, temperature, first, tracked)
+        t_kin, sampling, kinetic = temperatures(state, freeze, tracked)
         # a phase kernel gathers under the traced `window` too: a conditional, which XLA:CPU runs update by update
         # instead of deferring the statistics to the chunk's end (l2e.policy_features.gather)
         state = branch(window if gathering is True else gathering,

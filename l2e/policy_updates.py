@@ -48,11 +48,11 @@ def chain_noise(state, config, temperature):
     return noise, friction
 
 
-def move(state, grad_u, key, config, n_data: int, scale, temperature, first):
+def move(state, grad_u, key, config, n_data: int, scale, temperature, first, tracked=None):
     """Every chain's update: in phase 0 (`first`) RMSprop-preconditioned Langevin at η₀ (l2e.adaptation.
     rmsprop_langevin), after it the noise-corrected SGHMC of the phase's constants (l2e.adaptation.corrected_sghmc;
-    with mass_rule "dense", in the frame: l2e.policy_dense.move_dense); with track_noise, each chain's V̂ and friction
-    (`chain_noise`)."""
+    with mass_rule "dense", in the frame: l2e.policy_dense.move_dense); `tracked`: with track_noise, each chain's
+    (V̂, friction) (`chain_noise`), else None (the phase's shared ones)."""
     def psgld(s):
         pos, sq = rmsprop_langevin(s.position, grad_u, s.sq, normal_like(key, s.position), config.base_step * scale,
                                    temperature, n_data, config.rms_decay, config.rms_eps)
@@ -60,10 +60,10 @@ def move(state, grad_u, key, config, n_data: int, scale, temperature, first):
 
     def sghmc(s):
         z = normal_like(key, s.position)
-        noise, friction = chain_noise(s, config, temperature) if config.track_noise else (s.noise_var, s.friction)
+        noise, friction = (s.noise_var, s.friction) if tracked is None else tracked
         if dense_active(config, s.position):
             pos, mom = move_dense(s.position, s.momentum, grad_u, s.dense.frame, s.inv_mass, friction, noise, s.eps,
-                                  temperature, z, chain_axis=config.track_noise)
+                                  temperature, z, chain_axis=tracked is not None)
         else:
             pos, mom, _ = corrected_sghmc(s.position, s.momentum, grad_u, s.inv_mass, friction, noise, s.eps,
                                           temperature, z)
@@ -84,13 +84,13 @@ def restart(state, lag, alive, key):
     return state._replace(position=jax.tree.map(copy, state.position), sq=jax.tree.map(copy, state.sq))
 
 
-def temperatures(state, freeze: int, config, temperature):
+def temperatures(state, freeze: int, tracked=None):
     """Per chain: (T_kin and `sampling` of l2e.types.window_temperature, the kinetic Σ r'·M⁻¹r') after an update
-    (with track_noise, each chain's friction: `chain_noise`)."""
-    friction = chain_noise(state, config, temperature)[1] if config.track_noise else state.friction
+    (`tracked`: as `move`'s, whose friction is then each chain's)."""
+    friction = state.friction if tracked is None else tracked[1]
     damping = jax.tree.map(lambda g: state.eps * g, friction)
     t_kin, sampling = jax.vmap(lambda r, d: window_temperature(r, state.inv_mass, d, state.step, freeze),
-                               in_axes=(0, 0 if config.track_noise else None))(state.momentum, damping)
+                               in_axes=(0, None if tracked is None else 0))(state.momentum, damping)
     return t_kin, sampling, jax.vmap(lambda r: sum(jnp.sum(ri * ri * mi) for ri, mi in zip(
         jax.tree.leaves(settled(r)), jax.tree.leaves(state.inv_mass))))(state.momentum)
 

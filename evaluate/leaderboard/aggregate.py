@@ -112,7 +112,7 @@ def floor_distances(tasks: dict[str, dict], key: str) -> list[dict]:
             by.setdefault(int(p["budget"]), []).append(max(p["tv"] / tv, p["energy"] / e2) if ok else INF)
     out = []
     for g in sorted(by):
-        v = np.sort(np.asarray(by[g], np.float64))
+        v = np.asarray(by[g], np.float64)
         geo = float(np.exp(np.mean(np.log(v)))) if np.all(np.isfinite(v)) else None
         out.append({"budget": g, "pairs": int(v.size), "geomean": geo, "median": median_ratio(v)})
     return out
