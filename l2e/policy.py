@@ -267,6 +267,12 @@ def _adapt(state: PolicyState, phi, config: PolicyConfig, posterior: Posterior, 
                           loss_early=zc, kin=jnp.zeros((), jnp.float32), noise_gain=jnp.ones_like(zc))
 
 
+def _chains_finite(loss, position):
+    """(M,) bool: each chain's loss and settled position are finite."""
+    return jax.vmap(lambda lo, x: all_finite(lo, sum(jnp.sum(v * v) for v in jax.tree.leaves(settled(x)))))(
+        loss, position)
+
+
 def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), phase: str | None = None):
     """kernel(key, state, minibatches, meta_params, learning_rate=1.0, temperature=config.temperature, data=None) ->
     (PolicyState, PolicyInfo) — one update of all M chains.
@@ -316,7 +322,6 @@ def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), ph
         if config.track_noise:
             state = branch(first, lambda s: s, lambda s: s._replace(noise_gain=track_gain(s, config, noise)), state)
         pre = state.position
-        # once for the move and T_kin; not in a phase-0 kernel (pSGLD, ε = 0: no friction to raise)
         tracked = chain_noise(state, config, temperature) if config.track_noise and first is not True else None
         state = move(state, grad_u, k_step, config, n_data, learning_rate, temperature, first, tracked)
         t_kin, sampling, kinetic = temperatures(state, freeze, tracked)
@@ -324,9 +329,8 @@ def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), ph
         # instead of deferring the statistics to the chunk's end (l2e.policy_features.gather)
         state = branch(window if gathering is True else gathering,
                         lambda s: gather_window(s, config, pre, grad_u, noise, loss, t_kin, early), lambda s: s, state)
-        finite = jax.vmap(lambda l, x: all_finite(l, sum(jnp.sum(v * v) for v in jax.tree.leaves(settled(x))))
-                          )(loss, state.position)
-        return state._replace(step=state.step + 1), PolicyInfo(loss, finite, kinetic, t_kin, sampling)
+        return state._replace(step=state.step + 1), PolicyInfo(loss, _chains_finite(loss, state.position), kinetic,
+                                                               t_kin, sampling)
 
     return kernel
 

@@ -61,6 +61,8 @@ def _run(track: bool, growth: float = 2.0, freeze: int = 600, steps: int = 4000,
     init = alg.init(jnp.full((chains, D), 2.0) + jnp.arange(chains)[:, None] * 0.1)
     st, (xs, t_kin) = jax.jit(lambda k: jax.lax.scan(body, init, jax.random.split(k, steps)))(jax.random.PRNGKey(0))
     keep = slice(freeze + 200, None)
+    if steps <= freeze + 200:  # too short for the window's statistics
+        return st, None, None
     return st, np.asarray(xs[keep]).reshape(-1, D).var(0) / SD**2, float(np.mean(np.asarray(t_kin[keep])))
 
 
