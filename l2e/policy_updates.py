@@ -25,13 +25,15 @@ def track_gain(state, config, noise):
     """track_noise: every chain's running noise gain after one more update — the exponential average (TRACK_DECAY)
     of Σᵢ vᵢ·M⁻¹ᵢ ÷ Σᵢ V̂ᵢ·M⁻¹ᵢ, v this update's half-batch noise (δ² per coordinate; with the dense mass, of δ in
     the frame, Aᵀδ) and V̂ the phase's pooled one; unchanged where V̂ is 0 or the ratio is not finite."""
+    m = state.inv_mass
     if dense_active(config, state.position):
         v = jnp.square(jax.vmap(lambda d: state.dense.frame.T @ flat(d))(noise))
-    else:
-        v = jax.vmap(flat)(noise)
-    m = flat(state.inv_mass)
-    ref = jnp.sum(flat(state.noise_var) * m)
-    ratio = jnp.sum(v * m[None, :], axis=1) / jnp.where(ref > 0, ref, 1.0)
+        total = jnp.sum(v * flat(m)[None, :], axis=1)
+    else:  # leaf by leaf: no concatenated copy of every chain's noise (269k-parameter MLP: a pass over M·d floats)
+        total = sum(jnp.sum(v * mi, axis=tuple(range(1, v.ndim))) for v, mi in zip(jax.tree.leaves(noise),
+                                                                                   jax.tree.leaves(m)))
+    ref = sum(jnp.sum(v * mi) for v, mi in zip(jax.tree.leaves(state.noise_var), jax.tree.leaves(m)))
+    ratio = total / jnp.where(ref > 0, ref, 1.0)
     new = TRACK_DECAY * state.noise_gain + (1.0 - TRACK_DECAY) * ratio
     return jnp.where((ref > 0) & jnp.isfinite(ratio), new, state.noise_gain)
 
