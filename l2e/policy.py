@@ -54,14 +54,14 @@ from l2e.policy_budget import (ANCHOR_SHARE, BudgetPlan, adaptation_gradients, a
 from l2e.control_variates import full_gradient_cost, full_nll_grad
 from l2e.policy_dense import Dense, frame, framed_posterior, init_dense, to_frame
 from l2e.policy_features import COORD_FEATURES, GLOBAL_FEATURES, features, lagging
-from l2e.policy_updates import (branch, chain_gradients, chain_noise, dense_active, gather_window, move, restart,
-                                temperatures, track_gain)
+from l2e.policy_updates import (branch, chain_gradients, chain_noise, chains_finite, dense_active, gather_window,
+                                move, restart, temperatures, track_gain)
 from l2e.policy_params import check_meta_params, init_meta_params, load_meta_params, save_meta_params
 from l2e.chains import per_chain_batches
 from l2e.checks import check_choice, check_flag, check_in_range, check_positive, check_step_count
 from l2e.meta_model import MetaMLP, hidden_sizes
 from l2e.transient import MAX_DAMPING, NOISE_MARGIN, STABILITY
-from l2e.types import PyTree, Posterior, SamplingAlgorithm, all_finite, normal_like, settled
+from l2e.types import PyTree, Posterior, SamplingAlgorithm, normal_like
 
 __all__ = ["ANCHOR_SHARE", "BudgetPlan", "COORD_FEATURES", "GLOBAL_FEATURES", "PHASES", "PolicyConfig", "PolicyInfo",
            "PolicyState", "adaptation_gradients", "adaptation_points", "anchored", "build_kernel", "check_meta_params",
@@ -108,7 +108,8 @@ class PolicyConfig:
     (l2e.policy_updates.track_gain), its V̂ and friction raised to cover it (`chain_noise`): where the chains move
     into a region of larger minibatch noise after the freeze (a heteroscedastic model's noise scale shrinking), the
     correction follows them instead of staying at the pooled V̂ (two half-batch gradients per update: the gathering
-    windows' cost in every SGHMC update)."""
+    windows' cost in every SGHMC update); track_step (needs track_noise): where a chain's tracked noise passes the
+    rule's heat cap, its step shrinks until it fits (`chain_noise`)."""
 
     temperature: float = 1.0
     freeze_step: int = 1000
@@ -131,6 +132,7 @@ class PolicyConfig:
     relative_step: bool = False
     restart_lagging: bool = False
     track_noise: bool = False
+    track_step: bool = False
 
     def __post_init__(self):
         check_choice("mass_rule", self.mass_rule, MASS_RULES), check_choice("policy", self.policy, POLICIES)
@@ -145,7 +147,9 @@ class PolicyConfig:
         check_in_range("rms_decay", self.rms_decay, 0.0, 1.0, include_high=False)
         check_flag(noise_halves=self.noise_halves, control_variate=self.control_variate,
                    relative_step=self.relative_step, restart_lagging=self.restart_lagging,
-                   track_noise=self.track_noise)
+                   track_noise=self.track_noise, track_step=self.track_step)
+        if self.track_step and not self.track_noise:
+            raise ValueError("track_step needs track_noise")
         check_step_count("anchor_chunk", self.anchor_chunk, 1)
         check_in_range("max_step_gain", self.max_step_gain, 1.0, math.inf, include_high=False)
 
@@ -267,12 +271,6 @@ def _adapt(state: PolicyState, phi, config: PolicyConfig, posterior: Posterior, 
                           loss_early=zc, kin=jnp.zeros((), jnp.float32), noise_gain=jnp.ones_like(zc))
 
 
-def _chains_finite(loss, position):
-    """(M,) bool: each chain's loss and settled position are finite."""
-    return jax.vmap(lambda lo, x: all_finite(lo, sum(jnp.sum(v * v) for v in jax.tree.leaves(settled(x)))))(
-        loss, position)
-
-
 def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), phase: str | None = None):
     """kernel(key, state, minibatches, meta_params, learning_rate=1.0, temperature=config.temperature, data=None) ->
     (PolicyState, PolicyInfo) — one update of all M chains.
@@ -329,7 +327,7 @@ def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), ph
         # instead of deferring the statistics to the chunk's end (l2e.policy_features.gather)
         state = branch(window if gathering is True else gathering,
                         lambda s: gather_window(s, config, pre, grad_u, noise, loss, t_kin, early), lambda s: s, state)
-        return state._replace(step=state.step + 1), PolicyInfo(loss, _chains_finite(loss, state.position), kinetic,
+        return state._replace(step=state.step + 1), PolicyInfo(loss, chains_finite(loss, state.position), kinetic,
                                                                t_kin, sampling)
 
     return kernel

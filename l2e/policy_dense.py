@@ -137,13 +137,14 @@ def move_dense(position, momentum, grad_u, a, inv_mass, friction, noise_var, eps
                chain_axis: bool = False):
     """Every chain's SGHMC update in the frame (l2e.adaptation.corrected_sghmc on u with ∇_u Ũ = Aᵀ∇Ũ; θ' = θ +
     ε·A·M⁻¹r'). inv_mass, friction, noise_var: the frame's, in θ's shapes (no chain axis; friction and noise_var with
-    one where `chain_axis`: each chain's). Returns (θ', r')."""
+    one where `chain_axis`: each chain's); eps: ε, or (M,) each chain's. Returns (θ', r')."""
     like = jax.tree.map(lambda x: x[0], position)
 
-    def one(p, r, g, zi, f, v):
+    def one(p, r, g, zi, f, v, e):
         _, mom, velocity = corrected_sghmc(jnp.zeros_like(flat(p)), flat(r), a.T @ flat(g), flat(inv_mass),
-                                           flat(f), flat(v), eps, temperature, flat(zi))
-        return jax.tree.map(jnp.add, p, unflat(eps * (a @ velocity), like)), unflat(mom, like)
+                                           flat(f), flat(v), e, temperature, flat(zi))
+        return jax.tree.map(jnp.add, p, unflat(e * (a @ velocity), like)), unflat(mom, like)
 
     axis = 0 if chain_axis else None
-    return jax.vmap(one, in_axes=(0, 0, 0, 0, axis, axis))(position, momentum, grad_u, z, friction, noise_var)
+    return jax.vmap(one, in_axes=(0, 0, 0, 0, axis, axis, 0 if jnp.ndim(eps) else None))(
+        position, momentum, grad_u, z, friction, noise_var, eps)

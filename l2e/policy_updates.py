@@ -12,9 +12,9 @@ from l2e.control_variates import Anchor, cv_posterior
 from l2e.policy_dense import dense_size, gather_dense, move_dense
 from l2e.policy_features import gather
 from l2e.transient import MAX_DAMPING, NOISE_MARGIN
-from l2e.types import Posterior, normal_like, settled, window_temperature
+from l2e.types import Posterior, all_finite, normal_like, settled, window_temperature
 
-__all__ = ["TRACK_DECAY", "branch", "chain_gradients", "chain_noise", "dense_active", "move", "restart",
+__all__ = ["TRACK_DECAY", "branch", "chain_gradients", "chain_noise", "chains_finite", "dense_active", "move", "restart",
            "temperatures", "gather_window", "track_gain"]
 
 TRACK_DECAY = 0.9
@@ -38,23 +38,38 @@ def track_gain(state, config, noise):
     return jnp.where((ref > 0) & jnp.isfinite(ratio), new, state.noise_gain)
 
 
+def chains_finite(loss, position):
+    """(M,) bool: each chain's loss and settled position are finite."""
+    return jax.vmap(lambda lo, x: all_finite(lo, sum(jnp.sum(v * v) for v in jax.tree.leaves(settled(x)))))(
+        loss, position)
+
+
 def chain_noise(state, config, temperature):
-    """track_noise: per chain (leaves with the chain axis) the V̂ the update corrects for, gain × the phase's V̂, and
-    the friction raised to cover it, min(max(γᵢ, NOISE_MARGIN·ε·gain·V̂ᵢ·M⁻¹ᵢ/(2T)), MAX_DAMPING/ε) (the rule's
-    bound at the adaptation point, l2e.policy, with this chain's noise)."""
+    """track_noise: per chain (leaves with the chain axis) the V̂ the update corrects for, gain × the phase's V̂, the
+    friction raised to cover it, min(max(γᵢ, NOISE_MARGIN·ε·gain·V̂ᵢ·M⁻¹ᵢ/(2T)), MAX_DAMPING/ε) (the rule's bound at
+    the adaptation point, l2e.policy, with this chain's noise), and the step: ε, or with track_step each chain's
+    s·ε, s = min(1, sqrt(MAX_DAMPING / h)), h = NOISE_MARGIN·ε²·gain·maxᵢ(V̂ᵢ·M⁻¹ᵢ)/(2T) — the rule's heat cap read
+    with this chain's noise (the rule sets ε where h = MAX_DAMPING at gain 1: beyond it no friction under the cap
+    absorbs the noise), its friction then capped at MAX_DAMPING/(s·ε)."""
     g = state.noise_gain
-    noise = jax.tree.map(lambda v: g.reshape((-1,) + (1,) * v.ndim) * v, state.noise_var)
+    eps = state.eps
+    if config.track_step:
+        heat = max(jnp.max(v * m) for v, m in zip(jax.tree.leaves(state.noise_var), jax.tree.leaves(state.inv_mass)))
+        h = NOISE_MARGIN * jnp.square(state.eps) * g * heat / (2.0 * temperature)
+        eps = state.eps * jnp.sqrt(jnp.minimum(1.0, MAX_DAMPING / jnp.where(h > 0, h, MAX_DAMPING)))
+    per = lambda e, x: e.reshape((-1,) + (1,) * x.ndim) if jnp.ndim(e) else e  # noqa: E731 (a chain axis, or none)
+    noise = jax.tree.map(lambda v: per(g, v) * v, state.noise_var)
     friction = jax.tree.map(lambda f, v, m: jnp.minimum(jnp.maximum(
-        f, NOISE_MARGIN * state.eps * v * m / (2.0 * temperature)), MAX_DAMPING / state.eps), state.friction, noise,
-        state.inv_mass)
-    return noise, friction
+        f, NOISE_MARGIN * per(eps, f) * v * m / (2.0 * temperature)), MAX_DAMPING / per(eps, f)), state.friction,
+        noise, state.inv_mass)
+    return noise, friction, eps
 
 
 def move(state, grad_u, key, config, n_data: int, scale, temperature, first, tracked=None):
     """Every chain's update: in phase 0 (`first`) RMSprop-preconditioned Langevin at η₀ (l2e.adaptation.
     rmsprop_langevin), after it the noise-corrected SGHMC of the phase's constants (l2e.adaptation.corrected_sghmc;
     with mass_rule "dense", in the frame: l2e.policy_dense.move_dense); `tracked`: with track_noise, each chain's
-    (V̂, friction) (`chain_noise`), else None (the phase's shared ones)."""
+    (V̂, friction, ε) (`chain_noise`; ε per chain with track_step), else None (the phase's shared ones)."""
     def psgld(s):
         pos, sq = rmsprop_langevin(s.position, grad_u, s.sq, normal_like(key, s.position), config.base_step * scale,
                                    temperature, n_data, config.rms_decay, config.rms_eps)
@@ -62,12 +77,15 @@ def move(state, grad_u, key, config, n_data: int, scale, temperature, first, tra
 
     def sghmc(s):
         z = normal_like(key, s.position)
-        noise, friction = (s.noise_var, s.friction) if tracked is None else tracked
+        noise, friction, eps = (s.noise_var, s.friction, s.eps) if tracked is None else tracked
         if dense_active(config, s.position):
-            pos, mom = move_dense(s.position, s.momentum, grad_u, s.dense.frame, s.inv_mass, friction, noise, s.eps,
+            pos, mom = move_dense(s.position, s.momentum, grad_u, s.dense.frame, s.inv_mass, friction, noise, eps,
                                   temperature, z, chain_axis=tracked is not None)
+        elif jnp.ndim(eps):  # track_step: each chain's ε
+            pos, mom, _ = jax.vmap(corrected_sghmc, in_axes=(0, 0, 0, None, 0, 0, 0, None, 0))(
+                s.position, s.momentum, grad_u, s.inv_mass, friction, noise, eps, temperature, z)
         else:
-            pos, mom, _ = corrected_sghmc(s.position, s.momentum, grad_u, s.inv_mass, friction, noise, s.eps,
+            pos, mom, _ = corrected_sghmc(s.position, s.momentum, grad_u, s.inv_mass, friction, noise, eps,
                                           temperature, z)
         return s._replace(position=pos, momentum=mom)
 
@@ -89,8 +107,9 @@ def restart(state, lag, alive, key):
 def temperatures(state, freeze: int, tracked=None):
     """Per chain: (T_kin and `sampling` of l2e.types.window_temperature, the kinetic Σ r'·M⁻¹r') after an update
     (`tracked`: as `move`'s, whose friction is then each chain's)."""
-    friction = state.friction if tracked is None else tracked[1]
-    damping = jax.tree.map(lambda g: state.eps * g, friction)
+    friction, eps = (state.friction, state.eps) if tracked is None else tracked[1:]
+    damping = jax.tree.map(lambda g: (eps.reshape((-1,) + (1,) * (g.ndim - 1)) if jnp.ndim(eps) else eps) * g,
+                           friction)
     t_kin, sampling = jax.vmap(lambda r, d: window_temperature(r, state.inv_mass, d, state.step, freeze),
                                in_axes=(0, None if tracked is None else 0))(state.momentum, damping)
     return t_kin, sampling, jax.vmap(lambda r: sum(jnp.sum(ri * ri * mi) for ri, mi in zip(

@@ -87,17 +87,17 @@ def test_the_smallest_budget_adapts_finite(phi):
     assert np.isfinite(float(st.eps)) and float(st.eps) > 0
 
 
-@pytest.mark.parametrize("track", [False, True])
+@pytest.mark.parametrize("track", [False, True, "step"])
 def test_phase_kernels_run_the_general_kernels_chains(track):
     """chunk_phase's kernels, chunk by chunk through l2e.chains.run_chain's chunk_at, give the general kernel's chains
-    (a random φ, the noise halves on; with and without track_noise) to float32 rounding, as tests/test_phases.py
+    (a random φ, the noise halves on; without track_noise, with it, with it and track_step) to float32 rounding, as tests/test_phases.py
     holds Transient-L2E's (the same operations; only XLA's fusion may differ: ≤ 64 roundings of the largest
     coordinate; ε, the mass and the noise gains rtol 1e-4); every phase is used, and a chunk holding an adaptation
     point gets the general kernel."""
     from l2e.chains import ChainSchedule, make_chunk, run_chain
 
     post, chains, length = gaussian_posterior(), 3, 5
-    cfg = P.PolicyConfig(freeze_step=60, base_step=1e-2, track_noise=track)
+    cfg = P.PolicyConfig(freeze_step=60, base_step=1e-2, track_noise=bool(track), track_step=track == "step")
     phi = P.init_meta_params(jax.random.PRNGKey(3), start="random")
     schedule = ChainSchedule(90, 6, 5, 8, length)
     batches = P.per_chain_batches(lambda k, data, b: jax.random.normal(k, (b, D)), chains)
@@ -117,7 +117,7 @@ def test_phase_kernels_run_the_general_kernels_chains(track):
                                atol=64 * np.finfo(np.float32).eps * scale)
     np.testing.assert_allclose(np.asarray(phased.state.inv_mass), np.asarray(general.state.inv_mass), rtol=1e-4)
     np.testing.assert_allclose(np.asarray(phased.state.noise_gain), np.asarray(general.state.noise_gain), rtol=1e-4)
-    assert np.any(np.asarray(general.state.noise_gain) != 1.0) == track
+    assert np.any(np.asarray(general.state.noise_gain) != 1.0) == bool(track)
     assert set(used) == set(P.PHASES) | {None} and float(phased.state.eps) == pytest.approx(float(general.state.eps),
                                                                                              rel=1e-4)
     assert [P.chunk_phase(cfg, s, 5) for s in (0, 10, 15, 20, 25, 30, 35, 55, 60, 65)] == [
@@ -277,7 +277,7 @@ def test_settings_reach_the_sampler_whole_in_the_evaluation_and_on_the_card(monk
 
     odd = dict(phases=4, gather_fraction=0.25, mass_rule="variance", window_fraction=0.4, base_step=3e-3,
                base_kappa=0.2, base_damping=0.3, power_iterations=3, curvature="all", max_step_gain=1.5,
-               control_variate=True, relative_step=True, restart_lagging=True, track_noise=True)
+               control_variate=True, relative_step=True, restart_lagging=True, track_noise=True, track_step=True)
     assert set(odd) == set(M.SHARED)
     settings = M.PolicySettings(**odd)
     config = M.sampler_config(settings, 120)

@@ -8,7 +8,12 @@ phase 0, its friction raised to cover it.
   posterior unchanged): without the flag the window runs hot (T_kin above 1.2, a variance ratio above 1.5); with it
   every chain's gain reads the growth (3 to 5.5, the truth 4), T_kin is within 10 % of T and every coordinate's
   variance ratio within 1 ± 0.2;
-- off (the default), every chain's gain stays 1 exactly.
+- off (the default), every chain's gain stays 1 exactly;
+- track_step, by hand: each chain's step s·ε, s = min(1, sqrt(MAX_DAMPING / h)), h = NOISE_MARGIN·ε²·gain·
+  maxᵢ(V̂ᵢ·M⁻¹ᵢ)/(2T), and its friction capped at MAX_DAMPING/(s·ε); without track_noise a ValueError;
+- noise growing past the heat cap (rows × 8: variance × 64): track_noise alone runs hot (T_kin above 1.08, a
+  variance ratio above 1.5; measured 1.11 and 1.97), with track_step T_kin is within 10 % and every ratio within
+  1 ± 0.2 (measured 1.01, 0.85–1.13); at rows × 2 (below the cap) track_step changes no chain (ratios to 1e-4).
 The phase kernels with the flag on run the general kernel's chains (tests/test_policy.py).
 """
 from __future__ import annotations
@@ -41,7 +46,8 @@ def test_track_gain_and_chain_noise_by_hand():
     assert float(gain[2]) == 1.0
     assert np.all(np.asarray(track_gain(st._replace(noise_var=jnp.zeros(4)), config, noise)) == 1.0)  # no V̂
     st = st._replace(noise_gain=jnp.asarray([1.0, 10.0, 200.0]))
-    v, f = chain_noise(st, config, 1.0)
+    v, f, e = chain_noise(st, config, 1.0)
+    assert e is st.eps  # one ε for every chain without track_step
     np.testing.assert_allclose(np.asarray(v), np.asarray(st.noise_gain)[:, None] * np.asarray(st.noise_var)[None, :],
                                rtol=1e-6)
     need = NOISE_MARGIN * 0.1 * np.asarray(v) * np.asarray(st.inv_mass)[None, :] / 2.0
@@ -49,8 +55,9 @@ def test_track_gain_and_chain_noise_by_hand():
     assert float(f[0, 0]) == 1.0 and float(f[2, 0]) == pytest.approx(MAX_DAMPING / 0.1)  # γ kept; the cap
 
 
-def _run(track: bool, growth: float = 2.0, freeze: int = 600, steps: int = 4000, chains: int = 8):
-    alg = P.policy(gaussian_posterior(noise=3.0), None, P.PolicyConfig(freeze_step=freeze, track_noise=track))
+def _run(track: bool, growth: float = 2.0, freeze: int = 600, steps: int = 4000, chains: int = 8, step=False):
+    alg = P.policy(gaussian_posterior(noise=3.0), None, P.PolicyConfig(freeze_step=freeze, track_noise=track,
+                                                                       track_step=step))
 
     def body(st, k):
         kb, ks = jax.random.split(k)
@@ -79,3 +86,29 @@ def test_the_window_follows_noise_that_grows_after_the_freeze():
 def test_off_the_gain_stays_one():
     st, _, _ = _run(False, steps=700)
     assert np.all(np.asarray(st.noise_gain) == 1.0)
+
+
+def test_track_step_by_hand():
+    eps = float(np.sqrt(MAX_DAMPING / NOISE_MARGIN))  # h = MAX_DAMPING/2 at gain 1 (max V̂·M⁻¹ = 1 here)
+    st = _state()._replace(noise_gain=jnp.asarray([1.0, 10.0, 200.0]), eps=jnp.asarray(eps, jnp.float32))
+    with pytest.raises(ValueError, match="track_step needs track_noise"):
+        P.PolicyConfig(track_step=True)
+    v, f, e = chain_noise(st, P.PolicyConfig(track_noise=True, track_step=True), 1.0)
+    h = NOISE_MARGIN * eps**2 * np.asarray(st.noise_gain) * np.max(np.asarray(st.noise_var) * np.asarray(st.inv_mass)) / 2
+    s = np.minimum(1.0, np.sqrt(MAX_DAMPING / h))
+    assert s[0] == 1.0 and s[2] < s[1] < 1.0  # the cap binds on chains 1 and 2 only
+    np.testing.assert_allclose(np.asarray(e), eps * s, rtol=1e-6)
+    need = NOISE_MARGIN * (eps * s)[:, None] * np.asarray(v) * np.asarray(st.inv_mass)[None, :] / 2.0
+    np.testing.assert_allclose(np.asarray(f), np.minimum(np.maximum(1.0, need), MAX_DAMPING / (eps * s)[:, None]),
+                               rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_track_step_follows_noise_past_the_heat_cap():
+    _, ratio, t_kin = _run(True, growth=8.0)
+    assert t_kin > 1.08 and ratio.max() > 1.5, (t_kin, ratio)  # the friction at its cap: hot
+    _, ratio, t_kin = _run(True, growth=8.0, step=True)
+    assert abs(t_kin - 1.0) < 0.1 and np.all(np.abs(ratio - 1.0) < 0.2), (t_kin, ratio)
+    _, below, _ = _run(True, growth=2.0)
+    _, below_step, _ = _run(True, growth=2.0, step=True)
+    np.testing.assert_allclose(below_step, below, rtol=1e-4)  # under the cap s = 1: the same chains

@@ -7,7 +7,7 @@ those)/M⌋ updates of each of the M chains (with control_variate: the anchor's 
 phase 0 two gradients; `l2e.policy.split_budget`); K/M draws per chain, evenly over the last window_fraction of its
 updates, the freeze where they start (as Transient-L2E's window rule). Settings: chains M; the SHARED fields (phases,
 mass_rule, gather_fraction, base_step, base_kappa, base_damping, power_iterations, curvature — "warm", as the shipped φ
-was trained — max_step_gain, control_variate, relative_step, restart_lagging and track_noise):
+was trained — max_step_gain, control_variate, relative_step, restart_lagging, track_noise and track_step):
 l2e.policy.PolicyConfig's, passed to it unchanged by the evaluation and the card alike (the card, which holds no data
 set, runs control_variate off); meta_params: "rule" (the hand-designed rule, φ unused) or the path of a saved φ
 (l2e.policy.save_meta_params; the learned policy), "shipped" the shipped one. Two methods: `policy` (the rule) and
@@ -37,7 +37,7 @@ __all__ = ["METHOD_TABLE", "PolicyLearnedSettings", "PolicySettings", "SHARED", 
 
 SHARED = ("phases", "gather_fraction", "mass_rule", "window_fraction", "base_step", "base_kappa", "base_damping",
           "power_iterations", "curvature", "max_step_gain", "control_variate", "relative_step", "restart_lagging",
-          "track_noise")
+          "track_noise", "track_step")
 """The settings that are l2e.policy.PolicyConfig's fields, passed to it unchanged (`sampler_config`): one source for
 their meaning, range and (but curvature) default."""
 _DEFAULT = P.PolicyConfig()
@@ -46,9 +46,9 @@ _DEFAULT = P.PolicyConfig()
 @dataclasses.dataclass(frozen=True)
 class PolicySettings:
     """chains: M; SHARED (phases, gather_fraction, mass_rule, window_fraction, base_step, base_kappa, base_damping,
-    power_iterations, curvature, max_step_gain, control_variate, relative_step, restart_lagging, track_noise):
-    PolicyConfig's, with its defaults but curvature "warm" (as the shipped φ was trained); meta_params: "rule" or
-    the path of a saved φ (module docstring)."""
+    power_iterations, curvature, max_step_gain, control_variate, relative_step, restart_lagging, track_noise,
+    track_step): PolicyConfig's, with its defaults but curvature "warm" (as the shipped φ was trained); meta_params:
+    "rule" or the path of a saved φ (module docstring)."""
 
     chains: int = 10
     phases: int = _DEFAULT.phases
@@ -66,6 +66,7 @@ class PolicySettings:
     relative_step: bool = _DEFAULT.relative_step
     restart_lagging: bool = _DEFAULT.restart_lagging
     track_noise: bool = _DEFAULT.track_noise
+    track_step: bool = _DEFAULT.track_step
 
     def __post_init__(self):
         if not isinstance(self.chains, int) or self.chains < 2:
