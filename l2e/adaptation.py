@@ -43,8 +43,12 @@ def _halved(posterior: Posterior, position: PyTree, minibatch, inside, spread):
     def halves(mb):
         first = jax.tree.map(lambda x: x[: x.shape[0] // 2], mb)
         second = jax.tree.map(lambda x: x[x.shape[0] // 2:], mb)
-        (l1, _, g1), (l2, _, g2) = (posterior.value_and_potential_grad(position, h) for h in (first, second))
-        return 0.5 * (l1 + l2), jax.tree.map(lambda a, b: 0.5 * (a + b), g1, g2), jax.tree.map(spread, g1, g2)
+        # the halves' NLL gradients, the prior's once: ∇Ũ₁ − ∇Ũ₂ = N·(ḡ₁ − ḡ₂) (on XLA:CPU each ∇Ũₖ would be a
+        # θ-sized array per chain written and read again)
+        (l1, g1), (l2, g2) = (jax.value_and_grad(posterior.nll)(position, h) for h in (first, second))
+        gp, n = jax.grad(posterior.log_prior)(position), posterior.data_size
+        return (0.5 * (l1 + l2), jax.tree.map(lambda a, b, p: n * (0.5 * (a + b)) - p, g1, g2, gp),
+                jax.tree.map(lambda a, b: spread(n * a, n * b), g1, g2))
 
     def whole(mb):
         loss, _, grad_u = posterior.value_and_potential_grad(position, mb)

@@ -322,13 +322,13 @@ def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), ph
         pre = state.position
         tracked = chain_noise(state, config, temperature) if config.track_noise and first is not True else None
         state = move(state, grad_u, k_step, config, n_data, learning_rate, temperature, first, tracked)
-        t_kin, sampling, kinetic = temperatures(state, freeze, tracked)
+        t_kin, sampling, kinetic = temperatures(state, freeze, tracked is not None, config, temperature)
+        finite = chains_finite(loss, state.position)
         # a phase kernel gathers under the traced `window` too: a conditional, which XLA:CPU runs update by update
         # instead of deferring the statistics to the chunk's end (l2e.policy_features.gather)
-        state = branch(window if gathering is True else gathering,
-                        lambda s: gather_window(s, config, pre, grad_u, noise, loss, t_kin, early), lambda s: s, state)
-        return state._replace(step=state.step + 1), PolicyInfo(loss, chains_finite(loss, state.position), kinetic,
-                                                               t_kin, sampling)
+        state = branch(window if gathering is True else gathering, lambda s: gather_window(
+            s, config, pre, grad_u, noise, loss, t_kin, early, finite), lambda s: s, state)
+        return state._replace(step=state.step + 1), PolicyInfo(loss, finite, kinetic, t_kin, sampling)
 
     return kernel
 

@@ -85,9 +85,11 @@ def features(state, config, n_data: int, progress, lag=None) -> tuple[jax.Array,
     return coord, glob, {"log_s2": log_s2, "noise": noise, "alive": alive, "centre": centre}
 
 
-def gather(state, pre, grad_u, noise, loss, t_kin, early):
+def gather(state, pre, grad_u, noise, loss, t_kin, early, finite):
     """l2e.policy's gathering window's statistics with one more state per chain (θ before the update, its ∇Ũ, V̂,
-    loss); the pooled V̂ and T_kin average the live chains only (a divergent chain's are not finite: left out).
+    loss); the pooled V̂ and T_kin average the live chains only (a divergent chain's are not finite: left out):
+    `finite` (per chain, the loss and θ' after the update finite: θ and ∇Ũ were), T_kin and the sum of V̂ finite
+    (each chain's θ, ∇Ũ and V̂ read once, not three times).
 
     l2e.policy's kernels call it inside a conditional (`_branch` on a traced flag, in the phase kernels too). Called
     directly, nothing on the chains' path needs its result, so XLA:CPU deferred it to the end of a compiled chunk
@@ -97,8 +99,8 @@ def gather(state, pre, grad_u, noise, loss, t_kin, early):
     count = state.count + 1.0
     mx, sx = jax.vmap(welford, in_axes=(None, 0, 0, 0))(count, state.mean_x, state.m2_x, pre)
     mg, sg = jax.vmap(welford, in_axes=(None, 0, 0, 0))(count, state.mean_g, state.m2_g, grad_u)
-    alive = jax.vmap(lambda *t: jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(t)]))
-                     )(pre, grad_u, noise, loss, t_kin)
+    alive = finite & jnp.isfinite(t_kin) & jnp.isfinite(sum(jnp.sum(v, axis=tuple(range(1, v.ndim)))
+                                                             for v in jax.tree.leaves(noise)))
     live = jnp.maximum(jnp.sum(alive), 1.0)
 
     def mean(v):  # over the live chains (axis 0)

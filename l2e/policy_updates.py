@@ -54,7 +54,8 @@ def chain_noise(state, config, temperature):
     g = state.noise_gain
     eps = state.eps
     if config.track_step:
-        heat = max(jnp.max(v * m) for v, m in zip(jax.tree.leaves(state.noise_var), jax.tree.leaves(state.inv_mass)))
+        heat = jnp.max(jnp.stack([jnp.max(v * m) for v, m in zip(jax.tree.leaves(state.noise_var),
+                                                                 jax.tree.leaves(state.inv_mass))]))
         h = NOISE_MARGIN * jnp.square(state.eps) * g * heat / (2.0 * temperature)
         eps = state.eps * jnp.sqrt(jnp.minimum(1.0, MAX_DAMPING / jnp.where(h > 0, h, MAX_DAMPING)))
     per = lambda e, x: e.reshape((-1,) + (1,) * x.ndim) if jnp.ndim(e) else e  # noqa: E731 (a chain axis, or none)
@@ -104,16 +105,32 @@ def restart(state, lag, alive, key):
     return state._replace(position=jax.tree.map(copy, state.position), sq=jax.tree.map(copy, state.sq))
 
 
-def temperatures(state, freeze: int, tracked=None):
-    """Per chain: (T_kin and `sampling` of l2e.types.window_temperature, the kinetic Σ r'·M⁻¹r') after an update
-    (`tracked`: as `move`'s, whose friction is then each chain's)."""
-    friction, eps = (state.friction, state.eps) if tracked is None else tracked[1:]
-    damping = jax.tree.map(lambda g: (eps.reshape((-1,) + (1,) * (g.ndim - 1)) if jnp.ndim(eps) else eps) * g,
-                           friction)
-    t_kin, sampling = jax.vmap(lambda r, d: window_temperature(r, state.inv_mass, d, state.step, freeze),
-                               in_axes=(0, None if tracked is None else 0))(state.momentum, damping)
-    return t_kin, sampling, jax.vmap(lambda r: sum(jnp.sum(ri * ri * mi) for ri, mi in zip(
-        jax.tree.leaves(settled(r)), jax.tree.leaves(state.inv_mass))))(state.momentum)
+def temperatures(state, freeze: int, tracked: bool = False, config=None, temperature=None):
+    """Per chain: (T_kin and `sampling` of l2e.types.window_temperature, the kinetic Σ r'·M⁻¹r') after an update;
+    `tracked` (track_noise after phase 0; config and temperature then needed): each chain's friction and step
+    (`chain_noise`) recomputed behind the barrier from the shared fields and the chain's gain, and T_kin =
+    (Σ r'²M⁻¹ − ½·Σ dᵢ·r'²M⁻¹)/d, window_temperature's, without a θ-sized array of each chain's damping dᵢ (on
+    XLA:CPU one more written and read per update)."""
+    if not tracked:
+        damping = jax.tree.map(lambda g: state.eps * g, state.friction)
+        t_kin, sampling = jax.vmap(lambda r: window_temperature(r, state.inv_mass, damping, state.step, freeze)
+                                   )(state.momentum)
+        return t_kin, sampling, jax.vmap(lambda r: sum(jnp.sum(ri * ri * mi) for ri, mi in zip(
+            jax.tree.leaves(settled(r)), jax.tree.leaves(state.inv_mass))))(state.momentum)
+    r, m, f, v, g, e = settled((state.momentum, state.inv_mass, state.friction, state.noise_var, state.noise_gain,
+                                state.eps))
+    _, friction, eps = chain_noise(state._replace(inv_mass=m, friction=f, noise_var=v, noise_gain=g, eps=e), config,
+                                   temperature)
+
+    def per_chain(term):
+        return sum(jnp.sum(term(ri, mi, fi), axis=tuple(range(1, ri.ndim))) for ri, mi, fi in
+                   zip(jax.tree.leaves(r), jax.tree.leaves(m), jax.tree.leaves(friction)))
+
+    kinetic = per_chain(lambda ri, mi, fi: ri * ri * mi)
+    damped = per_chain(lambda ri, mi, fi: (eps.reshape((-1,) + (1,) * (fi.ndim - 1)) if jnp.ndim(eps) else eps) * fi
+                       * ri * ri * mi)
+    t_kin = (kinetic - 0.5 * damped) / sum(x.size for x in jax.tree.leaves(m))
+    return t_kin, jnp.broadcast_to(state.step >= freeze, t_kin.shape), kinetic
 
 
 def _gradients(posterior: Posterior, config, positions, minibatches, gather):
@@ -130,13 +147,14 @@ def dense_active(config, positions) -> bool:
     return config.mass_rule == "dense" and dense_size(positions) > 0
 
 
-def gather_window(state, config, pre, grad_u, noise, loss, t_kin, early):
-    """l2e.policy_features.gather, and with the dense mass first the co-moments (`noise` is then δ)."""
+def gather_window(state, config, pre, grad_u, noise, loss, t_kin, early, finite):
+    """l2e.policy_features.gather, and with the dense mass first the co-moments (`noise` is then δ); finite: per
+    chain, the update's loss and θ' finite (`chains_finite`)."""
     if dense_active(config, pre):
         state = state._replace(dense=gather_dense(state.dense, state.count + 1.0, state.mean_x, state.mean_g, pre,
                                                   grad_u, noise))
         noise = jax.tree.map(jnp.square, noise)
-    return gather(state, pre, grad_u, noise, loss, t_kin, early)
+    return gather(state, pre, grad_u, noise, loss, t_kin, early, finite)
 
 
 def chain_gradients(posterior: Posterior, config, state, minibatches, first, gathering):

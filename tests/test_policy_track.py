@@ -101,6 +101,11 @@ def test_track_step_by_hand():
     need = NOISE_MARGIN * (eps * s)[:, None] * np.asarray(v) * np.asarray(st.inv_mass)[None, :] / 2.0
     np.testing.assert_allclose(np.asarray(f), np.minimum(np.maximum(1.0, need), MAX_DAMPING / (eps * s)[:, None]),
                                rtol=1e-5)
+    two = lambda x: {"a": x[..., :2], "b": x[..., 2:]}  # noqa: E731 (θ of two leaves: the heat the max over both)
+    st2 = st._replace(position=two(st.position), momentum=two(st.momentum), noise_var=two(st.noise_var),
+                      inv_mass=two(st.inv_mass), friction=two(st.friction))
+    _, _, e2 = jax.jit(lambda x: chain_noise(x, P.PolicyConfig(track_noise=True, track_step=True), 1.0))(st2)
+    np.testing.assert_allclose(np.asarray(e2), np.asarray(e), rtol=1e-6)
 
 
 @pytest.mark.slow
