@@ -14,8 +14,8 @@ from l2e.policy_features import gather
 from l2e.transient import MAX_DAMPING, NOISE_MARGIN
 from l2e.types import Posterior, all_finite, normal_like, settled, window_temperature
 
-__all__ = ["TRACK_DECAY", "branch", "chain_gradients", "chain_noise", "chains_finite", "dense_active", "move", "restart",
-           "temperatures", "gather_window", "track_gain"]
+__all__ = ["TRACK_DECAY", "branch", "chain_gradients", "chain_noise", "chains_finite", "dense_active", "move",
+           "restart", "temperatures", "gather_window", "track_gain"]
 
 TRACK_DECAY = 0.9
 """track_noise: the running noise gain's weight on its last value per update (a memory of about 10 updates)."""
@@ -44,25 +44,31 @@ def chains_finite(loss, position):
         loss, position)
 
 
-def chain_noise(state, config, temperature):
+def per_chain(value, like):
+    """`value` shaped to broadcast against `like`, a leaf with the chain axis first: a (M,) array reshaped to
+    (M, 1, …); a scalar as it is."""
+    return value.reshape((-1,) + (1,) * (like.ndim - 1)) if jnp.ndim(value) else value
+
+
+def chain_noise(state, config, temperature, eps=None):
     """track_noise: per chain (leaves with the chain axis) the V̂ the update corrects for, gain × the phase's V̂, the
     friction raised to cover it, min(max(γᵢ, NOISE_MARGIN·ε·gain·V̂ᵢ·M⁻¹ᵢ/(2T)), MAX_DAMPING/ε) (the rule's bound at
     the adaptation point, l2e.policy, with this chain's noise), and the step: ε, or with track_step each chain's
     s·ε, s = min(1, sqrt(MAX_DAMPING / h)), h = NOISE_MARGIN·ε²·gain·maxᵢ(V̂ᵢ·M⁻¹ᵢ)/(2T) — the rule's heat cap read
     with this chain's noise (the rule sets ε where h = MAX_DAMPING at gain 1: beyond it no friction under the cap
-    absorbs the noise), its friction then capped at MAX_DAMPING/(s·ε)."""
+    absorbs the noise), its friction then capped at MAX_DAMPING/(s·ε). eps: that step, where already known."""
     g = state.noise_gain
-    eps = state.eps
-    if config.track_step:
-        heat = jnp.max(jnp.stack([jnp.max(v * m) for v, m in zip(jax.tree.leaves(state.noise_var),
-                                                                 jax.tree.leaves(state.inv_mass))]))
-        h = NOISE_MARGIN * jnp.square(state.eps) * g * heat / (2.0 * temperature)
-        eps = state.eps * jnp.sqrt(jnp.minimum(1.0, MAX_DAMPING / jnp.where(h > 0, h, MAX_DAMPING)))
-    per = lambda e, x: e.reshape((-1,) + (1,) * x.ndim) if jnp.ndim(e) else e  # noqa: E731 (a chain axis, or none)
-    noise = jax.tree.map(lambda v: per(g, v) * v, state.noise_var)
+    if eps is None:
+        eps = state.eps
+        if config.track_step:
+            heat = jnp.max(jnp.stack([jnp.max(v * m) for v, m in zip(jax.tree.leaves(state.noise_var),
+                                                                     jax.tree.leaves(state.inv_mass))]))
+            h = NOISE_MARGIN * jnp.square(state.eps) * g * heat / (2.0 * temperature)
+            eps = state.eps * jnp.sqrt(jnp.minimum(1.0, MAX_DAMPING / jnp.where(h > 0, h, MAX_DAMPING)))
+    noise = jax.tree.map(lambda v: g.reshape((-1,) + (1,) * v.ndim) * v, state.noise_var)
     friction = jax.tree.map(lambda f, v, m: jnp.minimum(jnp.maximum(
-        f, NOISE_MARGIN * per(eps, f) * v * m / (2.0 * temperature)), MAX_DAMPING / per(eps, f)), state.friction,
-        noise, state.inv_mass)
+        f, NOISE_MARGIN * per_chain(eps, v) * v * m / (2.0 * temperature)), MAX_DAMPING / per_chain(eps, v)),
+        state.friction, noise, state.inv_mass)
     return noise, friction, eps
 
 
@@ -100,35 +106,34 @@ def restart(state, lag, alive, key):
     move_ = lag & jnp.any(alive)
 
     def copy(x):
-        return jnp.where(move_.reshape((-1,) + (1,) * (x.ndim - 1)), x[donor], x)
+        return jnp.where(per_chain(move_, x), x[donor], x)
 
     return state._replace(position=jax.tree.map(copy, state.position), sq=jax.tree.map(copy, state.sq))
 
 
-def temperatures(state, freeze: int, tracked: bool = False, config=None, temperature=None):
+def temperatures(state, freeze: int, tracked=None, config=None, temperature=None):
     """Per chain: (T_kin and `sampling` of l2e.types.window_temperature, the kinetic Σ r'·M⁻¹r') after an update;
-    `tracked` (track_noise after phase 0; config and temperature then needed): each chain's friction and step
-    (`chain_noise`) recomputed behind the barrier from the shared fields and the chain's gain, and T_kin =
-    (Σ r'²M⁻¹ − ½·Σ dᵢ·r'²M⁻¹)/d, window_temperature's, without a θ-sized array of each chain's damping dᵢ (on
-    XLA:CPU one more written and read per update)."""
-    if not tracked:
+    `tracked` (as `move`'s; config and temperature then needed): each chain's friction recomputed behind the barrier
+    from the shared fields, the chain's gain and step (`chain_noise`), and T_kin = (Σ r'²M⁻¹ − ½·Σ dᵢ·r'²M⁻¹)/d,
+    window_temperature's, without a θ-sized array of each chain's damping dᵢ (on XLA:CPU one more written and read
+    per update)."""
+    if tracked is None:
         damping = jax.tree.map(lambda g: state.eps * g, state.friction)
         t_kin, sampling = jax.vmap(lambda r: window_temperature(r, state.inv_mass, damping, state.step, freeze)
                                    )(state.momentum)
         return t_kin, sampling, jax.vmap(lambda r: sum(jnp.sum(ri * ri * mi) for ri, mi in zip(
             jax.tree.leaves(settled(r)), jax.tree.leaves(state.inv_mass))))(state.momentum)
-    r, m, f, v, g, e = settled((state.momentum, state.inv_mass, state.friction, state.noise_var, state.noise_gain,
-                                state.eps))
-    _, friction, eps = chain_noise(state._replace(inv_mass=m, friction=f, noise_var=v, noise_gain=g, eps=e), config,
-                                   temperature)
+    r, m, f, v, g, eps = settled((state.momentum, state.inv_mass, state.friction, state.noise_var, state.noise_gain,
+                                  tracked[2]))
+    _, friction, _ = chain_noise(state._replace(inv_mass=m, friction=f, noise_var=v, noise_gain=g), config,
+                                 temperature, eps)
 
-    def per_chain(term):
+    def summed(term):
         return sum(jnp.sum(term(ri, mi, fi), axis=tuple(range(1, ri.ndim))) for ri, mi, fi in
                    zip(jax.tree.leaves(r), jax.tree.leaves(m), jax.tree.leaves(friction)))
 
-    kinetic = per_chain(lambda ri, mi, fi: ri * ri * mi)
-    damped = per_chain(lambda ri, mi, fi: (eps.reshape((-1,) + (1,) * (fi.ndim - 1)) if jnp.ndim(eps) else eps) * fi
-                       * ri * ri * mi)
+    kinetic = summed(lambda ri, mi, fi: ri * ri * mi)
+    damped = summed(lambda ri, mi, fi: per_chain(eps, fi) * fi * ri * ri * mi)
     t_kin = (kinetic - 0.5 * damped) / sum(x.size for x in jax.tree.leaves(m))
     return t_kin, jnp.broadcast_to(state.step >= freeze, t_kin.shape), kinetic
 

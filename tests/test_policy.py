@@ -90,8 +90,8 @@ def test_the_smallest_budget_adapts_finite(phi):
 @pytest.mark.parametrize("track", [False, True, "step"])
 def test_phase_kernels_run_the_general_kernels_chains(track):
     """chunk_phase's kernels, chunk by chunk through l2e.chains.run_chain's chunk_at, give the general kernel's chains
-    (a random φ, the noise halves on; without track_noise, with it, with it and track_step) to float32 rounding, as tests/test_phases.py
-    holds Transient-L2E's (the same operations; only XLA's fusion may differ: ≤ 64 roundings of the largest
+    (a random φ, the noise halves on; without track_noise, with it, with it and track_step) to float32 rounding, as
+    tests/test_phases.py holds Transient-L2E's (the same operations; only XLA's fusion may differ: ≤ 64 roundings of the largest
     coordinate; ε, the mass and the noise gains rtol 1e-4); every phase is used, and a chunk holding an adaptation
     point gets the general kernel."""
     from l2e.chains import ChainSchedule, make_chunk, run_chain

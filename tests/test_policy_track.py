@@ -94,7 +94,8 @@ def test_track_step_by_hand():
     with pytest.raises(ValueError, match="track_step needs track_noise"):
         P.PolicyConfig(track_step=True)
     v, f, e = chain_noise(st, P.PolicyConfig(track_noise=True, track_step=True), 1.0)
-    h = NOISE_MARGIN * eps**2 * np.asarray(st.noise_gain) * np.max(np.asarray(st.noise_var) * np.asarray(st.inv_mass)) / 2
+    heat = np.max(np.asarray(st.noise_var) * np.asarray(st.inv_mass))
+    h = NOISE_MARGIN * eps**2 * np.asarray(st.noise_gain) * heat / 2
     s = np.minimum(1.0, np.sqrt(MAX_DAMPING / h))
     assert s[0] == 1.0 and s[2] < s[1] < 1.0  # the cap binds on chains 1 and 2 only
     np.testing.assert_allclose(np.asarray(e), eps * s, rtol=1e-6)
