@@ -2,7 +2,8 @@
 families of bench.step_cost (random data of the right shapes).
 
 Usage: python -m bench.policy_step_cost [--family mlp,cnn-digits,...] [--chains 4] [--calls 10] [--repeats 7]
-                                        [--chunk 1] [--no-donate] [--track-noise] [--json FILE]
+                                        [--chunk 1] [--no-donate] [--track-noise] [--track-every 1]
+                                        [--json FILE]
 
 Policy-L2E (l2e.policy) runs its M chains in one state, one minibatch per chain; its rival here is SGHMC's step
 vmapped over the same M chains and minibatches (the form the evaluation's batched runs take). Rows, each timed at an
@@ -14,7 +15,8 @@ whole, fields it leaves unchanged included); --no-donate times both without (thi
 each call runs N updates unrolled (the same minibatch), both sides, through the evaluation's chunks
 (l2e.chains.make_chunk; ChainSchedule.chunk, 10 by default); 1 (the default) one update per call. --track-noise:
 Policy-L2E with PolicyConfig.track_noise (two half-batch gradients and each chain's noise gain in every SGHMC
-update, not only in the gathering windows). Each row
+update, not only in the gathering windows); --track-every K: with it, PolicyConfig.track_every (the gains refreshed
+on every K-th update only, l2e.policy.chunk_kernels' kernels per offset where K divides --chunk). Each row
 also gives XLA's temporary buffer per call (MB; `temp_mb`): on glibc a buffer above 32 MB is mapped fresh at every
 call and its pages faulted in, which the measured gathering windows pay (docs/results.md, "Step cost"). Rows:
   phase 0               pSGLD (RMSprop Langevin), outside its gathering window
@@ -55,15 +57,18 @@ FREEZE = 300
 def chunked(step, length: int):
     """The step (key, state, batch) -> (state, info) run `length` times in one call as the evaluation's chunks run
     it (l2e.chains.make_chunk, here over one fixed minibatch: update i's key split from the call's key folded with
-    i; the infos stacked); length 1: the step itself."""
-    if length == 1:
-        return step
-    chunk = make_chunk(lambda key, state, batch, _: step(key, state, batch), lambda key, data, size: data, 0, length)
+    i; the infos stacked); length 1: the step itself. A tuple of steps: update i runs step i modulo their number
+    (make_chunk's periodic kernel)."""
+    steps = step if isinstance(step, tuple) else (step,)
+    if length == 1 and len(steps) == 1:
+        return steps[0]
+    chunk = make_chunk(tuple(lambda key, state, batch, _, s=s: s(key, state, batch) for s in steps),
+                       lambda key, data, size: data, 0, length)
     return lambda key, state, batch: chunk(state, key, 0, batch, None)
 
 
 def measure(family: str, chains: int = 4, calls: int = 10, repeats: int = 7, donate: bool = True,
-            chunk: int = 1, track_noise: bool = False) -> dict:
+            chunk: int = 1, track_noise: bool = False, track_every: int = 1) -> dict:
     """{family, d, chains, chunk, rows: [{row, ms, time_ratio, flop_ratio, temp_mb}]} (module docstring); ms and
     the ratios per update."""
     fam = FAMILIES[family]
@@ -78,13 +83,15 @@ def measure(family: str, chains: int = 4, calls: int = 10, repeats: int = 7, don
     fns["sghmc"], flops["sghmc"] = runner(chunked(step, chunk), (keys if chunk == 1 else jax.random.PRNGKey(3),
                                                                   jax.vmap(sghmc.init)(thetas), batches),
                                           calls, chained=True, donate=donate)
-    phi, config = P.load_meta_params("shipped"), P.PolicyConfig(freeze_step=FREEZE, track_noise=track_noise)
+    phi = P.load_meta_params("shipped")
+    config = P.PolicyConfig(freeze_step=FREEZE, track_noise=track_noise, track_every=track_every)
     state0 = P.init(thetas)._replace(eps=jnp.asarray(1e-3, jnp.float32))
     for row, (phase, step) in PHASE_STEPS.items():
-        kernel = P.build_kernel(post, config, phase)
         n = 1 if row == "adaptation point" else calls  # the point is one update; its row times it alone
         length = 1 if row == "adaptation point" else chunk
-        fns[row], flops[row] = runner(chunked(lambda k, st, b, kernel=kernel: kernel(k, st, b, phi), length), (
+        steps = tuple(lambda k, st, b, kernel=kernel: kernel(k, st, b, phi)
+                      for kernel in P.chunk_kernels(post, config, phase, length))  # the evaluation's (l2e.policy)
+        fns[row], flops[row] = runner(chunked(steps, length), (
             jax.random.PRNGKey(4), state0._replace(step=jnp.asarray(step, jnp.int32)), batches), n, chained=True,
             donate=donate and row != "adaptation point")  # the point's row restarts there every round
     times = interleaved(fns, repeats)
@@ -98,7 +105,7 @@ def measure(family: str, chains: int = 4, calls: int = 10, repeats: int = 7, don
                      "flop_ratio": flops[row] / length / (flops["sghmc"] / chunk) if flops["sghmc"] else float("nan"),
                      "temp_mb": mb(row)})
     return {"family": family, "d": int(sum(x.size for x in jax.tree.leaves(theta))), "chains": chains, "donate": donate,
-            "chunk": chunk, "track_noise": track_noise, "batch": fam.batch,
+            "chunk": chunk, "track_noise": track_noise, "track_every": track_every, "batch": fam.batch,
             "sghmc_ms": statistics.median(times["sghmc"]) / per * 1e3,
             "sghmc_temp_mb": mb("sghmc"), "rows": rows}
 
@@ -125,15 +132,21 @@ def main(argv=None) -> int:
     p.add_argument("--chunk", type=int, default=1, help="updates per compiled call (the evaluation's chunks: 10)")
     p.add_argument("--no-donate", action="store_true", help="time without donating the states (the first form)")
     p.add_argument("--track-noise", action="store_true", help="Policy-L2E with PolicyConfig.track_noise")
+    p.add_argument("--track-every", type=int, default=1, help="PolicyConfig.track_every (needs --track-noise)")
     p.add_argument("--json", default=None, help="also write the results here")
     a = p.parse_args(argv)
     families = [f for f in a.family.split(",") if f]
     bad = [f for f in families if f not in FAMILIES]
-    if bad or a.chains < 2 or a.calls < 1 or a.repeats < 1 or a.chunk < 1:
+    if bad or a.chains < 2 or a.calls < 1 or a.repeats < 1 or a.chunk < 1 or a.track_every < 1:
         print(f"error: unknown family {bad[0]!r}" if bad else
-              "error: need --chains >= 2, --calls >= 1, --repeats >= 1, --chunk >= 1", file=sys.stderr)
+              "error: need --chains >= 2, --calls >= 1, --repeats >= 1, --chunk >= 1, --track-every >= 1",
+              file=sys.stderr)
         return 2
-    results = [measure(f, a.chains, a.calls, a.repeats, not a.no_donate, a.chunk, a.track_noise) for f in families]
+    if a.track_every > 1 and not a.track_noise:
+        print("error: --track-every needs --track-noise", file=sys.stderr)
+        return 2
+    results = [measure(f, a.chains, a.calls, a.repeats, not a.no_donate, a.chunk, a.track_noise, a.track_every)
+               for f in families]
     print(markdown(results))
     if a.json:
         with open(a.json, "w") as f:

@@ -133,29 +133,35 @@ def _split_output(out):
     return out
 
 
-def make_chunk(kernel: Kernel, sample_batch: BatchFn, batch_size: int, length: int):
+def make_chunk(kernel: Kernel | tuple[Kernel, ...], sample_batch: BatchFn, batch_size: int, length: int):
     """A chunk of `length` updates unrolled in Python, to be jitted (module doc: why not `lax.scan`).
 
     Update t uses fold_in(key, t), split into the minibatch key and the kernel's key.
 
     Args:
-      kernel: kernel(key, state, minibatch, args) -> (state, info).
+      kernel: kernel(key, state, minibatch, args) -> (state, info); or a tuple of P of them, a periodic kernel:
+        update i of the chunk runs kernel[i % P], so update t of a chain runs kernel[t % P] where chunks start at
+        multiples of `length` (as `run_chain`'s do; l2e.policy.chunk_kernels).
       sample_batch: sample_batch(key, data, batch_size) -> minibatch.
       batch_size: B.
-      length: updates per chunk.
+      length: updates per chunk (with a tuple of P kernels, a multiple of P).
     Returns:
       chunk(state, key, start, data, args) -> (state, infos): `length` updates starting at update index `start`
       (int32 scalar); infos: the updates' Info leaves stacked on a new axis 0 of size `length`.
     Raises:
+      ValueError: a tuple of kernels whose number does not divide `length`.
       TypeError (when traced): the kernel returns a bare state instead of (state, info).
     """
+    kernels = kernel if isinstance(kernel, tuple) else (kernel,)
+    if not kernels or length % len(kernels):
+        raise ValueError(f"a chunk of {length} updates cannot cycle through {len(kernels)} kernels")
 
     def chunk(state, key, start, data, args):
         infos = []
         for i in range(length):
             k_batch, k_noise = jax.random.split(jax.random.fold_in(key, start + i))
             batch = sample_batch(k_batch, data, batch_size)
-            state, info = _split_output(kernel(k_noise, state, batch, args))
+            state, info = _split_output(kernels[i % len(kernels)](k_noise, state, batch, args))
             infos.append(info)
         return state, jax.tree.map(lambda *xs: jnp.stack(xs), *infos)
 

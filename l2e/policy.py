@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -52,10 +51,11 @@ from l2e.adaptation import ensemble_curvature, unflat
 from l2e.policy_budget import (ANCHOR_SHARE, BudgetPlan, adaptation_gradients, adaptation_points, anchored,
                                chunk_phase, plan_budget, run_gradients, split_budget)
 from l2e.control_variates import full_gradient_cost, full_nll_grad
-from l2e.policy_dense import Dense, frame, framed_posterior, init_dense, to_frame
+from l2e.policy_dense import frame, framed_posterior, to_frame
 from l2e.policy_features import COORD_FEATURES, GLOBAL_FEATURES, features, lagging
 from l2e.policy_updates import (branch, chain_gradients, chain_noise, chains_finite, dense_active, gather_window,
-                                move, restart, temperatures, track_gain)
+                                move, restart, splits, temperatures, track_gain)
+from l2e.policy_state import PolicyInfo, PolicyState, init
 from l2e.policy_params import check_meta_params, init_meta_params, load_meta_params, save_meta_params
 from l2e.chains import per_chain_batches
 from l2e.checks import check_choice, check_flag, check_in_range, check_positive, check_step_count
@@ -65,7 +65,7 @@ from l2e.types import PyTree, Posterior, SamplingAlgorithm, normal_like
 
 __all__ = ["ANCHOR_SHARE", "BudgetPlan", "COORD_FEATURES", "GLOBAL_FEATURES", "PHASES", "PolicyConfig", "PolicyInfo",
            "PolicyState", "adaptation_gradients", "adaptation_points", "anchored", "build_kernel", "check_meta_params",
-           "chunk_phase", "features", "for_budget", "init", "init_meta_params", "load_meta_params",
+           "chunk_kernels", "chunk_phase", "features", "for_budget", "init", "init_meta_params", "load_meta_params",
            "per_chain_batches", "plan_budget", "policy", "run_gradients", "save_meta_params", "split_budget"]
 
 LOG_BOUND = 3.0
@@ -108,8 +108,9 @@ class PolicyConfig:
     (l2e.policy_updates.track_gain), its V̂ and friction raised to cover it (`chain_noise`): where the chains move
     into a region of larger minibatch noise after the freeze (a heteroscedastic model's noise scale shrinking), the
     correction follows them instead of staying at the pooled V̂ (two half-batch gradients per update: the gathering
-    windows' cost in every SGHMC update); track_step (needs track_noise): where a chain's tracked noise passes the
-    rule's heat cap, its step shrinks until it fits (`chain_noise`)."""
+    windows' cost in every SGHMC update); track_every (with track_noise): the gains refresh on every k-th update only
+    (its index a multiple of k; the others take one gradient; `chunk_kernels`); track_step (needs track_noise):
+    where a chain's tracked noise passes the rule's heat cap, its step shrinks until it fits (`chain_noise`)."""
 
     temperature: float = 1.0
     freeze_step: int = 1000
@@ -133,6 +134,7 @@ class PolicyConfig:
     restart_lagging: bool = False
     track_noise: bool = False
     track_step: bool = False
+    track_every: int = 1
 
     def __post_init__(self):
         check_choice("mass_rule", self.mass_rule, MASS_RULES), check_choice("policy", self.policy, POLICIES)
@@ -148,72 +150,12 @@ class PolicyConfig:
         check_flag(noise_halves=self.noise_halves, control_variate=self.control_variate,
                    relative_step=self.relative_step, restart_lagging=self.restart_lagging,
                    track_noise=self.track_noise, track_step=self.track_step)
-        if self.track_step and not self.track_noise:
-            raise ValueError("track_step needs track_noise")
+        check_step_count("track_every", self.track_every, 1)
+        for flag, on in (("track_step", self.track_step), ("track_every > 1", self.track_every > 1)):
+            if on and not self.track_noise:
+                raise ValueError(f"{flag} needs track_noise")
         check_step_count("anchor_chunk", self.anchor_chunk, 1)
         check_in_range("max_step_gain", self.max_step_gain, 1.0, math.inf, include_high=False)
-
-
-class PolicyState(NamedTuple):
-    """position, momentum, sq, mean_x, m2_x, mean_g, m2_g: per chain (leading axis M) — θ, r, phase 0's RMSprop
-    average of ḡ², Welford statistics of θ and ∇Ũ over the phase's gathering window; inv_mass, friction,
-    noise_var: shared M⁻¹, γᵢ and the V̂ the SGHMC phases correct for (no chain axis); eps: ε (0 in phase 0);
-    noise_acc: the gathering window's running mean V̂ (pooled over chains); count: states gathered (f32);
-    loss_mean, loss_m2: per chain, Welford moments of the minibatch loss; loss_early: per chain, the mean loss over
-    the window's first half; kin: the window's running mean T_kin; step: updates done (int32); anchor, anchor_grad:
-    the control variates' shared anchor θ̂ and mean NLL gradient over the data there (no chain axis; zeros and unread
-    without control_variate); dense: mass_rule "dense"'s co-moments and frame (l2e.policy_dense.Dense);
-    noise_gain: per chain, track_noise's running gain of its minibatch noise over noise_var (1 where not tracked)."""
-
-    position: PyTree
-    momentum: PyTree
-    step: jax.Array
-    inv_mass: PyTree
-    eps: jax.Array
-    friction: PyTree
-    noise_var: PyTree
-    sq: PyTree
-    count: jax.Array
-    mean_x: PyTree
-    m2_x: PyTree
-    mean_g: PyTree
-    m2_g: PyTree
-    noise_acc: PyTree
-    loss_mean: jax.Array
-    loss_m2: jax.Array
-    loss_early: jax.Array
-    kin: jax.Array
-    anchor: PyTree
-    anchor_grad: PyTree
-    dense: Dense
-    noise_gain: jax.Array
-
-
-class PolicyInfo(NamedTuple):
-    """Per chain (shape (M,)): loss, the mean minibatch NLL at the pre-update θ; is_finite; kinetic, Σ r'·M⁻¹r' after
-    an SGHMC update (0 in phase 0); t_kin, l2e.types.window_temperature's; sampling: the update is in the window."""
-
-    loss: jax.Array
-    is_finite: jax.Array
-    kinetic: jax.Array
-    t_kin: jax.Array
-    sampling: jax.Array
-
-
-def _shared(tree: PyTree, fill: float) -> PyTree:
-    return jax.tree.map(lambda x: jnp.full(x.shape[1:], fill, jnp.float32), tree)
-
-
-def init(positions: PyTree) -> PolicyState:
-    """The state before the first update of M chains at θ₀ = `positions` (leaves (M, …)): zero momenta and
-    statistics, M⁻¹ = 1."""
-    zeros = jax.tree.map(jnp.zeros_like, positions)
-    chains = jax.tree.leaves(positions)[0].shape[0]
-    z, zm = jnp.zeros((), jnp.float32), jnp.zeros((chains,), jnp.float32)
-    return PolicyState(positions, zeros, jnp.zeros((), jnp.int32), _shared(positions, 1.0), z,
-                       _shared(positions, 0.0), _shared(positions, 0.0), zeros, z, zeros, zeros, zeros, zeros,
-                       _shared(positions, 0.0), zm, zm, zm, z, _shared(positions, 0.0), _shared(positions, 0.0),
-                       init_dense(positions), jnp.ones((chains,), jnp.float32))
 
 
 def _bounded(x):
@@ -271,7 +213,8 @@ def _adapt(state: PolicyState, phi, config: PolicyConfig, posterior: Posterior, 
                           loss_early=zc, kin=jnp.zeros((), jnp.float32), noise_gain=jnp.ones_like(zc))
 
 
-def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), phase: str | None = None):
+def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), phase: str | None = None,
+                 offset: int | None = None):
     """kernel(key, state, minibatches, meta_params, learning_rate=1.0, temperature=config.temperature, data=None) ->
     (PolicyState, PolicyInfo) — one update of all M chains.
 
@@ -281,6 +224,7 @@ def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), ph
       phase: None, the general kernel (it branches on the update index); or one of PHASES, the kernel of updates
         that all lie in that phase and include no adaptation point (`chunk_phase`): the same chains to float32
         rounding, without the per-update branches (on XLA:CPU a gradient inside a `lax.cond` runs slower).
+      offset: a phase kernel's updates' index modulo config.track_every (`chunk_kernels`); None: read from the step.
     Returns:
       The kernel: minibatches one per chain (every leaf's leading axis M; `per_chain_batches`); meta_params (φ) and
       learning_rate (a dimensionless multiplier of η₀ and κ₀: 1, the sampler as configured) are traced arguments;
@@ -313,12 +257,10 @@ def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), ph
         else:
             first, gathering = phase.startswith("psgld"), phase.endswith("gather")
         early = state.count < halves[p]
-        split = gathering  # two half-batches: in the gathering windows, and with track_noise after phase 0
-        if config.track_noise:
-            split = (gathering or not first) if isinstance(first, bool) else gathering | ~first
+        split, refresh = splits(config, first, gathering, state.step, offset)
         loss, grad_u, noise = chain_gradients(posterior, config, state, minibatches, first, split)
         if config.track_noise:
-            state = branch(first, lambda s: s, lambda s: s._replace(noise_gain=track_gain(s, config, noise)), state)
+            state = branch(refresh, lambda s: s._replace(noise_gain=track_gain(s, config, noise)), lambda s: s, state)
         pre = state.position
         tracked = chain_noise(state, config, temperature) if config.track_noise and first is not True else None
         state = move(state, grad_u, k_step, config, n_data, learning_rate, temperature, first, tracked)
@@ -331,6 +273,16 @@ def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), ph
         return state._replace(step=state.step + 1), PolicyInfo(loss, finite, kinetic, t_kin, sampling)
 
     return kernel
+
+
+def chunk_kernels(posterior: Posterior, config: PolicyConfig, phase: str | None, length: int) -> tuple:
+    """The kernels (`build_kernel`) a chunk of `length` updates of `phase` runs, l2e.chains.make_chunk's periodic
+    tuple: for a phase kernel of a track_every k > 1 config and k dividing `length`, one per offset, none branching
+    on whether its update refreshes the noise gains; else the one kernel."""
+    k = config.track_every
+    periodic = phase is not None and config.track_noise and k > 1 and length % k == 0
+    return tuple(build_kernel(posterior, config, phase, o) for o in range(k)) if periodic else (
+        build_kernel(posterior, config, phase),)
 
 
 def policy(posterior: Posterior, meta_params: PyTree | None = None, config: PolicyConfig = PolicyConfig(),

@@ -15,10 +15,11 @@ from l2e.transient import MAX_DAMPING, NOISE_MARGIN
 from l2e.types import Posterior, all_finite, normal_like, settled, window_temperature
 
 __all__ = ["TRACK_DECAY", "branch", "chain_gradients", "chain_noise", "chains_finite", "dense_active", "move",
-           "restart", "temperatures", "gather_window", "track_gain"]
+           "restart", "splits", "temperatures", "gather_window", "track_gain"]
 
 TRACK_DECAY = 0.9
-"""track_noise: the running noise gain's weight on its last value per update (a memory of about 10 updates)."""
+"""track_noise: the running noise gain's weight on its last value per update (a memory of about 10 updates; with
+track_every k, TRACK_DECAY**k per refresh: the same memory in updates)."""
 
 
 def track_gain(state, config, noise):
@@ -34,8 +35,33 @@ def track_gain(state, config, noise):
                                                                                    jax.tree.leaves(m)))
     ref = sum(jnp.sum(v * mi) for v, mi in zip(jax.tree.leaves(state.noise_var), jax.tree.leaves(m)))
     ratio = total / jnp.where(ref > 0, ref, 1.0)
-    new = TRACK_DECAY * state.noise_gain + (1.0 - TRACK_DECAY) * ratio
+    decay = TRACK_DECAY ** config.track_every
+    new = decay * state.noise_gain + (1.0 - decay) * ratio
     return jnp.where((ref > 0) & jnp.isfinite(ratio), new, state.noise_gain)
+
+
+def _not(a):
+    return (not a) if isinstance(a, bool) else ~a
+
+
+def _both(a, b):
+    """a and b: a Python bool where either decides it statically (a phase kernel), else a traced one."""
+    if a is False or b is False:
+        return False
+    return b if a is True else a if b is True else a & b
+
+
+def splits(config, first, gathering, step, offset):
+    """(split, refresh) of one update: whether it takes two half-batch gradients (in the gathering windows, and where
+    it refreshes), and whether it refreshes the chains' noise gains (track_noise: after phase 0, on the updates whose
+    index is a multiple of track_every). Python bools where a phase kernel knows them (`offset`: the index modulo
+    track_every; None: read from the traced `step`), else traced."""
+    if not config.track_noise:
+        return gathering, False
+    every = config.track_every
+    due = True if every == 1 else (offset % every == 0 if offset is not None else step % every == 0)
+    refresh = _both(_not(first), due)
+    return _not(_both(_not(gathering), _not(refresh))), refresh
 
 
 def chains_finite(loss, position):

@@ -87,24 +87,28 @@ def test_the_smallest_budget_adapts_finite(phi):
     assert np.isfinite(float(st.eps)) and float(st.eps) > 0
 
 
-@pytest.mark.parametrize("track", [False, True, "step"])
+@pytest.mark.parametrize("track", [False, True, "step", "every"])
 def test_phase_kernels_run_the_general_kernels_chains(track):
-    """chunk_phase's kernels, chunk by chunk through l2e.chains.run_chain's chunk_at, give the general kernel's chains
-    (a random φ, the noise halves on; without track_noise, with it, with it and track_step) to float32 rounding, as
-    tests/test_phases.py holds Transient-L2E's (the same operations; only XLA's fusion may differ: ≤ 64 roundings of the largest
-    coordinate; ε, the mass and the noise gains rtol 1e-4); every phase is used, and a chunk holding an adaptation
-    point gets the general kernel."""
+    """chunk_phase's kernels (chunk_kernels), chunk by chunk through l2e.chains.run_chain's chunk_at, give the general
+    kernel's chains (a random φ, the noise halves on; without track_noise, with it, with it and track_step, with it
+    every 5th update: a tuple of 5 kernels per phase) to float32 rounding, as tests/test_phases.py holds
+    Transient-L2E's (the same operations; only XLA's fusion may differ: ≤ 64 roundings of the largest coordinate; ε,
+    the mass and the noise gains rtol 1e-4); every phase is used, and a chunk holding an adaptation point gets the
+    general kernel."""
     from l2e.chains import ChainSchedule, make_chunk, run_chain
 
     post, chains, length = gaussian_posterior(), 3, 5
-    cfg = P.PolicyConfig(freeze_step=60, base_step=1e-2, track_noise=bool(track), track_step=track == "step")
+    cfg = P.PolicyConfig(freeze_step=60, base_step=1e-2, track_noise=bool(track), track_step=track == "step",
+                         track_every=5 if track == "every" else 1)
     phi = P.init_meta_params(jax.random.PRNGKey(3), start="random")
     schedule = ChainSchedule(90, 6, 5, 8, length)
     batches = P.per_chain_batches(lambda k, data, b: jax.random.normal(k, (b, D)), chains)
 
     def chunk(phase):
-        kernel = P.build_kernel(post, cfg, phase)
-        return jax.jit(make_chunk(lambda k, s, mb, a: kernel(k, s, mb, a), batches, 8, length))
+        kernels = P.chunk_kernels(post, cfg, phase, length)
+        assert len(kernels) == (5 if track == "every" and phase else 1)
+        return jax.jit(make_chunk(tuple(lambda k, s, mb, a, f=f: f(k, s, mb, a) for f in kernels), batches, 8,
+                                  length))
 
     state = P.init(jnp.full((chains, D), 2.0) + jnp.arange(chains)[:, None] * 0.1)
     general = run_chain(chunk(None), state, jax.random.PRNGKey(1), None, phi, schedule)
@@ -277,7 +281,8 @@ def test_settings_reach_the_sampler_whole_in_the_evaluation_and_on_the_card(monk
 
     odd = dict(phases=4, gather_fraction=0.25, mass_rule="variance", window_fraction=0.4, base_step=3e-3,
                base_kappa=0.2, base_damping=0.3, power_iterations=3, curvature="all", max_step_gain=1.5,
-               control_variate=True, relative_step=True, restart_lagging=True, track_noise=True, track_step=True)
+               control_variate=True, relative_step=True, restart_lagging=True, track_noise=True, track_step=True,
+               track_every=3)
     assert set(odd) == set(M.SHARED)
     settings = M.PolicySettings(**odd)
     config = M.sampler_config(settings, 120)

@@ -351,6 +351,19 @@ def test_make_chunk_refuses_a_bare_state():
         chunk(s.init(jnp.zeros(DIM)), jax.random.PRNGKey(0), 0, None, None)
 
 
+def test_make_chunk_cycles_a_tuple_of_kernels():
+    """A tuple of P kernels: update i of a chunk runs kernel i % P (here update t of the chain runs kernel t % 2, the
+    chunks starting at multiples of their length); a length P does not divide is refused."""
+    def kernel(tag):
+        return lambda key, st, b, args: (st * 10 + tag, tag)
+
+    chunk = make_chunk((kernel(1), kernel(2)), noise_batch, 1, 4)
+    state, info = chunk(jnp.zeros(()), jax.random.PRNGKey(0), 4, None, None)
+    assert float(state) == 1212.0 and np.asarray(info).tolist() == [1, 2, 1, 2]
+    with pytest.raises(ValueError, match="cannot cycle through 2 kernels"):
+        make_chunk((kernel(1), kernel(2)), noise_batch, 1, 3)
+
+
 def test_device_data_cache():
     from l2e.devices import DeviceDataCache, member_device
 

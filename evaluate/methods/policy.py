@@ -7,7 +7,7 @@ those)/M⌋ updates of each of the M chains (with control_variate: the anchor's 
 phase 0 two gradients; `l2e.policy.split_budget`); K/M draws per chain, evenly over the last window_fraction of its
 updates, the freeze where they start (as Transient-L2E's window rule). Settings: chains M; the SHARED fields (phases,
 mass_rule, gather_fraction, base_step, base_kappa, base_damping, power_iterations, curvature — "warm", as the shipped φ
-was trained — max_step_gain, control_variate, relative_step, restart_lagging, track_noise and track_step):
+was trained — max_step_gain, control_variate, relative_step, restart_lagging, track_noise, track_step, track_every):
 l2e.policy.PolicyConfig's, passed to it unchanged by the evaluation and the card alike (the card, which holds no data
 set, runs control_variate off); meta_params: "rule" (the hand-designed rule, φ unused) or the path of a saved φ
 (l2e.policy.save_meta_params; the learned policy), "shipped" the shipped one. Two methods: `policy` (the rule) and
@@ -37,7 +37,7 @@ __all__ = ["METHOD_TABLE", "PolicyLearnedSettings", "PolicySettings", "SHARED", 
 
 SHARED = ("phases", "gather_fraction", "mass_rule", "window_fraction", "base_step", "base_kappa", "base_damping",
           "power_iterations", "curvature", "max_step_gain", "control_variate", "relative_step", "restart_lagging",
-          "track_noise", "track_step")
+          "track_noise", "track_step", "track_every")
 """The settings that are l2e.policy.PolicyConfig's fields, passed to it unchanged (`sampler_config`): one source for
 their meaning, range and (but curvature) default."""
 _DEFAULT = P.PolicyConfig()
@@ -47,8 +47,8 @@ _DEFAULT = P.PolicyConfig()
 class PolicySettings:
     """chains: M; SHARED (phases, gather_fraction, mass_rule, window_fraction, base_step, base_kappa, base_damping,
     power_iterations, curvature, max_step_gain, control_variate, relative_step, restart_lagging, track_noise,
-    track_step): PolicyConfig's, with its defaults but curvature "warm" (as the shipped φ was trained); meta_params:
-    "rule" or the path of a saved φ (module docstring)."""
+    track_step, track_every): PolicyConfig's, with its defaults but curvature "warm" (as the shipped φ was trained);
+    meta_params: "rule" or the path of a saved φ (module docstring)."""
 
     chains: int = 10
     phases: int = _DEFAULT.phases
@@ -67,6 +67,7 @@ class PolicySettings:
     restart_lagging: bool = _DEFAULT.restart_lagging
     track_noise: bool = _DEFAULT.track_noise
     track_step: bool = _DEFAULT.track_step
+    track_every: int = _DEFAULT.track_every
 
     def __post_init__(self):
         if not isinstance(self.chains, int) or self.chains < 2:
@@ -126,9 +127,9 @@ def run_policy(ctx, key, hp: dict):
     # point), each chunk donating the state: its 7 θ-sized per-chain trees are then not copied at every call
     args = (phi, task.train_data)  # the data a traced argument (the anchor's pass), not a compiled-in constant
 
-    def kernel(phase):
-        k = P.build_kernel(task.posterior, config, phase)
-        return lambda key_, st, b, a: k(key_, st, b, a[0], data=a[1])
+    def kernel(phase):  # a tuple: a tracked phase's kernels per offset (l2e.policy.chunk_kernels)
+        return tuple(lambda key_, st, b, a, k=k: k(key_, st, b, a[0], data=a[1])
+                     for k in P.chunk_kernels(task.posterior, config, phase, schedule.chunk_length))
 
     chunk_at = phase_chunks(ctx, ("policy", s, freeze), kernel, schedule,
                             lambda start, length: P.chunk_phase(config, start, length), state, task.train_data, args,
