@@ -65,21 +65,32 @@ def split_budget(config, gradients: int, draws: int, chains: int, anchor_pass: i
     """(updates per chain S, draws per chain k, thinning, freeze_step) of a run of `gradients` minibatch gradients
     and `draws` draws over `chains` chains: the adaptation points' gradients first, S = ⌊(G − those)/M⌋ (with
     control_variate the largest S whose `run_gradients` fit in G), k = max(1, ⌊K/M⌋) draws per chain evenly over the
-    last window_fraction of its updates, the freeze where they start. ValueError when the freeze would leave fewer
-    than 2 updates per phase, or for control_variate without anchor_pass ≥ 1 (⌈N/B⌉)."""
+    last window_fraction of its updates, the freeze where they start. With track_every p > 1, S and (where it is at
+    least p) the thinning are multiples of p, the thinning the nearest (at most p − 1 updates per chain unspent;
+    unaligned where the budget is too small for it): every draw then falls on a multiple of p, and chunks of a
+    multiple of p updates run the tracked phases' periodic kernels (l2e.policy.chunk_kernels). ValueError when the
+    freeze would leave fewer than 2 updates per phase, or for control_variate without anchor_pass ≥ 1 (⌈N/B⌉)."""
     if config.control_variate and anchor_pass < 1:
         raise ValueError("control_variate needs anchor_pass >= 1: the minibatch gradients of one pass over the data")
     per_chain = max(1, draws // chains)
 
-    def window(steps):
-        thinning = max(1, int(config.window_fraction * steps) // per_chain)
-        return thinning, steps - per_chain * thinning
+    def split(p):
+        def window(steps):
+            thinning = int(config.window_fraction * steps) // per_chain
+            if thinning >= p:  # the nearest multiple of p, or the one below where the nearest leaves no burn-in
+                near = int(round(thinning / p)) * p
+                thinning = near if steps - per_chain * near >= 2 * config.phases else thinning // p * p
+            return max(1, thinning), steps - per_chain * max(1, thinning)
 
-    steps = (gradients - adaptation_gradients(config, chains, anchor_pass)) // chains
-    while config.control_variate and steps > 0 and run_gradients(dataclasses.replace(
-            config, freeze_step=max(window(steps)[1], 2 * config.phases)), steps, chains, anchor_pass) > gradients:
-        steps -= 1
-    thinning, freeze = window(steps)
+        steps = (gradients - adaptation_gradients(config, chains, anchor_pass)) // chains // p * p
+        while config.control_variate and steps > 0 and run_gradients(dataclasses.replace(
+                config, freeze_step=max(window(steps)[1], 2 * config.phases)), steps, chains, anchor_pass) > gradients:
+            steps -= p
+        return (steps,) + window(steps)
+
+    steps, thinning, freeze = split(config.track_every)
+    if freeze < 2 * config.phases:
+        steps, thinning, freeze = split(1)
     if freeze < 2 * config.phases:
         raise ValueError(f"a budget of {gradients} gradients leaves {steps} updates per chain for {chains} chains, "
                          f"too few for {config.phases} adaptation phases")

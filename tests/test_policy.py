@@ -273,6 +273,22 @@ def test_evaluation_method_splits_the_budget():
         PolicySettings(chains=1)
 
 
+def test_track_every_aligns_the_draws_and_the_chunks():
+    """With track_every p, split_budget's S and thinning are multiples of p (the thinning the nearest one), so every
+    draw falls on a multiple of p and the evaluation's chunks are multiples of p (there: 5, where p = 1 gives 1);
+    where the budget is too small to align, the split is the unaligned one; without tracking nothing changes."""
+    from evaluate.methods.policy import PolicySettings, policy_schedule
+
+    tracked, plain = P.PolicyConfig(curvature="warm", track_noise=True, track_every=5), P.PolicyConfig(curvature="warm")
+    assert P.split_budget(tracked, 8_000, 100, 10) == (785, 10, 40, 385)
+    assert P.split_budget(plain, 8_000, 100, 10) == (787, 10, 39, 397)
+    assert P.split_budget(tracked, 250, 10, 10) == P.split_budget(plain, 250, 10, 10) == (12, 1, 6, 6)  # 10 too few
+    cfg = type("Cfg", (), dict(num_steps=8_000, num_samples=10, batch_size=64, chunk=10))
+    for every, length in ((1, 1), (5, 5), (10, 10)):
+        schedule, _ = policy_schedule(cfg, PolicySettings(track_noise=True, track_every=every))
+        assert schedule.chunk_length == length and all(t % every == 0 for t in schedule.sample_steps)
+
+
 def test_settings_reach_the_sampler_whole_in_the_evaluation_and_on_the_card(monkeypatch):
     """evaluate.methods.policy: every SHARED setting, set away from its default, is the PolicyConfig's value that
     the evaluation (sampler_config) and the card's builder hand to l2e.policy.policy (but control_variate, which the
