@@ -100,10 +100,10 @@ def policy_schedule(cfg, s: PolicySettings, anchor_pass: int = 1) -> tuple[Chain
     schedule, k = ChainSchedule(steps, draws, thinning, cfg.batch_size, cfg.chunk), s.track_every
     # with track_every k, chunks of a multiple of k updates where one divides the draws' steps: the tracked phases
     # then run l2e.policy.chunk_kernels' periodic kernels, no branch (split_budget aligns the draws for it)
-    fits = [c for c in range(k, cfg.chunk + 1, k)
-            if ChainSchedule(steps, draws, thinning, cfg.batch_size, c).chunk_length == c]
-    if k > 1 and schedule.chunk_length % k and fits:
-        schedule = ChainSchedule(steps, draws, thinning, cfg.batch_size, fits[-1])
+    if schedule.chunk_length % k:
+        fits = [c for c in range(k, cfg.chunk + 1, k)
+                if ChainSchedule(steps, draws, thinning, cfg.batch_size, c).chunk_length == c]
+        schedule = ChainSchedule(steps, draws, thinning, cfg.batch_size, fits[-1]) if fits else schedule
     return schedule, freeze
 
 
