@@ -89,7 +89,7 @@ def split_budget(config, gradients: int, draws: int, chains: int, anchor_pass: i
         return (steps,) + window(steps)
 
     steps, thinning, freeze = split(config.track_every)
-    if freeze < 2 * config.phases:
+    if freeze < 2 * config.phases and config.track_every > 1:  # too small a budget to align
         steps, thinning, freeze = split(1)
     if freeze < 2 * config.phases:
         raise ValueError(f"a budget of {gradients} gradients leaves {steps} updates per chain for {chains} chains, "

@@ -51,6 +51,13 @@ def _both(a, b):
     return b if a is True else a if b is True else a & b
 
 
+def _either(a, b):
+    """a or b, as `_both`."""
+    if a is True or b is True:
+        return True
+    return b if a is False else a if b is False else a | b
+
+
 def splits(config, first, gathering, step, offset):
     """(split, refresh) of one update: whether it takes two half-batch gradients (in the gathering windows, and where
     it refreshes), and whether it refreshes the chains' noise gains (track_noise: after phase 0, on the updates whose
@@ -61,7 +68,7 @@ def splits(config, first, gathering, step, offset):
     every = config.track_every
     due = True if every == 1 else (offset % every == 0 if offset is not None else step % every == 0)
     refresh = _both(_not(first), due)
-    return _not(_both(_not(gathering), _not(refresh))), refresh
+    return _either(gathering, refresh), refresh
 
 
 def chains_finite(loss, position):
