@@ -265,7 +265,7 @@ def build_kernel(posterior: Posterior, config: PolicyConfig = PolicyConfig(), ph
         tracked = chain_noise(state, config, temperature) if config.track_noise and first is not True else None
         state = move(state, grad_u, k_step, config, n_data, learning_rate, temperature, first, tracked)
         t_kin, sampling, kinetic = temperatures(state, freeze, tracked, config, temperature)
-        finite = chains_finite(loss, state.position)
+        finite = chains_finite(loss, state.position, kinetic, first)
         # a phase kernel gathers under the traced `window` too: a conditional, which XLA:CPU runs update by update
         # instead of deferring the statistics to the chunk's end (l2e.policy_features.gather)
         state = branch(window if gathering is True else gathering, lambda s: gather_window(

@@ -12,7 +12,7 @@ from l2e.control_variates import Anchor, cv_posterior
 from l2e.policy_dense import dense_size, gather_dense, move_dense
 from l2e.policy_features import gather
 from l2e.transient import MAX_DAMPING, NOISE_MARGIN
-from l2e.types import Posterior, all_finite, normal_like, settled, window_temperature
+from l2e.types import Posterior, all_finite, normal_like, settled
 
 __all__ = ["TRACK_DECAY", "branch", "chain_gradients", "chain_noise", "chains_finite", "dense_active", "move",
            "restart", "splits", "temperatures", "gather_window", "track_gain"]
@@ -71,10 +71,19 @@ def splits(config, first, gathering, step, offset):
     return _either(gathering, refresh), refresh
 
 
-def chains_finite(loss, position):
-    """(M,) bool: each chain's loss and settled position are finite."""
-    return jax.vmap(lambda lo, x: all_finite(lo, sum(jnp.sum(v * v) for v in jax.tree.leaves(settled(x)))))(
-        loss, position)
+def chains_finite(loss, position, kinetic=None, first=True):
+    """(M,) bool: each chain's loss and settled position are finite. Given `kinetic` (each chain's Σ r'·M⁻¹r' after
+    the update, `temperatures`) outside phase 0 (`first` False, or traced: then selected per update), the loss and
+    the kinetic sum instead, as SGHMC's is_finite reads them: θ' = θ + ε·M⁻¹r' is finite where θ (its loss) and r'
+    are, and the check costs no pass over θ'."""
+    def by_position():
+        return jax.vmap(lambda lo, x: all_finite(lo, sum(jnp.sum(v * v) for v in jax.tree.leaves(settled(x)))))(
+            loss, position)
+
+    if kinetic is None or first is True:
+        return by_position()
+    by_kinetic = jnp.isfinite(loss) & jnp.isfinite(kinetic)
+    return by_kinetic if first is False else jnp.where(first, by_position(), by_kinetic)
 
 
 def per_chain(value, like):
@@ -145,29 +154,27 @@ def restart(state, lag, alive, key):
 
 
 def temperatures(state, freeze: int, tracked=None, config=None, temperature=None):
-    """Per chain: (T_kin and `sampling` of l2e.types.window_temperature, the kinetic Σ r'·M⁻¹r') after an update;
-    `tracked` (as `move`'s; config and temperature then needed): each chain's friction recomputed behind the barrier
-    from the shared fields, the chain's gain and step (`chain_noise`), and T_kin = (Σ r'²M⁻¹ − ½·Σ dᵢ·r'²M⁻¹)/d,
-    window_temperature's, without a θ-sized array of each chain's damping dᵢ (on XLA:CPU one more written and read
-    per update)."""
+    """Per chain: (T_kin and `sampling` of l2e.types.window_temperature, the kinetic Σ r'·M⁻¹r') after an update,
+    T_kin = (Σ r'²M⁻¹ − ε·½·Σ γᵢ·r'²M⁻¹)/d, window_temperature's with dᵢ = ε·γᵢ, as dot products per chain (on
+    XLA:CPU a sum over θ's axes is a reduction, slower than a dot: 3–6 % of an untracked MLP update) and without a
+    θ-sized array of each chain's damping (one more written and read per update); `tracked` (as
+    `move`'s; config and temperature then needed): each chain's friction recomputed behind the barrier from the
+    shared fields, the chain's gain and step (`chain_noise`)."""
     if tracked is None:
-        damping = jax.tree.map(lambda g: state.eps * g, state.friction)
-        t_kin, sampling = jax.vmap(lambda r: window_temperature(r, state.inv_mass, damping, state.step, freeze)
-                                   )(state.momentum)
-        return t_kin, sampling, jax.vmap(lambda r: sum(jnp.sum(ri * ri * mi) for ri, mi in zip(
-            jax.tree.leaves(settled(r)), jax.tree.leaves(state.inv_mass))))(state.momentum)
-    r, m, f, v, g, eps = settled((state.momentum, state.inv_mass, state.friction, state.noise_var, state.noise_gain,
-                                  tracked[2]))
-    _, friction, _ = chain_noise(state._replace(inv_mass=m, friction=f, noise_var=v, noise_gain=g), config,
-                                 temperature, eps)
-
-    def summed(term):
-        return sum(jnp.sum(term(ri, mi, fi), axis=tuple(range(1, ri.ndim))) for ri, mi, fi in
-                   zip(jax.tree.leaves(r), jax.tree.leaves(m), jax.tree.leaves(friction)))
-
-    kinetic = summed(lambda ri, mi, fi: ri * ri * mi)
-    damped = summed(lambda ri, mi, fi: per_chain(eps, fi) * fi * ri * ri * mi)
-    t_kin = (kinetic - 0.5 * damped) / sum(x.size for x in jax.tree.leaves(m))
+        r, m, friction, eps = settled((state.momentum, state.inv_mass, state.friction, state.eps))
+    else:
+        r, m, f, v, g, eps = settled((state.momentum, state.inv_mass, state.friction, state.noise_var,
+                                      state.noise_gain, tracked[2]))
+        _, friction, _ = chain_noise(state._replace(inv_mass=m, friction=f, noise_var=v, noise_gain=g), config,
+                                     temperature, eps)
+    kinetic, damped = 0.0, 0.0
+    for ri, mi, fi in zip(jax.tree.leaves(r), jax.tree.leaves(m), jax.tree.leaves(friction)):
+        rows = ri.shape[0]
+        rf, rm = ri.reshape(rows, -1), (ri * mi).reshape(rows, -1)
+        kinetic = kinetic + jnp.einsum("ci,ci->c", rf, rm)
+        damped = damped + (jnp.einsum("ci,ci->c", rf * rm, fi.reshape(rows, -1)) if fi.ndim == ri.ndim else
+                           (rf * rm) @ fi.reshape(-1))
+    t_kin = (kinetic - 0.5 * eps * damped) / sum(x.size for x in jax.tree.leaves(m))
     return t_kin, jnp.broadcast_to(state.step >= freeze, t_kin.shape), kinetic
 
 
