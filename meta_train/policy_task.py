@@ -108,20 +108,20 @@ def population_program(pt: PolicyTask, config: P.PolicyConfig, gradients: int, d
                        batch_size: int, chunk: int = 5):
     """run(phis (population-stacked φ), key) -> (outputs (P, K, rows, ...) as `Task.predict`'s, t_kin (P,)): every
     member's M chains from the same inits and minibatch keys (common random numbers), compiled once: one chunk of
-    `chunk` updates per phase kernel it uses (l2e.policy.chunk_phase) for a population, the general kernel alone
-    for a single φ (the meta-loss curve's mean φ: a fraction of the work). Few, short programs keep the code small:
-    XLA:CPU maps each compiled kernel's code separately (about 400 memory maps per program here), and Linux's default
-    limit of 65,530 per process was reached on the 19-task preset with phase kernels for both population sizes."""
+    `chunk` updates per phase it uses (l2e.policy.chunk_phase; with track_every p, the phase's p periodic kernels,
+    l2e.policy.chunk_kernels) for a population, the general kernel alone for a single φ (the meta-loss curve's mean
+    φ: a fraction of the work). Few, short programs keep the code small: XLA:CPU maps each compiled kernel's code
+    separately (about 400 memory maps per program here), and Linux's default limit of 65,530 per process was reached
+    on the 19-task preset with phase kernels for both population sizes."""
     steps, per_chain, thinning, freeze = P.split_budget(config, gradients, draws, chains)
     config = dataclasses.replace(config, freeze_step=freeze, noise_halves=batch_size % 2 == 0)
     schedule = ChainSchedule(steps, per_chain, thinning, batch_size, chunk)
     task = pt.task
     length = schedule.chunk_length
 
-    def compiled(phase):  # the population's chunk with the phase kernel `phase` (l2e.policy.chunk_phase)
-        kernel = P.build_kernel(task.posterior, config, phase)
-        one = make_chunk(lambda k, s, mb, phi: kernel(k, s, mb, phi), P.per_chain_batches(task.sample_batch, chains),
-                         batch_size, length)
+    def compiled(phase):  # the population's chunk with `phase`'s kernels (l2e.policy.chunk_phase, chunk_kernels)
+        one = make_chunk(P.chunk_kernels(task.posterior, config, phase, length),
+                         P.per_chain_batches(task.sample_batch, chains), batch_size, length)
         return jax.jit(jax.vmap(one, in_axes=(0, None, None, None, 0)))
 
     fns = {ph: compiled(ph) for ph in {P.chunk_phase(config, start, length) for start in range(0, steps, length)}
