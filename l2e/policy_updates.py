@@ -71,16 +71,16 @@ def splits(config, first, gathering, step, offset):
     return _either(gathering, refresh), refresh
 
 
-def chains_finite(loss, position, kinetic=None, first=True):
-    """(M,) bool: each chain's loss and settled position are finite. Given `kinetic` (each chain's Σ r'·M⁻¹r' after
-    the update, `temperatures`) outside phase 0 (`first` False, or traced: then selected per update), the loss and
-    the kinetic sum instead, as SGHMC's is_finite reads them: θ' = θ + ε·M⁻¹r' is finite where θ (its loss) and r'
-    are, and the check costs no pass over θ'."""
+def chains_finite(loss, position, kinetic, first):
+    """(M,) bool: each chain's loss and settled position after the update are finite. In phase 0 (`first` True;
+    traced: selected per update) read from the position; after it from the loss and `kinetic` (each chain's
+    Σ r'·M⁻¹r', `temperatures`), as SGHMC's is_finite reads them: θ' = θ + ε·M⁻¹r' is finite where θ (its loss) and
+    r' are, and the check costs no pass over θ'."""
     def by_position():
         return jax.vmap(lambda lo, x: all_finite(lo, sum(jnp.sum(v * v) for v in jax.tree.leaves(settled(x)))))(
             loss, position)
 
-    if kinetic is None or first is True:
+    if first is True:
         return by_position()
     by_kinetic = jnp.isfinite(loss) & jnp.isfinite(kinetic)
     return by_kinetic if first is False else jnp.where(first, by_position(), by_kinetic)
