@@ -275,9 +275,9 @@ def build_kernel(posterior: Posterior, config: MassConfig = MassConfig()):
         kinetic = tree_vdot(*settled((mom, velocity)))
         new = MassState(pos, mom, state.step + 1, state.mass, state.friction, avg_g, avg_sq)
         inv_mass = jax.tree.map(lambda m: 1.0 / m, state.mass)
-        damping = jax.tree.map(lambda c, m: eps * friction * c / m, state.friction, state.mass)
+        gamma = jax.tree.map(lambda c, m: friction * c / m, state.friction, state.mass)  # the damping's ε·γᵢ
         return new, MassInfo(loss, all_finite(loss, kinetic), kinetic,
-                             *window_temperature(mom, inv_mass, damping, state.step, freeze))
+                             *window_temperature(mom, inv_mass, gamma, eps, state.step, freeze))
 
     return kernel
 

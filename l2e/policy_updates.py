@@ -12,7 +12,7 @@ from l2e.control_variates import Anchor, cv_posterior
 from l2e.policy_dense import dense_size, gather_dense, move_dense
 from l2e.policy_features import gather
 from l2e.transient import MAX_DAMPING, NOISE_MARGIN
-from l2e.types import Posterior, all_finite, normal_like, settled
+from l2e.types import Posterior, all_finite, kinetic_temperature, normal_like, settled
 
 __all__ = ["TRACK_DECAY", "branch", "chain_gradients", "chain_noise", "chains_finite", "dense_active", "move",
            "restart", "splits", "temperatures", "gather_window", "track_gain"]
@@ -155,11 +155,9 @@ def restart(state, lag, alive, key):
 
 def temperatures(state, freeze: int, tracked=None, config=None, temperature=None):
     """Per chain: (T_kin and `sampling` of l2e.types.window_temperature, the kinetic Σ r'·M⁻¹r') after an update,
-    T_kin = (Σ r'²M⁻¹ − ε·½·Σ γᵢ·r'²M⁻¹)/d, window_temperature's with dᵢ = ε·γᵢ, as dot products per chain (on
-    XLA:CPU a sum over θ's axes is a reduction, slower than a dot: 3–6 % of an untracked MLP update) and without a
-    θ-sized array of each chain's damping (one more written and read per update); `tracked` (as
-    `move`'s; config and temperature then needed): each chain's friction recomputed behind the barrier from the
-    shared fields, the chain's gain and step (`chain_noise`)."""
+    l2e.types.kinetic_temperature over the chains (a friction shared by them: one matrix-vector product, no θ-sized
+    array of each chain's damping); `tracked` (as `move`'s; config and temperature then needed): each chain's
+    friction recomputed behind the barrier from the shared fields, the chain's gain and step (`chain_noise`)."""
     if tracked is None:
         r, m, friction, eps = settled((state.momentum, state.inv_mass, state.friction, state.eps))
     else:
@@ -167,14 +165,8 @@ def temperatures(state, freeze: int, tracked=None, config=None, temperature=None
                                       state.noise_gain, tracked[2]))
         _, friction, _ = chain_noise(state._replace(inv_mass=m, friction=f, noise_var=v, noise_gain=g), config,
                                      temperature, eps)
-    kinetic, damped = 0.0, 0.0
-    for ri, mi, fi in zip(jax.tree.leaves(r), jax.tree.leaves(m), jax.tree.leaves(friction)):
-        rows = ri.shape[0]
-        rf, rm = ri.reshape(rows, -1), (ri * mi).reshape(rows, -1)
-        kinetic = kinetic + jnp.einsum("ci,ci->c", rf, rm)
-        damped = damped + (jnp.einsum("ci,ci->c", rf * rm, fi.reshape(rows, -1)) if fi.ndim == ri.ndim else
-                           (rf * rm) @ fi.reshape(-1))
-    t_kin = (kinetic - 0.5 * eps * damped) / sum(x.size for x in jax.tree.leaves(m))
+    axes = (0, None, None if tracked is None else 0, 0 if jnp.ndim(eps) else None)
+    t_kin, kinetic = jax.vmap(kinetic_temperature, in_axes=axes)(r, m, friction, eps)
     return t_kin, jnp.broadcast_to(state.step >= freeze, t_kin.shape), kinetic
 
 

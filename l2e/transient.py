@@ -339,8 +339,7 @@ def build_kernel(posterior: Posterior, config: TransientConfig = TransientConfig
             state, kinetic = jax.lax.cond(state.step < freeze, burn_in,
                                           lambda s: _window(s, grad_u, k_step, temperature), state)
         finite = all_finite(loss, tree_vdot(*settled((state.position, state.position))))
-        window = window_temperature(state.momentum, state.inv_mass, jax.tree.map(lambda g: state.eps * g, state.friction),
-                                    state.step, freeze)
+        window = window_temperature(state.momentum, state.inv_mass, state.friction, state.eps, state.step, freeze)
         return state._replace(step=state.step + 1), TransientInfo(loss, finite, kinetic, *window)
 
     return kernel

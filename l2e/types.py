@@ -187,28 +187,37 @@ def all_finite(*scalars: jax.Array) -> jax.Array:
     return functools.reduce(operator.and_, [jnp.isfinite(s) for s in scalars])
 
 
-def window_temperature(momentum: PyTree, inv_mass: PyTree, damping: PyTree, step, freeze_step
-                       ) -> tuple[jax.Array, jax.Array]:
-    """The kinetic-temperature fields of the Info of a sampler whose window is SGHMC with a diagonal mass (Mass-L2E,
-    Transient-L2E), read by `l2e.check_temperature`.
+def kinetic_temperature(momentum: PyTree, inv_mass: PyTree, friction: PyTree, eps) -> tuple[jax.Array, jax.Array]:
+    """One chain's kinetic temperature after an SGHMC update with a diagonal mass, and its kinetic sum.
 
-    The friction's Euler step r ← r − dᵢ·r + … holds the momentum at T/(1 − dᵢ/2) while θ is sampled at T
-    (docs/sampling.md, "Measuring it"), so the raw Σ r·M⁻¹r / d of a correct chain reads up to 2·T where dᵢ → 1
-    (Transient-L2E raises dᵢ to absorb minibatch noise); t_kin divides that out: T for a correct chain at equilibrium.
+    The friction's Euler step r ← r − ε·γᵢ·r + … holds the momentum at T/(1 − ε·γᵢ/2) while θ is sampled at T
+    (docs/sampling.md, "Measuring it"), so the raw Σ r·M⁻¹r / d of a correct chain reads up to 2·T where ε·γᵢ → 1
+    (Transient-L2E raises γᵢ to absorb minibatch noise); t_kin divides that out: T for a correct chain at equilibrium.
+    Both sums are dot products leaf by leaf (under jax.vmap over chains, batched dots; a friction shared by the
+    chains, a matrix-vector product): on XLA:CPU a sum over θ's axes is a reduction, the slower of the two.
 
     Args:
       momentum: r' after the update (a pytree).
       inv_mass: M⁻¹, like `momentum`.
-      damping: dᵢ, the momentum's friction per update (ε·friction ÷ mass), like `momentum`.
-      step: the update's step counter before it (0 for the first update).
-      freeze_step: the first update of the sampling window.
+      friction: γᵢ, each coordinate's damping per unit step (r ← r − ε·γᵢ·r + …), like `momentum`.
+      eps: ε, the step.
     Returns:
-      (t_kin: Σᵢ (1 − dᵢ/2)·r'ᵢ²·M⁻¹ᵢ / d, the update's kinetic temperature, whose mean over the window is T_kin;
-      sampling: whether the update is in the sampling window, step ≥ freeze_step).
+      (t_kin: (Σᵢ r'ᵢ²·M⁻¹ᵢ − ½·ε·Σᵢ γᵢ·r'ᵢ²·M⁻¹ᵢ) / d; kinetic: Σᵢ r'ᵢ²·M⁻¹ᵢ).
     """
-    r, m, dmp = settled((momentum, inv_mass, damping))
-    terms = jax.tree.map(lambda ri, mi, di: jnp.sum((1.0 - di / 2.0) * ri * ri * mi), r, m, dmp)
-    return sum(jax.tree.leaves(terms)) / tree_size(momentum), step >= freeze_step
+    kinetic, damped = 0.0, 0.0
+    for r, m, f in zip(*(jax.tree.leaves(t) for t in (momentum, inv_mass, friction))):
+        rf, rm = r.reshape(-1), (r * m).reshape(-1)
+        kinetic = kinetic + jnp.dot(rf, rm)
+        damped = damped + jnp.dot(rf * rm, jnp.broadcast_to(f, r.shape).reshape(-1))
+    return (kinetic - 0.5 * eps * damped) / tree_size(momentum), kinetic
+
+
+def window_temperature(momentum: PyTree, inv_mass: PyTree, friction: PyTree, eps, step, freeze_step
+                       ) -> tuple[jax.Array, jax.Array]:
+    """The kinetic-temperature fields of the Info of a sampler whose window is SGHMC with a diagonal mass (Mass-L2E,
+    Transient-L2E), read by `l2e.check_temperature`: (t_kin of `kinetic_temperature`, whose mean over the window is
+    T_kin; sampling: step ≥ freeze_step, `step` the update's counter before it)."""
+    return kinetic_temperature(*settled((momentum, inv_mass, friction)), eps)[0], step >= freeze_step
 
 
 class SamplerAPI:
