@@ -30,9 +30,10 @@ def track_gain(state, config, noise):
     if dense_active(config, state.position):
         v = jnp.square(jax.vmap(lambda d: state.dense.frame.T @ flat(d))(noise))
         total = jnp.sum(v * flat(m)[None, :], axis=1)
-    else:  # leaf by leaf: no concatenated copy of every chain's noise (269k-parameter MLP: a pass over M·d floats)
-        total = sum(jnp.sum(v * mi, axis=tuple(range(1, v.ndim))) for v, mi in zip(jax.tree.leaves(noise),
-                                                                                   jax.tree.leaves(m)))
+    else:  # leaf by leaf, a matrix-vector product: no concatenated copy of every chain's noise, and in a gathering
+        # window XLA:CPU reads the gathering's V̂ for it (as a reduction it wrote a second M×θ-sized copy of δ²)
+        total = sum(v.reshape(v.shape[0], -1) @ mi.reshape(-1) for v, mi in zip(jax.tree.leaves(noise),
+                                                                                jax.tree.leaves(m)))
     ref = sum(jnp.sum(v * mi) for v, mi in zip(jax.tree.leaves(state.noise_var), jax.tree.leaves(m)))
     ratio = total / jnp.where(ref > 0, ref, 1.0)
     decay = TRACK_DECAY ** config.track_every
@@ -107,10 +108,16 @@ def chain_noise(state, config, temperature, eps=None):
                                                                      jax.tree.leaves(state.inv_mass))]))
             h = NOISE_MARGIN * jnp.square(state.eps) * g * heat / (2.0 * temperature)
             eps = state.eps * jnp.sqrt(jnp.minimum(1.0, MAX_DAMPING / jnp.where(h > 0, h, MAX_DAMPING)))
-    noise = jax.tree.map(lambda v: g.reshape((-1,) + (1,) * v.ndim) * v, state.noise_var)
+    def chains(value, shared):  # (M,) or a scalar, shaped to broadcast against a leaf without the chain axis
+        return value.reshape((-1,) + (1,) * shared.ndim) if jnp.ndim(value) else value
+
+    noise = jax.tree.map(lambda v: chains(g, v) * v, state.noise_var)
+    # the chains' factor ε·gain times one shared θ-sized array: an M×θ-sized operand of the step or of T_kin's sum
+    # built from broadcasts is materialised by XLA:CPU, this product fuses
+    scale = eps * g
     friction = jax.tree.map(lambda f, v, m: jnp.minimum(jnp.maximum(
-        f, NOISE_MARGIN * per_chain(eps, v) * v * m / (2.0 * temperature)), MAX_DAMPING / per_chain(eps, v)),
-        state.friction, noise, state.inv_mass)
+        f, chains(scale, v) * (NOISE_MARGIN / (2.0 * temperature) * v * m)), MAX_DAMPING / chains(eps, v)),
+        state.friction, state.noise_var, state.inv_mass)
     return noise, friction, eps
 
 
