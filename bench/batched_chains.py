@@ -24,7 +24,6 @@ window kernel.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import statistics
@@ -33,7 +32,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import l2e
 from bench.stats import fmt, median_ratio

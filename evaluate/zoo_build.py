@@ -103,7 +103,6 @@ def zoo_table(out: Path) -> str:
     """The markdown table of the zoo as `out` holds it: task, family, N, parameters, fn-space R̂ max, divergent,
     chains × draws, full-batch gradients, wall seconds, where computed, split, converged by the zoo rule."""
     from tasks.reference import INDEX, read_index
-    from tasks.reference.read import read_metadata
     from tasks.zoo import DATA_SIZES, ZOO, families, split, zoo_converged
 
     index = read_index(out) if (out / INDEX).is_file() else {}

@@ -3,7 +3,6 @@ directory holds converged by the zoo's rule (tasks.zoo: function-space split R̂
 transition, at least ZOO_MIN_CHAINS chains, and the index's own "converged"); the others are skipped, each with why."""
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from base.io import ConfigError
