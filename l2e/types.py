@@ -214,10 +214,13 @@ def kinetic_temperature(momentum: PyTree, inv_mass: PyTree, friction: PyTree, ep
 
 def window_temperature(momentum: PyTree, inv_mass: PyTree, friction: PyTree, eps, step, freeze_step
                        ) -> tuple[jax.Array, jax.Array]:
-    """The kinetic-temperature fields of the Info of a sampler whose window is SGHMC with a diagonal mass (Mass-L2E,
-    Transient-L2E), read by `l2e.check_temperature`: (t_kin of `kinetic_temperature`, whose mean over the window is
-    T_kin; sampling: step ≥ freeze_step, `step` the update's counter before it)."""
-    return kinetic_temperature(*settled((momentum, inv_mass, friction)), eps)[0], step >= freeze_step
+    """The kinetic-temperature fields of the Info of a single-chain sampler whose window is SGHMC with a diagonal mass
+    (Mass-L2E, Transient-L2E), read by `l2e.check_temperature`: (t_kin, `kinetic_temperature`'s, whose mean over the
+    window is T_kin; sampling: step ≥ freeze_step, `step` the update's counter before it). For one chain the sum is
+    one fused reduction, Σᵢ (1 − ε·γᵢ/2)·r'ᵢ²·M⁻¹ᵢ / d (the dot form, for batched chains, writes its operands out)."""
+    r, m, f = settled((momentum, inv_mass, friction))
+    terms = jax.tree.map(lambda ri, mi, fi: jnp.sum((1.0 - eps * fi / 2.0) * ri * ri * mi), r, m, f)
+    return sum(jax.tree.leaves(terms)) / tree_size(momentum), step >= freeze_step
 
 
 class SamplerAPI:
