@@ -203,6 +203,42 @@ def test_floor_distance_per_budget_geometric_mean_and_median():
     assert "| a | oracle | 2.62 / 3.00 | ∞ / 1.50 | — |" in md.split("## Distance to the floor by budget")[1]
 
 
+def test_t_kin_by_distance_to_the_floor():
+    """The runs that report T_kin, by distance to the floor — at most 1.1 × (the reach's threshold), up to 2 ×, beyond
+    (a divergent run's infinity) —, and of those the runs with |T_kin − 1| > 0.1; none reporting T_kin: []; the
+    leaderboard's rows carry it and the report shows one cell per class."""
+    from evaluate.leaderboard.aggregate import ARRIVAL_BOUNDS, t_kin_by_distance
+    from evaluate.leaderboard.report import leaderboard_markdown
+
+    def run(budget, tv, e2, t_kin):
+        return {"budget": budget, "gradients": budget, "divergent_chains": 0, "tv": tv, "energy": e2, "t_kin": t_kin}
+
+    assert ARRIVAL_BOUNDS == (1.1, 2.0)
+    # distances 1.0 (T_kin 1.05: in), 1.05 (0.85: off), 1.5 (1.2: off), 3 (9: off), 2.0 (1.0: in), ∞ (None: no T_kin)
+    seeds = {"0": [run(100, 0.1, 0.005, 1.05), run(200, 0.105, 0.01, 0.85)],
+             "1": [run(100, 0.15, 0.01, 1.2), run(200, 0.3, 0.01, 9.0)],
+             "2": [run(100, 0.1, 0.02, 1.0), run(200, None, None, None)]}
+    task = {"floors": {"tv": {"median": 0.1}, "energy": {"median": 0.01}},
+            "methods": {"a": {"method": "a", "chains": 1, "tuning": {"gradients": 0}, "choices": {"oracle": {
+                "hp": {}, "seeds": seeds, "to_floor": {"tv": {"per_seed": [None] * 3},
+                                                       "energy": {"per_seed": [None] * 3}}}}}}}
+    d = t_kin_by_distance({"t": task}, "a/oracle")
+    assert d == [{"within": 1.1, "runs": 2, "t_kin_off": 1}, {"within": 2.0, "runs": 2, "t_kin_off": 1},
+                 {"within": None, "runs": 1, "t_kin_off": 1}]
+    quiet = {k: [{**p, "t_kin": None} for p in v] for k, v in seeds.items()}
+    task_q = {**task, "methods": {"a": {**task["methods"]["a"], "choices": {"oracle": {
+        **task["methods"]["a"]["choices"]["oracle"], "seeds": quiet}}}}}
+    assert t_kin_by_distance({"t": task_q}, "a/oracle") == []
+    doc = leaderboard({"t": task}, {"t": ("linear",)})
+    assert doc["rows"][0]["t_kin_distance"] == d
+    conf = {"methods": ["a"], "budgets": [100, 200], "extend": 0, "chains": [1], "seeds": [0, 1, 2],
+            "tune_budget": 100, "k": 10, "preset": "references", "reference": "ref"}
+    md = leaderboard_markdown({"configuration": conf, "tasks": ["t"], "skipped": {}, "extended": {}, "left_out": {},
+                               "seconds": {}, "task_seconds": {}, "command": "c", "partial": None, **doc}, [])
+    section = md.split("## T_kin by distance to the floor")[1].split("##")[0]
+    assert "| row | tuning | ≤ 1.1 × | 1.1–2 × | > 2 × |" in section and "| a | oracle | 1/2 | 1/2 | 1/1 |" in section
+
+
 def test_markdown_and_profile_pngs(tmp_path):
     from evaluate.leaderboard.report import leaderboard_markdown, plot_profiles
 

@@ -30,6 +30,9 @@ Definitions (docs/evaluation.md, "Leaderboard"):
 - T_kin off: a row's runs whose mean kinetic temperature over the window (a run's "t_kin") lies outside
   T·(1 ± T_KIN_TOLERANCE), T = 1 (the curves sample the posterior), out of its runs that report one (samplers with
   a momentum); every budget counts.
+- T_kin by distance (`t_kin_by_distance`): the same runs by their distance to the floor (ARRIVAL_BOUNDS: at most
+  FLOOR_FACTOR ×, up to 2 ×, beyond): whether a row's kinetic temperature is right where its draws have arrived, apart from the transient's
+  (chains still descending carry the potential energy they shed as heat).
 """
 from __future__ import annotations
 
@@ -37,9 +40,11 @@ import math
 
 import numpy as np
 
+from evaluate.curve.fidelity import FLOOR_FACTOR
+
 __all__ = ["BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "CHOICES", "FAMILIES", "PROFILE_TAUS", "T_KIN_TOLERANCE", "WITHIN",
-           "bootstrap_within", "floor_distances", "leaderboard", "median_ratio", "pair_costs", "profile",
-           "profile_ratios", "row_key", "task_best", "task_cost"]
+           "ARRIVAL_BOUNDS", "bootstrap_within", "floor_distances", "leaderboard", "median_ratio", "pair_costs", "profile",
+           "profile_ratios", "row_key", "t_kin_by_distance", "task_best", "task_cost"]
 
 CHOICES = ("oracle", "validation")
 FAMILIES = ("linear", "mlp", "cnn", "classification", "regression", "large-n")
@@ -52,6 +57,9 @@ PROFILE_TAUS = (1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 """The τ at which leaderboard.json records each performance profile."""
 T_KIN_TOLERANCE = 0.1
 """T_kin off: |t_kin − 1| > this (the tuning-free criterion, T_kin within 10 % of T)."""
+ARRIVAL_BOUNDS = (FLOOR_FACTOR, 2.0)
+"""T_kin by distance: the distances to the floor that bound its classes (at most FLOOR_FACTOR × the floor, the
+reach's threshold: arrived; up to 2 ×: near; beyond: still travelling)."""
 INF = math.inf
 
 
@@ -95,12 +103,9 @@ def pair_costs(task: dict) -> dict[str, dict]:
     return out
 
 
-def floor_distances(tasks: dict[str, dict], key: str) -> list[dict]:
-    """[{"budget", "pairs", "geomean", "median"}] of row `key` (module docstring), by budget ascending: over the
-    (task, seed) pairs with a run at that budget (tasks: {task name: curve_task's result}); geomean and median are
-    None where infinite."""
+def _runs_with_distance(tasks: dict[str, dict], key: str):
+    """(run, distance) over row `key`'s runs on the tasks with floors (`floor_distances`)."""
     name, choice = key.rsplit("/", 1)
-    by: dict[int, list[float]] = {}
     for task in tasks.values():
         c = task["methods"].get(name, {}).get("choices", {}).get(choice)
         floors = task.get("floors") or {}
@@ -109,13 +114,40 @@ def floor_distances(tasks: dict[str, dict], key: str) -> list[dict]:
         tv, e2 = floors["tv"]["median"], floors["energy"]["median"]
         for p in (p for pts in c["seeds"].values() for p in pts):
             ok = p.get("tv") is not None and p.get("energy") is not None
-            by.setdefault(int(p["budget"]), []).append(max(p["tv"] / tv, p["energy"] / e2) if ok else INF)
+            yield p, (max(p["tv"] / tv, p["energy"] / e2) if ok else INF)
+
+
+def floor_distances(tasks: dict[str, dict], key: str) -> list[dict]:
+    """[{"budget", "pairs", "geomean", "median"}] of row `key` (module docstring), by budget ascending: over the
+    (task, seed) pairs with a run at that budget (tasks: {task name: curve_task's result}); geomean and median are
+    None where infinite."""
+    by: dict[int, list[float]] = {}
+    for p, dist in _runs_with_distance(tasks, key):
+        by.setdefault(int(p["budget"]), []).append(dist)
     out = []
     for g in sorted(by):
         v = np.asarray(by[g], np.float64)
         geo = float(np.exp(np.mean(np.log(v)))) if np.all(np.isfinite(v)) else None
         out.append({"budget": g, "pairs": int(v.size), "geomean": geo, "median": median_ratio(v)})
     return out
+
+
+def t_kin_by_distance(tasks: dict[str, dict], key: str, bounds=ARRIVAL_BOUNDS) -> list[dict]:
+    """[{"within", "runs", "t_kin_off"}] of row `key` (module docstring, "T_kin by distance"): its runs that report
+    T_kin, by their distance to the floor — at most bounds[0], then each next bound, then beyond the last ("within"
+    None) —, and of those the runs with T_kin off; [] where no run reports T_kin or the tasks have no floors."""
+    edges = tuple(bounds) + (INF,)
+    runs, off = [0] * len(edges), [0] * len(edges)
+    for p, dist in _runs_with_distance(tasks, key):
+        if p.get("t_kin") is None:
+            continue
+        i = next(i for i, e in enumerate(edges) if dist <= e)
+        runs[i] += 1
+        off[i] += not abs(p["t_kin"] - 1.0) <= T_KIN_TOLERANCE
+    if not sum(runs):
+        return []
+    return [{"within": None if math.isinf(e) else float(e), "runs": n, "t_kin_off": o}
+            for e, n, o in zip(edges, runs, off)]
 
 
 def task_cost(costs: dict[str, float], add: float = 0.0) -> float:
@@ -270,7 +302,8 @@ def leaderboard(tasks: dict[str, dict], families: dict[str, tuple], resamples: i
       {task: {"best", "best_tuning", "families", "seeds"}}, "ratio_tasks", "ratio_tasks_tuning", "profiles",
       "bootstrap"}. A row dict: "key", "row", "method", "chains", "choice", "solved", "pairs", "reach",
       "median_ratio", "median_ratio_tuning", "within_best", "divergent_chains", "runs", "t_kin_off", "t_kin_runs",
-      "families", "ratios" ({task: ratio or None}), "distance" (`floor_distances`).
+      "families", "ratios" ({task: ratio or None}), "distance" (`floor_distances`), "t_kin_distance"
+      (`t_kin_by_distance`).
     """
     per_task = {t: pair_costs(r) for t, r in tasks.items()}
     meta = {row_key(n, c): (n, r["method"], r["chains"], c) for t in tasks.values() for n, r in t["methods"].items()
@@ -293,7 +326,7 @@ def leaderboard(tasks: dict[str, dict], families: dict[str, tuple], resamples: i
                         for f in ("t_kin_off", "t_kin_runs")},
                      "families": _families(per_task, families, k, i, ratio_tasks, ratios),
                      "ratios": {t: (float(v) if math.isfinite(v) else None) for t, v in zip(ratio_tasks, ratios[i])},
-                     "distance": floor_distances(tasks, k)})
+                     "distance": floor_distances(tasks, k), "t_kin_distance": t_kin_by_distance(tasks, k)})
     rows.sort(key=lambda r: (-r["reach"], INF if r["median_ratio"] is None else r["median_ratio"], r["key"]))
     return {"rows": rows, "ratio_tasks": ratio_tasks, "ratio_tasks_tuning": tuned_tasks,
             "per_task": {t: {"best": task_best(p), "best_tuning": task_best(p, True),

@@ -1,5 +1,5 @@
 """The leaderboard's report: leaderboard.md (what ran, the table, the family breakdown, the distance to the floor by
-budget, the per-task bests, the performance profiles, the skipped tasks, the definitions and the command) and the
+budget, T_kin by that distance, the per-task bests, the performance profiles, the skipped tasks, the definitions and the command) and the
 profile PNGs."""
 from __future__ import annotations
 
@@ -116,6 +116,25 @@ def _distance(doc: dict) -> list[str]:
     return lines + [""]
 
 
+def _arrival(doc: dict) -> list[str]:
+    rows = [r for r in doc["rows"] if r.get("t_kin_distance")]
+    if not rows:  # no row reports T_kin, or a document written before the breakdown was recorded
+        return []
+    classes = rows[0]["t_kin_distance"]
+    bounds = [c["within"] for c in classes if c["within"] is not None]
+    heads = [f"≤ {bounds[0]:g} ×"] + [f"{a:g}–{b:g} ×" for a, b in zip(bounds, bounds[1:])] + [f"> {bounds[-1]:g} ×"]
+    lines = ["## T_kin by distance to the floor", "",
+             f"Each cell: the runs with T_kin off (outside 1 ± {T_KIN_TOLERANCE:g}) ÷ the runs that report T_kin, "
+             "by the run's distance to the floor (as above; every budget counts): whether a row's kinetic "
+             f"temperature is right where its draws have arrived (≤ {bounds[0]:g} ×, the reach's threshold), apart "
+             "from the transient's heat (chains still descending carry the potential energy they shed).", "",
+             "| row | tuning | " + " | ".join(heads) + " |", "|---|---|" + "---|" * len(heads)]
+    for r in rows:
+        cells = [f"{c['t_kin_off']}/{c['runs']}" if c["runs"] else "—" for c in r["t_kin_distance"]]
+        lines.append(f"| {r['row']} | {r['choice']} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 def _best(best: dict) -> str:
     if best["rule"] is None:
         return "none (no row solves any seed)"
@@ -160,7 +179,8 @@ def leaderboard_markdown(doc: dict, pngs: list[str]) -> str:
     """leaderboard.md of a leaderboard document (leaderboard.json's dict: the aggregate of
     evaluate.leaderboard.aggregate.leaderboard with "configuration", "tasks", "skipped", "extended", "seconds",
     "task_seconds", "command"); pngs: the profile PNGs written beside it."""
-    lines = ["# Leaderboard", ""] + _what_ran(doc) + _table(doc) + _families(doc) + _distance(doc) + _per_task(doc)
+    lines = ["# Leaderboard", ""] + _what_ran(doc) + _table(doc) + _families(doc) + _distance(doc) + _arrival(doc)
+    lines += _per_task(doc)
     lines += _profiles(doc, pngs)
     lines += ["## Skipped tasks", ""]
     lines += [f"- {n}: {why}" for n, why in doc["skipped"].items()] or ["None."]
