@@ -31,8 +31,8 @@ Definitions (docs/evaluation.md, "Leaderboard"):
   T·(1 ± T_KIN_TOLERANCE), T = 1 (the curves sample the posterior), out of its runs that report one (samplers with
   a momentum); every budget counts.
 - T_kin by distance (`t_kin_by_distance`): the same runs by their distance to the floor (ARRIVAL_BOUNDS: at most
-  FLOOR_FACTOR ×, up to 2 ×, beyond): whether a row's kinetic temperature is right where its draws have arrived, apart from the transient's
-  (chains still descending carry the potential energy they shed as heat).
+  FLOOR_FACTOR ×, up to 2 ×, beyond): whether a row's kinetic temperature is right where its draws have arrived,
+  apart from the transient's (chains still descending carry the potential energy they shed as heat).
 """
 from __future__ import annotations
 
@@ -42,9 +42,9 @@ import numpy as np
 
 from evaluate.curve.fidelity import FLOOR_FACTOR
 
-__all__ = ["BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "CHOICES", "FAMILIES", "PROFILE_TAUS", "T_KIN_TOLERANCE", "WITHIN",
-           "ARRIVAL_BOUNDS", "bootstrap_within", "floor_distances", "leaderboard", "median_ratio", "pair_costs", "profile",
-           "profile_ratios", "row_key", "t_kin_by_distance", "task_best", "task_cost"]
+__all__ = ["ARRIVAL_BOUNDS", "BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "CHOICES", "FAMILIES", "PROFILE_TAUS",
+           "T_KIN_TOLERANCE", "WITHIN", "bootstrap_within", "floor_distances", "leaderboard", "median_ratio",
+           "pair_costs", "profile", "profile_ratios", "row_key", "t_kin_by_distance", "task_best", "task_cost"]
 
 CHOICES = ("oracle", "validation")
 FAMILIES = ("linear", "mlp", "cnn", "classification", "regression", "large-n")

@@ -1,6 +1,6 @@
 """The leaderboard's report: leaderboard.md (what ran, the table, the family breakdown, the distance to the floor by
-budget, T_kin by that distance, the per-task bests, the performance profiles, the skipped tasks, the definitions and the command) and the
-profile PNGs."""
+budget, T_kin by that distance, the per-task bests, the performance profiles, the skipped tasks, the definitions and
+the command) and the profile PNGs."""
 from __future__ import annotations
 
 import io
