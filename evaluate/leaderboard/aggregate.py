@@ -44,7 +44,8 @@ from evaluate.curve.fidelity import FLOOR_FACTOR
 
 __all__ = ["ARRIVAL_BOUNDS", "BOOTSTRAP_RESAMPLES", "BOOTSTRAP_SEED", "CHOICES", "FAMILIES", "PROFILE_TAUS",
            "T_KIN_TOLERANCE", "WITHIN", "bootstrap_within", "floor_distances", "leaderboard", "median_ratio",
-           "pair_costs", "profile", "profile_ratios", "row_key", "t_kin_by_distance", "task_best", "task_cost"]
+           "pair_costs", "profile", "profile_ratios", "row_key", "t_kin_by_distance", "t_kin_off", "task_best",
+           "task_cost"]
 
 CHOICES = ("oracle", "validation")
 FAMILIES = ("linear", "mlp", "cnn", "classification", "regression", "large-n")
@@ -61,6 +62,11 @@ ARRIVAL_BOUNDS = (FLOOR_FACTOR, 2.0)
 """T_kin by distance: the distances to the floor that bound its classes (at most FLOOR_FACTOR × the floor, the
 reach's threshold: arrived; up to 2 ×: near; beyond: still travelling)."""
 INF = math.inf
+
+
+def t_kin_off(t_kin: float) -> bool:
+    """Whether a run's T_kin lies outside 1 ± T_KIN_TOLERANCE (T = 1; a non-finite T_kin is off)."""
+    return not abs(t_kin - 1.0) <= T_KIN_TOLERANCE
 
 
 def row_key(row_name: str, choice: str) -> str:
@@ -99,7 +105,7 @@ def pair_costs(task: dict) -> dict[str, dict]:
             out[row_key(name, choice)] = {"costs": costs, "tuning": float(row["tuning"].get("gradients") or 0),
                                           "divergent": int(sum(p.get("divergent_chains") or 0 for p in points)),
                                           "runs": len(points), "t_kin_runs": len(t_kin),
-                                          "t_kin_off": sum(not abs(t - 1.0) <= T_KIN_TOLERANCE for t in t_kin)}
+                                          "t_kin_off": sum(t_kin_off(t) for t in t_kin)}
     return out
 
 
@@ -143,7 +149,7 @@ def t_kin_by_distance(tasks: dict[str, dict], key: str, bounds=ARRIVAL_BOUNDS) -
             continue
         i = next(i for i, e in enumerate(edges) if dist <= e)
         runs[i] += 1
-        off[i] += not abs(p["t_kin"] - 1.0) <= T_KIN_TOLERANCE
+        off[i] += t_kin_off(p["t_kin"])
     if not sum(runs):
         return []
     return [{"within": None if math.isinf(e) else float(e), "runs": n, "t_kin_off": o}
