@@ -49,12 +49,12 @@ import jax.numpy as jnp
 
 from l2e.adaptation import ensemble_curvature, unflat
 from l2e.policy_budget import (ANCHOR_SHARE, BudgetPlan, adaptation_gradients, adaptation_points, anchored,
-                               chunk_phase, plan_budget, run_gradients, split_budget)
+                               burn_chains, chunk_phase, plan_budget, run_gradients, split_budget)
 from l2e.control_variates import full_gradient_cost, full_nll_grad
 from l2e.policy_dense import frame, framed_posterior, to_frame
 from l2e.policy_features import COORD_FEATURES, GLOBAL_FEATURES, features, lagging
 from l2e.policy_updates import (branch, chain_gradients, chain_noise, chains_finite, dense_active, gather_window,
-                                move, restart, splits, temperatures, track_gain)
+                                grow, move, restart, splits, temperatures, track_gain)
 from l2e.policy_state import PolicyInfo, PolicyState, init
 from l2e.policy_params import check_meta_params, init_meta_params, load_meta_params, save_meta_params
 from l2e.chains import per_chain_batches
@@ -64,9 +64,10 @@ from l2e.transient import MAX_DAMPING, NOISE_MARGIN, STABILITY
 from l2e.types import PyTree, Posterior, SamplingAlgorithm, normal_like
 
 __all__ = ["ANCHOR_SHARE", "BudgetPlan", "COORD_FEATURES", "GLOBAL_FEATURES", "PHASES", "PolicyConfig", "PolicyInfo",
-           "PolicyState", "adaptation_gradients", "adaptation_points", "anchored", "build_kernel", "check_meta_params",
-           "chunk_kernels", "chunk_phase", "features", "for_budget", "init", "init_meta_params", "load_meta_params",
-           "per_chain_batches", "plan_budget", "policy", "run_gradients", "save_meta_params", "split_budget"]
+           "PolicyState", "adaptation_gradients", "adaptation_points", "anchored", "build_kernel", "burn_chains",
+           "check_meta_params", "chunk_kernels", "chunk_phase", "features", "for_budget", "grow", "init",
+           "init_meta_params", "load_meta_params", "per_chain_batches", "plan_budget", "policy", "run_gradients",
+           "save_meta_params", "split_budget"]
 
 LOG_BOUND = 3.0
 PHASES = ("psgld", "psgld_gather", "sghmc", "sghmc_gather")
@@ -110,7 +111,12 @@ class PolicyConfig:
     correction follows them instead of staying at the pooled V̂ (two half-batch gradients per update: the gathering
     windows' cost in every SGHMC update); track_every (with track_noise): the gains refresh on every k-th update only
     (its index a multiple of k; the others take one gradient; `chunk_kernels`); track_step (needs track_noise):
-    where a chain's tracked noise passes the rule's heat cap, its step shrinks until it fits (`chain_noise`)."""
+    where a chain's tracked noise passes the rule's heat cap, its step shrinks until it fits (`chain_noise`);
+    burn_chains: M_b, the chains that run the burn-in (0: all M) — where fewer than M, the driver grows the state to M
+    chains after freeze_step updates, before the freeze's adaptation point (`grow`: clones of the live chains, which
+    the window's noise separates), and the budget counts M_b chains before the freeze (`split_budget`): a protocol
+    choice the kernel does not read, as window_fraction (the evaluation's driver applies it; `for_budget` and the
+    sampler card run M chains throughout)."""
 
     temperature: float = 1.0
     freeze_step: int = 1000
@@ -135,6 +141,7 @@ class PolicyConfig:
     track_noise: bool = False
     track_step: bool = False
     track_every: int = 1
+    burn_chains: int = 0
 
     def __post_init__(self):
         check_choice("mass_rule", self.mass_rule, MASS_RULES), check_choice("policy", self.policy, POLICIES)
@@ -155,6 +162,7 @@ class PolicyConfig:
             if on and not self.track_noise:
                 raise ValueError(f"{flag} needs track_noise")
         check_step_count("anchor_chunk", self.anchor_chunk, 1)
+        check_step_count("burn_chains", self.burn_chains, 0)
         check_in_range("max_step_gain", self.max_step_gain, 1.0, math.inf, include_high=False)
 
 
@@ -334,9 +342,11 @@ def for_budget(posterior: Posterior, gradients: int, chains: int = 10, draws: in
       (the sampler (`policy`), the BudgetPlan: run `steps` updates of every chain, keep every chain's θ after the
       updates counted in `sample_steps`).
     Raises:
-      ValueError: a budget too small for the phases (`split_budget`), a φ that does not load, or a control_variate
-        config without data and batch_size.
+      ValueError: a budget too small for the phases (`split_budget`), a φ that does not load, a control_variate
+        config without data and batch_size, or burn_chains below `chains`.
     """
+    if 0 < config.burn_chains < chains:
+        raise ValueError("for_budget runs its chains throughout: burn_chains is the evaluation driver's protocol")
     if isinstance(meta_params, str):
         meta_params = None if meta_params == "rule" else load_meta_params(meta_params)
     anchor_pass = 0

@@ -8,8 +8,8 @@ from typing import NamedTuple
 
 from l2e.chains import ChainSchedule
 
-__all__ = ["ANCHOR_SHARE", "BudgetPlan", "adaptation_gradients", "adaptation_points", "anchored", "chunk_phase",
-           "plan_budget", "run_gradients", "split_budget"]
+__all__ = ["ANCHOR_SHARE", "BudgetPlan", "adaptation_gradients", "adaptation_points", "anchored", "burn_chains",
+           "chunk_phase", "plan_budget", "run_gradients", "split_budget"]
 
 
 def adaptation_points(config) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -22,15 +22,26 @@ def adaptation_points(config) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return ends, gathers
 
 
+def burn_chains(config, chains: int) -> int:
+    """M_b, the chains of the burn-in (config.burn_chains; 0: all `chains`). ValueError where it exceeds them."""
+    if config.burn_chains > chains:
+        raise ValueError(f"burn_chains ({config.burn_chains}) exceeds the chains ({chains})")
+    return config.burn_chains or chains
+
+
 def adaptation_gradients(config, chains: int = 1, anchor_pass: int = 0) -> int:
     """Gradient-equivalents the adaptation points spend beyond the chains' updates: 2 per Hessian-vector product
     (forward over reverse) at each of the `phases` points — power_iterations + 1 of them on one chain ("first"), on
-    each of `chains` ("all"), or on chain 0 and then one per chain (the Rayleigh quotients of "warm") — and with
-    control_variate the anchor's pass over the data at each, `anchor_pass` = ⌈N/B⌉ minibatch gradients
+    each chain ("all"), or on chain 0 and then one per chain (the Rayleigh quotients of "warm"), the points before
+    the freeze over the burn-in's chains (`burn_chains`), the freeze's over all `chains` — and with control_variate
+    the anchor's pass over the data at each, `anchor_pass` = ⌈N/B⌉ minibatch gradients
     (l2e.control_variates.full_gradient_cost)."""
-    per_point = {"first": config.power_iterations + 1, "all": (config.power_iterations + 1) * chains,
-                 "warm": config.power_iterations + 1 + chains}[config.curvature]
-    return (2 * per_point + (anchor_pass if config.control_variate else 0)) * config.phases
+    def per_point(m):
+        return {"first": config.power_iterations + 1, "all": (config.power_iterations + 1) * m,
+                "warm": config.power_iterations + 1 + m}[config.curvature]
+
+    products = (config.phases - 1) * per_point(burn_chains(config, chains)) + per_point(chains)
+    return 2 * products + (anchor_pass if config.control_variate else 0) * config.phases
 
 
 ANCHOR_SHARE = 0.25
@@ -54,11 +65,14 @@ def anchored(config, gradients: int, anchor_pass: int, draws: int = 1, chains: i
 
 
 def run_gradients(config, steps: int, chains: int, anchor_pass: int = 0) -> int:
-    """Minibatch gradients of a run of `steps` updates of each of `chains` chains with the window at
-    config.freeze_step: one per update, two from the first adaptation point on with control_variate (the gradient
-    at the anchor on the same minibatch), and `adaptation_gradients`."""
-    anchored = max(0, steps - int(round(config.freeze_step / config.phases))) if config.control_variate else 0
-    return chains * (steps + anchored) + adaptation_gradients(config, chains, anchor_pass)
+    """Minibatch gradients of a run of `steps` updates with the window at config.freeze_step: one per update of each
+    chain (the burn-in's `burn_chains` before the freeze, all `chains` from it), two from the first adaptation point
+    on with control_variate (the gradient at the anchor on the same minibatch), and `adaptation_gradients`."""
+    burn, first = min(steps, config.freeze_step), int(round(config.freeze_step / config.phases))
+    m_b = burn_chains(config, chains)
+    updates = m_b * burn + chains * (steps - burn)
+    anchored = m_b * max(0, burn - first) + chains * max(0, steps - max(burn, first)) if config.control_variate else 0
+    return updates + anchored + adaptation_gradients(config, chains, anchor_pass)
 
 
 def split_budget(config, gradients: int, draws: int, chains: int, anchor_pass: int = 0) -> tuple[int, int, int, int]:
@@ -68,11 +82,14 @@ def split_budget(config, gradients: int, draws: int, chains: int, anchor_pass: i
     last window_fraction of its updates, the freeze where they start. With track_every p > 1, S and (where it is at
     least p) the thinning are multiples of p, the thinning the nearest (at most p − 1 updates per chain unspent;
     unaligned where the budget is too small for it): every draw then falls on a multiple of p, and chunks of a
-    multiple of p updates run the tracked phases' periodic kernels (l2e.policy.chunk_kernels). ValueError when the
-    freeze would leave fewer than 2 updates per phase, or for control_variate without anchor_pass ≥ 1 (⌈N/B⌉)."""
+    multiple of p updates run the tracked phases' periodic kernels (l2e.policy.chunk_kernels). With burn_chains
+    M_b < M, fewer chains before the freeze (`_split_grown`). ValueError when the freeze would leave fewer than 2
+    updates per phase, for control_variate without anchor_pass ≥ 1 (⌈N/B⌉), or for burn_chains above `chains`."""
     if config.control_variate and anchor_pass < 1:
         raise ValueError("control_variate needs anchor_pass >= 1: the minibatch gradients of one pass over the data")
     per_chain = max(1, draws // chains)
+    if burn_chains(config, chains) < chains:
+        return _split_grown(config, gradients, per_chain, chains, anchor_pass)
 
     def split(p):
         def window(steps):
@@ -95,6 +112,24 @@ def split_budget(config, gradients: int, draws: int, chains: int, anchor_pass: i
         raise ValueError(f"a budget of {gradients} gradients leaves {steps} updates per chain for {chains} chains, "
                          f"too few for {config.phases} adaptation phases")
     return steps, per_chain, thinning, freeze
+
+
+def _split_grown(config, gradients: int, per_chain: int, chains: int, anchor_pass: int) -> tuple[int, int, int, int]:
+    """`split_budget` where M_b = burn_chains < M chains run the burn-in: the window's M·k·thinning updates (two
+    gradients each with control_variate) take window_fraction of the gradients the adaptation points leave, the
+    burn-in's M_b chains the rest (with control_variate the latest freeze whose `run_gradients` fit in G); no
+    alignment to track_every."""
+    m_b, spare = burn_chains(config, chains), gradients - adaptation_gradients(config, chains, anchor_pass)
+    cost = 2 if config.control_variate else 1  # gradients per window update of a chain
+    thinning = max(1, int(config.window_fraction * spare / (cost * chains)) // per_chain)
+    freeze = (spare - cost * chains * per_chain * thinning) // m_b
+    while config.control_variate and freeze >= 2 * config.phases and run_gradients(dataclasses.replace(
+            config, freeze_step=freeze), freeze + per_chain * thinning, chains, anchor_pass) > gradients:
+        freeze -= 1
+    if freeze < 2 * config.phases:
+        raise ValueError(f"a budget of {gradients} gradients leaves {max(freeze, 0)} burn-in updates per chain for "
+                         f"{m_b} chains, too few for {config.phases} adaptation phases")
+    return freeze + per_chain * thinning, per_chain, thinning, freeze
 
 
 class BudgetPlan(NamedTuple):

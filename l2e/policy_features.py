@@ -10,7 +10,7 @@ from l2e.adaptation import flat, pooled_moments, welford
 from l2e.reductions import chain_sum
 from l2e.transient import SHRINK
 
-__all__ = ["COORD_FEATURES", "GLOBAL_FEATURES", "LAG_Z", "features", "gather", "lagging"]
+__all__ = ["COORD_FEATURES", "GLOBAL_FEATURES", "LAG_Z", "features", "finite_statistics", "gather", "lagging"]
 
 COORD_FEATURES = ("log_fisher_scale", "log_within_share", "log_noise_share", "grad_mean_z", "log_inv_mass")
 GLOBAL_FEATURES = ("progress", "log_t_kin", "loss_trend", "log_rhat", "log_energy_var")
@@ -36,7 +36,7 @@ def _log_scales(config, var_x, var_g, mean_g, count) -> tuple[jax.Array, jax.Arr
     return w * (log_s2 - mean) + mean, fisher - jnp.mean(fisher)
 
 
-def _finite(state) -> jax.Array:
+def finite_statistics(state) -> jax.Array:
     """(M,) bool: the chains whose gathering-window statistics are finite (not divergent)."""
     return jax.vmap(lambda *t: jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(t)]))
                     )(state.mean_x, state.m2_x, state.mean_g, state.m2_g, state.loss_mean, state.loss_m2)
@@ -47,7 +47,7 @@ def lagging(state) -> jax.Array:
     minibatch loss lies more than LAG_Z × the finite chains' median within-chain standard deviation of the loss
     above the best finite chain's. At stationarity two chains' window means differ by their standard error, a
     fraction of that deviation; a chain stuck on a plateau or still travelling lies far above."""
-    finite = _finite(state)
+    finite = finite_statistics(state)
     sd = jnp.sqrt(state.loss_m2 / jnp.maximum(state.count - 1.0, 1.0))
     best = jnp.min(jnp.where(finite, state.loss_mean, jnp.inf))
     scale = jnp.nanmedian(jnp.where(finite, sd, jnp.nan))
@@ -61,7 +61,7 @@ def features(state, config, n_data: int, progress, lag=None) -> tuple[jax.Array,
     left out (stats["alive"], (M,) bool); stats["centre"]: the live chains' pooled mean of θ (flat; the control
     variates' anchor)."""
     n = jnp.maximum(state.count, 1.0)
-    alive = _finite(state) if lag is None else _finite(state) & ~lag
+    alive = finite_statistics(state) if lag is None else finite_statistics(state) & ~lag
     chains = jnp.maximum(jnp.sum(alive), 1.0)
     w_x, b_x, centre = pooled_moments(state.mean_x, state.m2_x, n, alive)
     w_g, b_g, mu_g = pooled_moments(state.mean_g, state.m2_g, n, alive)

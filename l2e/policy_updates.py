@@ -10,12 +10,12 @@ import jax.numpy as jnp
 from l2e.adaptation import corrected_sghmc, flat, halved_difference, halved_gradients, rmsprop_langevin
 from l2e.control_variates import Anchor, cv_posterior
 from l2e.policy_dense import dense_size, gather_dense, move_dense
-from l2e.policy_features import gather
+from l2e.policy_features import finite_statistics, gather, lagging
 from l2e.transient import MAX_DAMPING, NOISE_MARGIN
 from l2e.types import Posterior, all_finite, kinetic_temperature, normal_like, settled
 
-__all__ = ["TRACK_DECAY", "branch", "chain_gradients", "chain_noise", "chains_finite", "dense_active", "move",
-           "restart", "splits", "temperatures", "gather_window", "track_gain"]
+__all__ = ["TRACK_DECAY", "branch", "chain_gradients", "chain_noise", "chains_finite", "dense_active", "grow",
+           "move", "restart", "splits", "temperatures", "gather_window", "track_gain"]
 
 TRACK_DECAY = 0.9
 """track_noise: the running noise gain's weight on its last value per update (a memory of about 10 updates; with
@@ -158,6 +158,34 @@ def restart(state, lag, alive, key):
         return jnp.where(per_chain(move_, x), x[donor], x)
 
     return state._replace(position=jax.tree.map(copy, state.position), sq=jax.tree.map(copy, state.sq))
+
+
+def grow(state, chains: int):
+    """The state of `chains` ≥ M chains before the freeze's adaptation point (burn_chains, l2e.policy.PolicyConfig):
+    the M chains as they are and chains − M clones of the live ones (finite gathered statistics and not lagging,
+    l2e.policy_features.lagging; every finite chain where none is, every chain where none is finite), round robin over
+    them in chain order. Every per-chain field is the donor's, but a clone's gathered loss statistics are NaN: the
+    freeze's adaptation point then pools the M chains' statistics only (a clone holds none of its own) and gives every
+    chain fresh momenta, from where the window's noise separates the clones from their donors."""
+    m = state.loss_mean.shape[0]
+    if chains < m:
+        raise ValueError(f"cannot grow {m} chains to {chains}")
+    finite = finite_statistics(state)
+    live = finite & ~lagging(state)
+    live = jnp.where(jnp.any(live), live, jnp.where(jnp.any(finite), finite, True))
+    order = jnp.argsort(~live, stable=True)  # the live chains first, in chain order
+    donors = order[jnp.arange(chains - m) % jnp.sum(live)]
+    index = jnp.concatenate([jnp.arange(m), donors])
+    clone = jnp.arange(chains) >= m
+
+    def take(x):
+        return x[index]
+
+    nan = jnp.where(clone, jnp.nan, 0.0)
+    dense = state.dense._replace(cx=take(state.dense.cx), cg=take(state.dense.cg))
+    return state._replace(**{f: jax.tree.map(take, getattr(state, f)) for f in (
+        "position", "momentum", "sq", "mean_x", "m2_x", "mean_g", "m2_g", "noise_gain", "loss_early")},
+        loss_mean=take(state.loss_mean) + nan, loss_m2=take(state.loss_m2) + nan, dense=dense)
 
 
 def temperatures(state, freeze: int, tracked=None, config=None, temperature=None):

@@ -298,7 +298,7 @@ def test_settings_reach_the_sampler_whole_in_the_evaluation_and_on_the_card(monk
     odd = dict(phases=4, gather_fraction=0.25, mass_rule="variance", window_fraction=0.4, base_step=3e-3,
                base_kappa=0.2, base_damping=0.3, power_iterations=3, curvature="all", max_step_gain=1.5,
                control_variate=True, relative_step=True, restart_lagging=True, track_noise=True, track_step=True,
-               track_every=3)
+               track_every=3, burn_chains=4)
     assert set(odd) == set(M.SHARED)
     settings = M.PolicySettings(**odd)
     config = M.sampler_config(settings, 120)

@@ -7,9 +7,10 @@ those)/M⌋ updates of each of the M chains (with control_variate: the anchor's 
 phase 0 two gradients; `l2e.policy.split_budget`); K/M draws per chain, evenly over the last window_fraction of its
 updates, the freeze where they start (as Transient-L2E's window rule). Settings: chains M; the SHARED fields (phases,
 mass_rule, gather_fraction, base_step, base_kappa, base_damping, power_iterations, curvature — "warm", as the shipped φ
-was trained — max_step_gain, control_variate, relative_step, restart_lagging, track_noise, track_step, track_every):
-l2e.policy.PolicyConfig's, passed to it unchanged by the evaluation and the card alike (the card, which holds no data
-set, runs control_variate off); meta_params: "rule" (the hand-designed rule, φ unused) or the path of a saved φ
+was trained — max_step_gain, control_variate, relative_step, restart_lagging, track_noise, track_step, track_every,
+burn_chains — M_b chains through the burn-in, grown to M at the freeze, l2e.policy.grow): l2e.policy.PolicyConfig's,
+passed to it unchanged by the evaluation and the card alike (the card, which holds no data set, runs control_variate
+off, and its M chains throughout); meta_params: "rule" (the hand-designed rule, φ unused) or the path of a saved φ
 (l2e.policy.save_meta_params; the learned policy), "shipped" the shipped one. Two methods: `policy` (the rule) and
 `policy_learned` (the shipped φ)."""
 from __future__ import annotations
@@ -37,7 +38,7 @@ __all__ = ["METHOD_TABLE", "PolicyLearnedSettings", "PolicySettings", "SHARED", 
 
 SHARED = ("phases", "gather_fraction", "mass_rule", "window_fraction", "base_step", "base_kappa", "base_damping",
           "power_iterations", "curvature", "max_step_gain", "control_variate", "relative_step", "restart_lagging",
-          "track_noise", "track_step", "track_every")
+          "track_noise", "track_step", "track_every", "burn_chains")
 """The settings that are l2e.policy.PolicyConfig's fields, passed to it unchanged (`sampler_config`): one source for
 their meaning, range and (but curvature) default."""
 _DEFAULT = P.PolicyConfig()
@@ -47,8 +48,8 @@ _DEFAULT = P.PolicyConfig()
 class PolicySettings:
     """chains: M; SHARED (phases, gather_fraction, mass_rule, window_fraction, base_step, base_kappa, base_damping,
     power_iterations, curvature, max_step_gain, control_variate, relative_step, restart_lagging, track_noise,
-    track_step, track_every): PolicyConfig's, with its defaults but curvature "warm" (as the shipped φ was trained);
-    meta_params: "rule" or the path of a saved φ (module docstring)."""
+    track_step, track_every, burn_chains): PolicyConfig's, with its defaults but curvature "warm" (as the shipped φ
+    was trained); meta_params: "rule" or the path of a saved φ (module docstring)."""
 
     chains: int = 10
     phases: int = _DEFAULT.phases
@@ -68,6 +69,7 @@ class PolicySettings:
     track_noise: bool = _DEFAULT.track_noise
     track_step: bool = _DEFAULT.track_step
     track_every: int = _DEFAULT.track_every
+    burn_chains: int = _DEFAULT.burn_chains
 
     def __post_init__(self):
         if not isinstance(self.chains, int) or self.chains < 2:
@@ -116,8 +118,32 @@ def _meta_params(s: PolicySettings):
         raise ConfigError(f"settings.policy.meta_params: {str(e).splitlines()[0]}") from None
 
 
+def _segment(ctx, s, config, phi, state, key, schedule: ChainSchedule, offset: int, tag: tuple):
+    """(ChainResult, infos, seconds) of the schedule's updates of the state's chains, the first of them update
+    `offset` of the run: one kernel per phase (l2e.policy.chunk_phase; None, the general kernel, for a chunk holding
+    an adaptation point), each chunk donating the state (its θ-sized per-chain trees are then not copied at every
+    call); update t of the segment draws from fold_in(key, t)."""
+    task, chains = ctx.task, jax.tree.leaves(state.position)[0].shape[0]
+    args = (phi, task.train_data)  # the data a traced argument (the anchor's pass), not a compiled-in constant
+
+    def kernel(phase):  # a tuple: a tracked phase's kernels per offset (l2e.policy.chunk_kernels)
+        return tuple(lambda key_, st, b, a, k=k: k(key_, st, b, a[0], data=a[1])
+                     for k in P.chunk_kernels(task.posterior, config, phase, schedule.chunk_length))
+
+    chunk_at = phase_chunks(ctx, ("policy", s, config.freeze_step) + tag, kernel, schedule,
+                            lambda start, length: P.chunk_phase(config, offset + start, length), state,
+                            task.train_data, args, sample_batch=P.per_chain_batches(task.sample_batch, chains),
+                            donate=True)
+    t0 = time.perf_counter()
+    chain, kept = run_chunks(chunk_at(0), state, key, task.train_data, args, schedule, chunk_at,
+                             position_fn=lambda st: jax.tree.map(jnp.copy, st.position))
+    jax.block_until_ready(chain.samples)
+    return chain, kept, time.perf_counter() - t0
+
+
 def run_policy(ctx, key, hp: dict):
-    """M chains of S updates from M prior draws (module docstring); grad_evals: l2e.policy.run_gradients (M·S + the
+    """M chains of S updates from M prior draws (module docstring; with burn_chains M_b < M, M_b chains until the
+    freeze, then grown to M: l2e.policy.grow); grad_evals: l2e.policy.run_gradients (the chains' updates + the
     adaptation points'; with control_variate, the anchor's passes and the second gradient of every update after
     phase 0)."""
     s, task = ctx.settings, ctx.task
@@ -127,25 +153,19 @@ def run_policy(ctx, key, hp: dict):
                         anchor_pass, ctx.cfg.num_samples, s.chains)  # the anchors only where the budget affords them
     phi = _meta_params(s)
     init_key, key_chain = chain_keys(key)
-    state = P.init(jax.vmap(task.init_params)(jax.random.split(init_key, s.chains)))
+    m_b = P.burn_chains(config, s.chains)
+    state = P.init(jax.vmap(task.init_params)(jax.random.split(init_key, m_b)))
     state = jax.tree.map(jnp.copy, state)  # a buffer per field (init shares its zeros): the chunks donate them
     d = tree_size(jax.tree.map(lambda x: x[0], state.position))
-    # one kernel per phase (l2e.policy.chunk_phase; None, the general kernel, for a chunk holding an adaptation
-    # point), each chunk donating the state: its 7 θ-sized per-chain trees are then not copied at every call
-    args = (phi, task.train_data)  # the data a traced argument (the anchor's pass), not a compiled-in constant
-
-    def kernel(phase):  # a tuple: a tracked phase's kernels per offset (l2e.policy.chunk_kernels)
-        return tuple(lambda key_, st, b, a, k=k: k(key_, st, b, a[0], data=a[1])
-                     for k in P.chunk_kernels(task.posterior, config, phase, schedule.chunk_length))
-
-    chunk_at = phase_chunks(ctx, ("policy", s, freeze), kernel, schedule,
-                            lambda start, length: P.chunk_phase(config, start, length), state, task.train_data, args,
-                            sample_batch=P.per_chain_batches(task.sample_batch, s.chains), donate=True)
-    t0 = time.perf_counter()
-    chain, kept = run_chunks(chunk_at(0), state, key_chain, task.train_data, args, schedule, chunk_at,
-                             position_fn=lambda st: jax.tree.map(jnp.copy, st.position))
-    jax.block_until_ready(chain.samples)
-    seconds = time.perf_counter() - t0
+    seconds, offset = 0.0, 0
+    if m_b < s.chains:  # the burn-in's chains until the freeze, then grown (l2e.policy.grow)
+        burn = ChainSchedule(freeze, 1, 1, schedule.batch_size, ctx.cfg.chunk)
+        chain, _, seconds = _segment(ctx, s, config, phi, state, jax.random.fold_in(key_chain, 1), burn, 0, ("burn",))
+        state, offset = jax.tree.map(jnp.copy, P.grow(chain.state, s.chains)), freeze
+        schedule = ChainSchedule(schedule.num_steps - freeze, schedule.num_samples, schedule.thinning,
+                                 schedule.batch_size, ctx.cfg.chunk)
+    chain, kept, run_seconds = _segment(ctx, s, config, phi, state, key_chain, schedule, offset, ())
+    seconds += run_seconds
     info = host_info(kept)
     sampling = np.asarray(info.sampling, bool)
     t_kin = [float(np.mean(np.asarray(info.t_kin)[sampling[:, c], c])) if sampling[:, c].any() else None
@@ -153,11 +173,12 @@ def run_policy(ctx, key, hp: dict):
     draws = schedule.num_samples
     flat = jax.tree.map(lambda x: x.reshape((draws * s.chains,) + x.shape[2:]), chain.samples)
     chain_ids = [c for _ in range(draws) for c in range(s.chains)]
-    record = {**hp, "chains": s.chains, "steps_per_chain": schedule.num_steps, "freeze_step": freeze,
+    record = {**hp, "chains": s.chains, "steps_per_chain": offset + schedule.num_steps, "freeze_step": freeze,
               "thinning": schedule.thinning, "phases": s.phases, "mass_rule": s.mass_rule,
               "meta_params": s.meta_params, "temperature": config.temperature, "eps": float(chain.state.eps),
-              "noise_halves": config.noise_halves, "num_params": d, "control_variate": config.control_variate}
-    grads = P.run_gradients(config, schedule.num_steps, s.chains, anchor_pass)
+              "noise_halves": config.noise_halves, "num_params": d, "control_variate": config.control_variate,
+              "burn_chains": m_b}
+    grads = P.run_gradients(config, offset + schedule.num_steps, s.chains, anchor_pass)
     return finalise(ctx, flat, chain_ids, grads, seconds, record, num_chains=s.chains, t_kin=t_kin)
 
 
