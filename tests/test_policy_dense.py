@@ -3,7 +3,7 @@
 - the frame from given covariances is A with AAᵀ = Σ, Σ·G·Σ = C: on a Gaussian (G = H·C·H, chains at its
   scales with any correlation) AAᵀ = H⁻¹ within 5e-2 of the largest entry and every eigenvalue of AᵀHA within 5 % of
   1 (FRAME_TOL: float32 on a middle matrix of condition ≈ 150² — the worst of OpenBLAS's kernels reads 2.0e-2 and
-  2.1 %), A⁻¹ its inverse, and the frame's noise diag(AᵀVA) (rtol 1e-4);
+  2.0 %), A⁻¹ its inverse, and the frame's noise diag(AᵀVA) (rtol 1e-4);
 - from the chains of a correlated Gaussian with exact gradients, every adaptation point leaves AᵀHA a condition
   number at least 10 × smaller than the diagonal Fisher rule's M^½HM^½ (which stays above 50), and from the second
   point on (solved in the first one's frame) every eigenvalue within 5 % of 1;
